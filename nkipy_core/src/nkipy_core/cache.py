@@ -1,0 +1,152 @@
+"""The on-disk kernel cache.
+
+Layout under the cache root::
+
+    kernels/<kernel key>/   meta.json, graph.py, kernel.py, kernel.ir, artifacts/<runtime files>
+    index/<fx key>          the kernel key (or a partition plan) a lowering input maps to
+
+The kernel key hashes the IR text, runtime, compiler arguments and package versions, so two
+graphs that lower to the same IR share one compiled artifact. The index maps the *input* of
+lowering (FX code and input types) to results, so a process with a warm cache does not lower.
+
+Every entry is written to a private temporary directory and renamed into place, which is atomic
+on POSIX: concurrent processes (ranks) either see a complete entry or none, and the loser of a
+race simply uses the winner's entry. ``meta.json`` records a SHA-256 of every file; an entry
+whose files are missing or altered is logged, moved aside and rebuilt.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import CacheError
+
+log = logging.getLogger("nkipy.cache")
+
+#: process-wide counters (hits, misses, corrupt entries, kernels lowered and compiled, nodes
+#: planned): how tests and users observe that a warm cache skipped lowering
+STATS: collections.Counter[str] = collections.Counter()
+
+
+def digest(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+class KernelCache:
+    """One cache root. Instances are cheap; the counters live in ``STATS``."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root).expanduser().resolve()
+        try:
+            for sub in ("kernels", "index", "tmp"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+            probe = tempfile.NamedTemporaryFile(dir=self.root / "tmp", delete=True)
+            probe.close()
+        except OSError as exc:
+            raise CacheError(
+                f"the nkipy kernel cache directory {self.root} is not writable ({exc.strerror}). "
+                "Pass a writable directory as init_nkipy_backend(nkipy_cache=...) or "
+                "torch.compile(..., options={'nkipy_cache': ...})."
+            ) from None
+
+    # -- index --------------------------------------------------------------------------------
+
+    def get_index(self, key: str) -> dict[str, Any] | None:
+        path = self.root / "index" / key
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("nkipy cache: index entry %s is unreadable (%s); rebuilding it", path, exc)
+            STATS["corrupt"] += 1
+            path.unlink(missing_ok=True)
+            return None
+
+    def put_index(self, key: str, value: dict[str, Any]) -> None:
+        self._atomic_write(self.root / "index" / key, json.dumps(value, sort_keys=True).encode())
+
+    # -- kernel entries -----------------------------------------------------------------------
+
+    def entry_dir(self, key: str) -> Path:
+        return self.root / "kernels" / key
+
+    def load(self, key: str) -> tuple[dict[str, Any], dict[str, bytes]] | None:
+        """(meta, artifacts) of a complete, intact entry; ``None`` (and the entry moved aside) otherwise."""
+        entry = self.entry_dir(key)
+        if not entry.exists():
+            STATS["misses"] += 1
+            return None
+        try:
+            meta = json.loads((entry / "meta.json").read_text())
+            for name, expected in meta["files"].items():
+                if hashlib.sha256((entry / name).read_bytes()).hexdigest() != expected:
+                    raise ValueError(f"{name} does not match its checksum")
+            artifacts = {
+                name.removeprefix("artifacts/"): (entry / name).read_bytes()
+                for name in meta["files"]
+                if name.startswith("artifacts/")
+            }
+        except (OSError, ValueError, KeyError) as exc:
+            log.warning("nkipy cache: entry %s is corrupt or partial (%s); rebuilding it", entry, exc)
+            STATS["corrupt"] += 1
+            self._discard(entry)
+            return None
+        STATS["hits"] += 1
+        return meta, artifacts
+
+    def store(self, key: str, files: Mapping[str, bytes], artifacts: Mapping[str, bytes], meta: dict[str, Any]) -> Path:
+        """Write an entry atomically; if another process got there first, keep theirs."""
+        final = self.entry_dir(key)
+        staging = Path(tempfile.mkdtemp(prefix=f"{key[:16]}-", dir=self.root / "tmp"))
+        try:
+            everything = {**files, **{f"artifacts/{n}": b for n, b in artifacts.items()}}
+            for name, data in everything.items():
+                (staging / name).parent.mkdir(parents=True, exist_ok=True)
+                (staging / name).write_bytes(data)
+            meta = {**meta, "files": {n: hashlib.sha256(b).hexdigest() for n, b in everything.items()}}
+            (staging / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+            try:
+                os.rename(staging, final)
+            except OSError:
+                if not final.exists():
+                    raise
+                log.debug("nkipy cache: %s was written concurrently; keeping the first entry", key)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return final
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _atomic_write(self, path: Path, data: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.root / "tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def _discard(self, entry: Path) -> None:
+        """Move a bad entry out of the way (rename is atomic; a reader never sees half of it)."""
+        graveyard = self.root / "tmp" / f"corrupt-{uuid.uuid4().hex}"
+        try:
+            os.rename(entry, graveyard)
+        except OSError:
+            return
+        shutil.rmtree(graveyard, ignore_errors=True)

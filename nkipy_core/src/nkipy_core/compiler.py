@@ -1,0 +1,294 @@
+"""The FX -> kernels driver: plan which nodes lower, partition, lower, cache, compile.
+
+``compile_graph`` takes one functional ATen graph from AOTAutograd (forward, backward or
+inference) and returns a callable: the same graph in which every maximal supported subgraph
+is replaced by a call to a compiled NKIPy kernel and everything else still runs as torch on CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import warnings
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import torch
+import torch.fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from . import plugins
+from .cache import STATS, KernelCache, digest
+from .config import Config, select_runtime
+from .errors import LoweringError, Unsupported, UnsupportedOpsError, VerificationError
+from .ir import codegen
+from .ir.builder import KernelBuilder, Traced
+from .ir.passes import simplify
+from .ir.printer import format_kernel
+from .ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
+from .ir.verify import verify
+from .lowering import invoke, output_types, tensor_type
+from .registry import LoweringRule, op_name
+from .runtime.base import CompileOptions, Signature
+
+log = logging.getLogger("nkipy.compiler")
+
+#: ops that stay in torch without a fallback warning: they move data, they do not compute
+_GLUE = {torch.ops.aten.copy_.default}
+
+
+class FallbackWarning(UserWarning):
+    """An op runs as torch on CPU because no installed pack lowers it."""
+
+
+def _core_version() -> str:
+    try:
+        return version("nkipy-core")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+# -- planning -------------------------------------------------------------------------------
+
+
+def _candidates(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [
+        n for n in gm.graph.nodes
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target not in _GLUE
+    ]
+
+
+def _choose_rule(node: torch.fx.Node, rules: list[LoweringRule], strict: bool) -> LoweringRule | str:
+    """The first rule that accepts ``node`` (tried on a scratch kernel), or why none did."""
+    if not rules:
+        return "no installed pack lowers it"
+    try:
+        output_types(node)
+    except Unsupported as exc:
+        return f"it produces {exc}"
+    reasons = []
+    for rule in rules:
+        builder = KernelBuilder("trial")
+
+        def lookup(arg: torch.fx.Node) -> Traced:
+            return builder.param(tensor_type(arg.meta.get("val")))
+
+        try:
+            invoke(rule, node, builder, lookup)
+            return rule
+        except Unsupported as exc:
+            reasons.append(f"{rule.qualname} declined: {exc}")
+        except VerificationError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a buggy rule falls back loudly, not fatally
+            if strict:
+                raise LoweringError(
+                    f"lowering rule {rule.describe()} raised on {op_name(node.target)} (node "
+                    f"{node.name}): {type(exc).__name__}: {exc}"
+                ) from exc
+            reasons.append(f"{rule.qualname} raised {type(exc).__name__}: {exc}")
+    return "; ".join(reasons)
+
+
+def _plan_key(gm: torch.fx.GraphModule, config: Config, runtime_name: str) -> str:
+    metas = [str(n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
+    providers = sorted(str(s.provenance) + ":" + s.name for s in plugins.get().statuses if s.ok)
+    return digest("plan", gm.code, *metas, *providers, _core_version(), runtime_name)
+
+
+def plan(gm: torch.fx.GraphModule, config: Config, cache: KernelCache, runtime_name: str) -> dict[str, LoweringRule | str]:
+    """Node name -> chosen rule, or the reason it falls back; cached by graph so warm runs skip rules."""
+    registry = plugins.get(strict=config.strict).lowerings
+    key = _plan_key(gm, config, runtime_name)
+    nodes = _candidates(gm)
+    cached = _restore_plan(cache.get_index(key), nodes, registry)
+    if cached is not None:
+        return cached
+    decisions = {n.name: _choose_rule(n, registry.rules_for(n.target), config.strict) for n in nodes}
+    STATS["planned_nodes"] += len(nodes)
+    cache.put_index(
+        key, {k: ("rule:" + v.qualname if isinstance(v, LoweringRule) else v) for k, v in decisions.items()}
+    )
+    return decisions
+
+
+def _restore_plan(stored: dict[str, str] | None, nodes, registry) -> dict[str, LoweringRule | str] | None:
+    """A cached plan with rule names resolved to the installed rules; ``None`` if any is gone."""
+    if stored is None:
+        return None
+    decisions: dict[str, LoweringRule | str] = {}
+    for node in nodes:
+        choice = stored.get(node.name)
+        if choice is None:
+            return None
+        if choice.startswith("rule:"):
+            rule = next((r for r in registry.rules_for(node.target) if r.qualname == choice[5:]), None)
+            if rule is None:
+                return None
+            decisions[node.name] = rule
+        else:
+            decisions[node.name] = choice
+    return decisions
+
+
+def _report_fallbacks(gm: torch.fx.GraphModule, decisions: dict[str, Any], strict: bool) -> None:
+    fallbacks: dict[str, str] = {}
+    for node in gm.graph.nodes:
+        decision = decisions.get(node.name)
+        if isinstance(decision, str):
+            fallbacks.setdefault(op_name(node.target), decision)
+        elif node.op == "call_function" and node.target is not operator.getitem and node.name not in decisions:
+            if not isinstance(node.target, torch._ops.OpOverload) and node.target not in _GLUE:
+                fallbacks.setdefault(getattr(node.target, "__name__", str(node.target)), "not an ATen op")
+    if not fallbacks:
+        return
+    if strict:
+        raise UnsupportedOpsError(f"{op} ({why})" for op, why in fallbacks.items())
+    for op, why in fallbacks.items():
+        STATS["fallback_ops"] += 1
+        warnings.warn(f"nkipy: {op} runs on CPU: {why}", FallbackWarning, stacklevel=2)
+
+
+# -- partitioning and lowering ----------------------------------------------------------------
+
+
+#: node.meta key holding the rule chosen for a node; meta travels with nodes into fused subgraphs
+RULE = "nkipy_rule"
+
+
+class _Support(OperatorSupportBase):
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        return RULE in node.meta
+
+
+def lower_subgraph(sub: torch.fx.GraphModule, name: str):
+    """Trace the rules of a fused subgraph into one NKIPy kernel (verified and simplified)."""
+    builder = KernelBuilder(name)
+    env: dict[torch.fx.Node, Any] = {}
+    outputs: list[Traced] = []
+    for node in sub.graph.nodes:
+        if node.op == "placeholder":
+            env[node] = builder.param(tensor_type(node.meta["val"]))
+        elif node.op == "call_function" and node.target is operator.getitem:
+            env[node] = env[node.args[0]][node.args[1]]
+        elif node.op == "call_function":
+            env[node] = invoke(node.meta[RULE], node, builder, env.__getitem__)
+        elif node.op == "output":
+            result = node.args[0]
+            outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+            outputs = [env[o] for o in outputs]
+        else:
+            raise LoweringError(f"unexpected {node.op} node {node.name} in a fused subgraph")
+    STATS["lowered_kernels"] += 1
+    kernel = builder.finish(outputs)
+    verify(kernel)
+    kernel = simplify(kernel)
+    verify(kernel)
+    return kernel
+
+
+class KernelCall(torch.nn.Module):
+    """Stands in for a fused subgraph: moves tensors to the runtime, runs the kernel, brings them back."""
+
+    def __init__(self, name: str, executable: Any, runtime: Any, tuple_output: bool, entry: str):
+        super().__init__()
+        self.kernel_name = name
+        self.executable = executable
+        self.runtime = runtime
+        self.tuple_output = tuple_output
+        self.entry = entry
+
+    def forward(self, *args: torch.Tensor):
+        runtime = self.runtime
+        buffers = [runtime.to_device(torch_to_numpy(a)) for a in args]
+        outputs = tuple(numpy_to_torch(runtime.to_host(b)) for b in self.executable(*buffers))
+        return outputs if self.tuple_output else outputs[0]
+
+    def extra_repr(self) -> str:
+        return f"{self.kernel_name}, runtime={self.runtime.name}, cache={self.entry}"
+
+
+def _subgraph_key(sub: torch.fx.GraphModule, base: str) -> str:
+    metas = [str(tensor_type(n.meta["val"])) for n in sub.graph.nodes if n.op == "placeholder"]
+    rules = [n.meta[RULE].qualname for n in sub.graph.nodes if RULE in n.meta]
+    return digest("subgraph", base, sub.code, *metas, *rules)
+
+
+def _compile_subgraph(sub, name, config, runtime, cache, base_key) -> KernelCall:
+    options = CompileOptions(config.additional_compiler_args, config.rank, config.world_size)
+    fx_key = _subgraph_key(sub, base_key)
+    tuple_output = isinstance(next(iter(sub.graph.find_nodes(op="output"))).args[0], (tuple, list))
+    indexed = cache.get_index(fx_key)
+    if indexed is not None:
+        loaded = cache.load(indexed["kernel"])
+        if loaded is not None:
+            meta, artifacts = loaded
+            signature = Signature(
+                [_parse_type(t) for t in meta["inputs"]], [_parse_type(t) for t in meta["outputs"]]
+            )
+            executable = runtime.load(artifacts, signature, options)
+            log.debug("nkipy: kernel %s loaded from cache entry %s without lowering", name, indexed["kernel"])
+            return KernelCall(name, executable, runtime, tuple_output, indexed["kernel"])
+    kernel = lower_subgraph(sub, name)
+    ir_text = format_kernel(kernel, with_origin=False)
+    kernel_key = digest("kernel", ir_text, runtime.name, options.compiler_args, base_key)
+    loaded = cache.load(kernel_key)
+    if loaded is not None:
+        executable = runtime.load(loaded[1], Signature.of(kernel), options)
+    else:
+        executable = runtime.compile(kernel, options)
+        STATS["compiled_kernels"] += 1
+        files = {
+            "graph.py": sub.code.encode(),
+            "kernel.py": codegen.generate(kernel).encode(),
+            "kernel.ir": format_kernel(kernel).encode(),
+        }
+        meta = {
+            "name": name,
+            "runtime": runtime.name,
+            "compiler_args": options.compiler_args,
+            "nkipy_core": _core_version(),
+            "inputs": [str(t) for t in kernel.input_types],
+            "outputs": [str(t) for t in kernel.output_types],
+            "ir_sha256": digest(ir_text),
+        }
+        cache.store(kernel_key, files, executable.artifacts(), meta)
+    cache.put_index(fx_key, {"kernel": kernel_key})
+    return KernelCall(name, executable, runtime, tuple_output, kernel_key)
+
+
+def _parse_type(text: str) -> TensorType:
+    dtype, dims = text[:-1].split("[")
+    return TensorType(tuple(int(d) for d in dims.split("x") if d), DType(dtype))
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config) -> torch.fx.GraphModule:
+    """Replace every maximal supported subgraph of ``gm`` by a compiled kernel call."""
+    loaded = plugins.get(strict=config.strict)
+    runtime = select_runtime(config)
+    cache = KernelCache(config.nkipy_cache)
+    for passes in loaded.manager.hook.nkipy_graph_passes(stage="aten"):
+        for graph_pass in passes or ():
+            graph_pass(gm)
+    gm.graph.lint()
+    gm.recompile()
+    decisions = plan(gm, config, cache, runtime.name)
+    _report_fallbacks(gm, decisions, config.strict)
+    if not any(isinstance(d, LoweringRule) for d in decisions.values()):
+        return gm
+    for node in gm.graph.nodes:
+        if isinstance(decisions.get(node.name), LoweringRule):
+            node.meta[RULE] = decisions[node.name]
+    partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
+    fused = partitioner.fuse_partitions(partitioner.propose_partitions(), prefix="nkipy_kernel_")
+    base_key = _plan_key(gm, config, runtime.name) + config.additional_compiler_args
+    for node in list(fused.graph.nodes):
+        if node.op == "call_module" and node.target.startswith("nkipy_kernel_"):
+            sub = getattr(fused, node.target)
+            call = _compile_subgraph(sub, node.target, config, runtime, cache, base_key)
+            setattr(fused, node.target, call)
+    fused.recompile()
+    log.info("nkipy: compiled graph into %d kernel(s)", sum(isinstance(m, KernelCall) for m in fused.children()))
+    return fused

@@ -1,0 +1,66 @@
+"""Typed errors of nkipy.
+
+Every error a user can hit is an ``NkipyError`` subclass whose message says what went wrong
+and what to do next, so callers can catch the family and readers can act on the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class NkipyError(Exception):
+    """Base class of every error raised by nkipy on purpose."""
+
+
+class ConfigurationError(NkipyError):
+    """The backend settings are inconsistent (e.g. ``init_nkipy_backend`` called twice)."""
+
+
+class PluginError(NkipyError):
+    """A plugin failed to import or to register (raised instead of skipped in strict mode)."""
+
+
+class PluginConflictError(PluginError):
+    """Two providers registered the same op at the same priority."""
+
+
+class RuntimeNotFoundError(NkipyError):
+    """The requested runtime name is not registered by any installed plugin."""
+
+
+class RuntimeUnavailableError(NkipyError):
+    """The runtime is registered but cannot run on this machine."""
+
+
+class CacheError(NkipyError):
+    """The kernel cache directory cannot be used."""
+
+
+class VerificationError(NkipyError):
+    """An NKIPy kernel is ill-typed; the message names the op and the lowering rule that built it."""
+
+
+class LoweringError(NkipyError):
+    """A lowering rule raised an unexpected exception while lowering a node."""
+
+
+class UnsupportedOpsError(NkipyError):
+    """Strict mode: some ops have no lowering and would have fallen back to CPU."""
+
+    def __init__(self, ops: Iterable[str]):
+        self.ops = sorted(set(ops))
+        listed = "\n".join(f"  - {op}" for op in self.ops)
+        super().__init__(
+            f"{len(self.ops)} op(s) have no lowering in the installed packs (strict mode):\n{listed}\n"
+            "Install a pack that lowers them (see `nkipy-ops list --coverage core-aten`), or "
+            "compile with strict=False to run them on CPU."
+        )
+
+
+class Unsupported(Exception):  # noqa: N818 - named for how rules read: `raise Unsupported("...")`
+    """Raised by a lowering rule to decline one node; the next provider is tried, then CPU.
+
+    It is not an ``NkipyError``: it is control flow between a rule and the driver, never shown to
+    users except as the reason in a fallback warning.
+    """

@@ -1,0 +1,69 @@
+"""Simplification passes over kernels: constant folding, CSE and DCE.
+
+Each pass is a pure function ``Kernel -> Kernel``; ``simplify`` runs them to a fixed point. Rules
+are written naively (every scalar becomes a constant, every op is emitted), so these passes are
+what keeps generated kernels small and readable.
+"""
+
+from __future__ import annotations
+
+from ..ir import codegen
+from .graph import ConstantData, Kernel, Op, Value
+
+#: folding must not turn a cheap broadcast into a huge literal in the kernel
+FOLD_LIMIT = 1024
+
+
+def dead_code_elimination(kernel: Kernel) -> Kernel:
+    live = {v.id for v in kernel.outputs}
+    kept: list[Op] = []
+    for op in reversed(kernel.ops):
+        if op.result.id in live:
+            kept.append(op)
+            live.update(v.id for v in op.operands)
+    return Kernel(kernel.name, kernel.params, reversed(kept), kernel.outputs)
+
+
+def _rename(kernel: Kernel, ops: list[Op], renamed: dict[int, Value]) -> Kernel:
+    outputs = [renamed.get(v.id, v) for v in kernel.outputs]
+    return Kernel(kernel.name, kernel.params, ops, outputs)
+
+
+def common_subexpression_elimination(kernel: Kernel) -> Kernel:
+    seen: dict[tuple, Value] = {}
+    renamed: dict[int, Value] = {}
+    ops: list[Op] = []
+    for op in kernel.ops:
+        operands = tuple(renamed.get(v.id, v) for v in op.operands)
+        key = (op.prim, tuple(v.id for v in operands), op.attributes)
+        if key in seen:
+            renamed[op.result.id] = seen[key]
+            continue
+        seen[key] = op.result
+        ops.append(Op(op.prim, operands, op.attributes, op.result, op.origin))
+    return _rename(kernel, ops, renamed)
+
+
+def constant_folding(kernel: Kernel) -> Kernel:
+    """Evaluate ops whose operands are all small constants, using the primitives' NumPy semantics."""
+    constants: dict[int, ConstantData] = {}
+    ops: list[Op] = []
+    for op in kernel.ops:
+        if op.prim == "constant":
+            constants[op.result.id] = op.params["value"]
+        elif op.operands and all(v.id in constants for v in op.operands) and op.result.type.size <= FOLD_LIMIT:
+            arrays = [constants[v.id].array for v in op.operands]
+            value = codegen.evaluate(op.prim, arrays, op.params, op.result.type)
+            folded = ConstantData.from_array(value, op.result.type.dtype)
+            constants[op.result.id] = folded
+            op = Op("constant", (), {"value": folded}, op.result, op.origin)
+        ops.append(op)
+    return Kernel(kernel.name, kernel.params, ops, kernel.outputs)
+
+
+def simplify(kernel: Kernel) -> Kernel:
+    while True:
+        new = dead_code_elimination(common_subexpression_elimination(constant_folding(kernel)))
+        if new == kernel:
+            return new
+        kernel = new

@@ -1,0 +1,429 @@
+"""The closed set of NKIPy primitives: type inference and NumPy semantics for each.
+
+Every primitive has exactly two definitions here: ``infer`` (operand types and attributes to
+result type; raises ``TypeError`` on ill-typed use) and ``emit`` (a NumPy expression over operand
+names). The NumPy expression is the primitive's reference semantics: the cpu runtime executes it,
+``kernel.py`` shows it, constant folding evaluates it and lowering rules run on it when given
+NumPy arrays. ``docs/primitives.md`` is generated from the same table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from .types import DType, TensorType
+
+Infer = Callable[..., TensorType]
+Emit = Callable[..., str]
+
+
+@attrs.frozen
+class Primitive:
+    name: str
+    arity: int | None  # None: variadic
+    infer: Infer
+    emit: Emit
+    doc: str
+    #: computes in f32 on half inputs and rounds the result, the way torch's CPU kernels do
+    half_compute: bool = False
+
+
+PRIMITIVES: dict[str, Primitive] = {}
+
+
+def _define(name: str, arity: int | None, infer: Infer, emit: Emit, doc: str, half: bool = False):
+    PRIMITIVES[name] = Primitive(name, arity, infer, emit, doc, half)
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise TypeError(message)
+
+
+def _same_types(name: str, types: Sequence[TensorType]) -> None:
+    first = types[0]
+    for t in types[1:]:
+        _check(t == first, f"{name}: operand types differ: {first} vs {t}")
+
+
+def _norm_axis(axis: int, rank: int, name: str) -> int:
+    _check(-rank <= axis < max(rank, 1), f"{name}: axis {axis} out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+# -- elementwise ----------------------------------------------------------------------------
+
+_UNARY_FLOAT = {
+    "exp": "np.exp({0})",
+    "log": "np.log({0})",
+    "log1p": "np.log1p({0})",
+    "expm1": "np.expm1({0})",
+    "sqrt": "np.sqrt({0})",
+    "rsqrt": "1 / np.sqrt({0})",
+    "sin": "np.sin({0})",
+    "cos": "np.cos({0})",
+    "tan": "np.tan({0})",
+    "tanh": "np.tanh({0})",
+    "atan": "np.arctan({0})",
+    "logistic": "1 / (1 + np.exp(-{0}))",
+    "erf": "np.vectorize(math.erf, otypes=[{0}.dtype])({0})",
+    "floor": "np.floor({0})",
+    "ceil": "np.ceil({0})",
+    "round": "np.round({0})",
+    "isnan": "np.isnan({0})",
+    "isinf": "np.isinf({0})",
+}
+_UNARY_NUMERIC = {"neg": "-{0}", "abs": "np.abs({0})", "sign": "np.sign({0})"}
+_UNARY_LOGICAL = {"not": "np.logical_not({0})", "bitwise_not": "np.invert({0})"}
+
+
+def _infer_unary(name: str, kind: str) -> Infer:
+    def infer(x: TensorType) -> TensorType:
+        if kind == "float":
+            _check(x.dtype.is_float, f"{name} needs a float operand, got {x}")
+        if kind == "numeric":
+            _check(x.dtype is not DType.bool, f"{name} needs a numeric operand, got {x}")
+        if name in ("isnan", "isinf", "not"):
+            return TensorType(x.shape, DType.bool)
+        return x
+
+    return infer
+
+
+for _table, _kind in ((_UNARY_FLOAT, "float"), (_UNARY_NUMERIC, "numeric"), (_UNARY_LOGICAL, "any")):
+    for _name, _fmt in _table.items():
+        _define(
+            _name,
+            1,
+            _infer_unary(_name, _kind),
+            (lambda fmt: lambda x: fmt.format(x))(_fmt),
+            f"elementwise `{_fmt.format('x')}`",
+            half=_kind != "any" and _name not in ("isnan", "isinf"),
+        )
+
+_BINARY_ARITH = {
+    "add": "{0} + {1}",
+    "sub": "{0} - {1}",
+    "mul": "{0} * {1}",
+    "div": "{0} / {1}",
+    "pow": "np.power({0}, {1})",
+    "maximum": "np.maximum({0}, {1})",
+    "minimum": "np.minimum({0}, {1})",
+    "remainder": "np.remainder({0}, {1})",
+    "floor_divide": "np.floor_divide({0}, {1})",
+    "atan2": "np.arctan2({0}, {1})",
+}
+_BINARY_LOGICAL = {
+    "and": "np.logical_and({0}, {1})",
+    "or": "np.logical_or({0}, {1})",
+    "xor": "np.logical_xor({0}, {1})",
+    "bitwise_and": "np.bitwise_and({0}, {1})",
+    "bitwise_or": "np.bitwise_or({0}, {1})",
+    "bitwise_xor": "np.bitwise_xor({0}, {1})",
+}
+_COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _infer_binary(name: str) -> Infer:
+    def infer(a: TensorType, b: TensorType) -> TensorType:
+        _same_types(name, (a, b))
+        if name in _BINARY_ARITH:
+            _check(a.dtype is not DType.bool, f"{name} needs numeric operands, got {a}")
+        if name in ("div", "atan2"):
+            _check(a.dtype.is_float, f"{name} needs float operands, got {a}; convert first")
+        if name in ("and", "or", "xor"):
+            return TensorType(a.shape, DType.bool)
+        if name.startswith("bitwise"):
+            _check(not a.dtype.is_float, f"{name} needs integer or bool operands, got {a}")
+        if name in _COMPARE:
+            return TensorType(a.shape, DType.bool)
+        return a
+
+    return infer
+
+
+for _name, _fmt in {**_BINARY_ARITH, **_BINARY_LOGICAL}.items():
+    _define(
+        _name,
+        2,
+        _infer_binary(_name),
+        (lambda fmt: lambda a, b: fmt.format(a, b))(_fmt),
+        f"elementwise `{_fmt.format('a', 'b')}`; operands of one type and shape",
+        half=_name in _BINARY_ARITH,
+    )
+for _name, _sym in _COMPARE.items():
+    _define(
+        _name,
+        2,
+        _infer_binary(_name),
+        (lambda sym: lambda a, b: f"{a} {sym} {b}")(_sym),
+        f"elementwise `a {_sym} b` giving pred",
+    )
+
+
+def _infer_select(pred: TensorType, a: TensorType, b: TensorType) -> TensorType:
+    _check(pred.dtype is DType.bool, f"select: predicate must be pred, got {pred}")
+    _same_types("select", (a, b))
+    _check(pred.shape == a.shape, f"select: predicate shape {pred.shape} != operand shape {a.shape}")
+    return a
+
+
+_define("select", 3, _infer_select, lambda p, a, b: f"np.where({p}, {a}, {b})",
+        "`np.where(pred, a, b)`; all three of one shape")
+
+
+def _infer_convert(x: TensorType, *, dtype: DType) -> TensorType:
+    return TensorType(x.shape, dtype)
+
+
+_define("convert", 1, _infer_convert, lambda x, dtype: f"{x}.astype({dtype.numpy_name})",
+        "element type conversion (`x.astype(dtype)`), float to int truncates toward zero")
+
+
+# -- shape ----------------------------------------------------------------------------------
+
+
+def _infer_broadcast(x: TensorType, *, shape: tuple[int, ...]) -> TensorType:
+    _check(len(shape) >= x.rank, f"broadcast: cannot broadcast {x} to lower rank {shape}")
+    for have, want in zip(reversed(x.shape), reversed(shape)):
+        _check(have in (1, want), f"broadcast: {x} is not broadcastable to {list(shape)}")
+    return TensorType(shape, x.dtype)
+
+
+_define("broadcast", 1, _infer_broadcast, lambda x, shape: f"np.broadcast_to({x}, {tuple(shape)})",
+        "NumPy broadcasting to `shape` (trailing dimensions aligned)")
+
+
+def _infer_reshape(x: TensorType, *, shape: tuple[int, ...]) -> TensorType:
+    new = TensorType(shape, x.dtype)
+    _check(all(d >= 0 for d in shape), f"reshape: negative dimension in {list(shape)}")
+    _check(new.size == x.size, f"reshape: cannot reshape {x} ({x.size} elements) to {list(shape)}")
+    return new
+
+
+_define("reshape", 1, _infer_reshape, lambda x, shape: f"np.reshape({x}, {tuple(shape)})",
+        "row-major reshape; element count preserved")
+
+
+def _infer_transpose(x: TensorType, *, perm: tuple[int, ...]) -> TensorType:
+    _check(sorted(perm) == list(range(x.rank)), f"transpose: {list(perm)} is not a permutation of rank {x.rank}")
+    return TensorType(tuple(x.shape[p] for p in perm), x.dtype)
+
+
+_define("transpose", 1, _infer_transpose, lambda x, perm: f"np.transpose({x}, {tuple(perm)})",
+        "permute dimensions: result dim i is operand dim perm[i]")
+
+
+def _infer_slice(x: TensorType, *, start: tuple, limit: tuple, stride: tuple) -> TensorType:
+    _check(len(start) == len(limit) == len(stride) == x.rank, f"slice: start/limit/stride need rank {x.rank}")
+    shape = []
+    for d, (s, e, k) in enumerate(zip(start, limit, stride)):
+        _check(k >= 1 and 0 <= s <= e <= x.shape[d], f"slice: bad bounds {s}:{e}:{k} for dim {d} of {x}")
+        shape.append(max(0, -(-(e - s) // k)))
+    return TensorType(tuple(shape), x.dtype)
+
+
+def _emit_slice(x: str, *, start: tuple, limit: tuple, stride: tuple) -> str:
+    parts = [f"{s}:{e}" + (f":{k}" if k != 1 else "") for s, e, k in zip(start, limit, stride)]
+    return f"{x}[{', '.join(parts)}]" if parts else x
+
+
+_define("slice", 1, _infer_slice, _emit_slice, "static strided slice `x[start:limit:stride, ...]`")
+
+
+def _infer_concatenate(*xs: TensorType, axis: int) -> TensorType:
+    _check(len(xs) >= 1, "concatenate: needs at least one operand")
+    first = xs[0]
+    _check(0 <= axis < first.rank, f"concatenate: axis {axis} out of range for {first}")
+    for x in xs[1:]:
+        _check(x.dtype == first.dtype and x.rank == first.rank, f"concatenate: {x} does not match {first}")
+        _check(all(a == b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != axis),
+               f"concatenate: {x} and {first} differ outside axis {axis}")
+    shape = list(first.shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    return TensorType(tuple(shape), first.dtype)
+
+
+_define("concatenate", None, _infer_concatenate,
+        lambda *xs, axis: f"np.concatenate([{', '.join(xs)}], axis={axis})",
+        "join operands along `axis`")
+
+
+def _infer_pad(x: TensorType, value: TensorType, *, low: tuple, high: tuple) -> TensorType:
+    _check(value.shape == () and value.dtype == x.dtype, f"pad: value must be a {x.dtype.value} scalar, got {value}")
+    _check(len(low) == len(high) == x.rank, f"pad: low/high need rank {x.rank}")
+    _check(all(p >= 0 for p in (*low, *high)), "pad: negative padding; use slice")
+    return TensorType(tuple(d + lo + hi for d, lo, hi in zip(x.shape, low, high)), x.dtype)
+
+
+_define("pad", 2, _infer_pad,
+        lambda x, v, low, high: f"np.pad({x}, {tuple(zip(low, high))}, constant_values={v})",
+        "constant padding with scalar operand `value`")
+
+
+# -- indexing -------------------------------------------------------------------------------
+
+
+def _infer_take(x: TensorType, idx: TensorType, *, axis: int) -> TensorType:
+    _check(idx.dtype.is_integer, f"take: indices must be integers, got {idx}")
+    _check(0 <= axis < x.rank, f"take: axis {axis} out of range for {x}")
+    return TensorType(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
+
+
+_define("take", 2, _infer_take, lambda x, i, axis: f"np.take({x}, {i}, axis={axis})",
+        "gather whole slices: `np.take(x, indices, axis)`; indices in range")
+
+
+def _infer_take_along(x: TensorType, idx: TensorType, *, axis: int) -> TensorType:
+    _check(idx.dtype.is_integer, f"take_along_axis: indices must be integers, got {idx}")
+    _check(idx.rank == x.rank and 0 <= axis < x.rank, f"take_along_axis: {idx} does not fit {x}")
+    return TensorType(idx.shape, x.dtype)
+
+
+_define("take_along_axis", 2, _infer_take_along,
+        lambda x, i, axis: f"np.take_along_axis({x}, {i}, axis={axis})",
+        "elementwise gather along one axis (`torch.gather`)")
+
+
+def _infer_scatter_add(x: TensorType, idx: TensorType, upd: TensorType, *, axis: int) -> TensorType:
+    _check(idx.dtype.is_integer and idx.rank == 1, f"scatter_add: indices must be 1-D integers, got {idx}")
+    _check(upd.dtype == x.dtype and upd.rank == x.rank, f"scatter_add: updates {upd} do not match {x}")
+    _check(upd.shape[axis] == idx.shape[0], f"scatter_add: updates {upd} need {idx.shape[0]} rows on axis {axis}")
+    return x
+
+
+def _emit_scatter_add(x: str, i: str, u: str, *, axis: int) -> str:
+    index = ", ".join([":"] * axis + [i])
+    return f"_scatter_add({x}, np.s_[{index}], {u})"
+
+
+_define("scatter_add", 3, _infer_scatter_add, _emit_scatter_add,
+        "`x` with `updates` added at 1-D `indices` along `axis` (duplicates accumulate, `index_add`)",
+        half=True)
+
+
+# -- contraction and reduction --------------------------------------------------------------
+
+
+def _infer_dot(a: TensorType, b: TensorType) -> TensorType:
+    _check(a.dtype == b.dtype, f"dot: operand types differ: {a} vs {b}")
+    _check(a.dtype is not DType.bool, "dot: operands must be numeric")
+    _check(a.rank >= 2 and a.rank == b.rank, f"dot: needs equal ranks >= 2, got {a} and {b}")
+    _check(a.shape[:-2] == b.shape[:-2], f"dot: batch dimensions differ: {a} vs {b}")
+    _check(a.shape[-1] == b.shape[-2], f"dot: contraction mismatch: {a} @ {b}")
+    return TensorType(a.shape[:-1] + b.shape[-1:], a.dtype)
+
+
+_define("dot", 2, _infer_dot, lambda a, b: f"np.matmul({a}, {b})",
+        "batched matrix product `a @ b` over equal leading batch dims", half=True)
+
+_REDUCE_KINDS = {"sum": "np.sum", "prod": "np.prod", "max": "np.max", "min": "np.min",
+                 "any": "np.any", "all": "np.all"}
+
+
+def _infer_reduce(x: TensorType, *, kind: str, axes: tuple, keepdims: bool) -> TensorType:
+    _check(kind in _REDUCE_KINDS, f"reduce: unknown kind {kind!r}")
+    _check(all(0 <= a < x.rank for a in axes) and len(set(axes)) == len(axes), f"reduce: bad axes {axes} for {x}")
+    if kind in ("max", "min"):
+        _check(all(x.shape[a] > 0 for a in axes), f"reduce: {kind} over an empty axis of {x}")
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keepdims or i not in axes)
+    dtype = DType.bool if kind in ("any", "all") else x.dtype
+    return TensorType(shape, dtype)
+
+
+def _emit_reduce(x: str, *, kind: str, axes: tuple, keepdims: bool) -> str:
+    extra = ", dtype={0}.dtype".format(x) if kind in ("sum", "prod") else ""
+    return f"{_REDUCE_KINDS[kind]}({x}, axis={tuple(axes)}, keepdims={keepdims}{extra})"
+
+
+_define("reduce", 1, _infer_reduce, _emit_reduce,
+        "reduction (`sum`, `prod`, `max`, `min`, `any`, `all`) over `axes`", half=True)
+
+
+def _infer_argreduce(x: TensorType, *, kind: str, axis: int, keepdims: bool) -> TensorType:
+    _check(kind in ("argmax", "argmin"), f"argreduce: unknown kind {kind!r}")
+    _check(0 <= axis < x.rank and x.shape[axis] > 0, f"argreduce: bad axis {axis} for {x}")
+    shape = tuple(1 if i == axis else d for i, d in enumerate(x.shape) if keepdims or i != axis)
+    return TensorType(shape, DType.i64)
+
+
+_define("argreduce", 1, _infer_argreduce,
+        lambda x, kind, axis, keepdims: f"np.{kind}({x}, axis={axis}, keepdims={keepdims}).astype(np.int64)",
+        "index of the first max/min along `axis` (NaN counts as max), i64")
+
+
+def _infer_cumulative(x: TensorType, *, kind: str, axis: int) -> TensorType:
+    _check(kind in ("cumsum", "cumprod"), f"cumulative: unknown kind {kind!r}")
+    _check(0 <= axis < x.rank, f"cumulative: bad axis {axis} for {x}")
+    return x
+
+
+_define("cumulative", 1, _infer_cumulative,
+        lambda x, kind, axis: f"np.{kind}({x}, axis={axis}, dtype={x}.dtype)",
+        "inclusive scan (`cumsum`, `cumprod`) along `axis`", half=True)
+
+
+def _infer_sort(x: TensorType, *, axis: int, descending: bool, indices: bool) -> TensorType:
+    _check(0 <= axis < x.rank, f"sort: bad axis {axis} for {x}")
+    return TensorType(x.shape, DType.i64) if indices else x
+
+
+def _emit_sort(x: str, *, axis: int, descending: bool, indices: bool) -> str:
+    key = f"-{x}" if descending else x
+    order = f"np.argsort({key}, axis={axis}, kind='stable')"
+    return f"{order}.astype(np.int64)" if indices else f"np.take_along_axis({x}, {order}, axis={axis})"
+
+
+_define("sort", 1, _infer_sort, _emit_sort,
+        "stable sort along `axis`; `indices=True` gives the permutation (i64) instead of values")
+
+
+# -- sources --------------------------------------------------------------------------------
+
+
+def _infer_iota(*, shape: tuple, dtype: DType, axis: int) -> TensorType:
+    _check(0 <= axis < len(shape), f"iota: axis {axis} out of range for shape {list(shape)}")
+    return TensorType(shape, dtype)
+
+
+def _emit_iota(*, shape: tuple, dtype: DType, axis: int) -> str:
+    view = tuple(d if i == axis else 1 for i, d in enumerate(shape))
+    return f"np.broadcast_to(np.arange({shape[axis]}, dtype={dtype.numpy_name}).reshape({view}), {tuple(shape)})"
+
+
+_define("iota", 0, _infer_iota, _emit_iota, "`0, 1, 2, …` along `axis`, broadcast to `shape`")
+
+
+def _infer_constant(*, value: Any) -> TensorType:
+    return TensorType(value.shape, value.dtype)
+
+
+def _emit_constant(*, value: Any) -> str:
+    if len(value.data) <= 256:
+        literal = np.array2string(value.array, separator=", ", threshold=10**6, floatmode="unique").replace("\n", "")
+        if value.dtype.is_float:
+            literal = literal.replace("nan", "np.nan").replace("inf", "np.inf")
+        return f"np.array({literal}, dtype={value.dtype.numpy_name})"
+    return f"_blob({value.b64()!r}, {value.dtype.numpy_name}, {tuple(value.shape)})"
+
+
+_define("constant", 0, _infer_constant, _emit_constant, "an array literal")
+
+
+def primitive(name: str) -> Primitive:
+    try:
+        return PRIMITIVES[name]
+    except KeyError:
+        raise TypeError(f"unknown NKIPy primitive {name!r}") from None
+
+
+def infer(name: str, operand_types: Sequence[TensorType], params: dict[str, Any]) -> TensorType:
+    """Result type of ``name`` applied to ``operand_types``; ``TypeError`` if ill-typed."""
+    prim = primitive(name)
+    if prim.arity is not None and len(operand_types) != prim.arity:
+        raise TypeError(f"{name} takes {prim.arity} operand(s), got {len(operand_types)}")
+    return prim.infer(*operand_types, **params)

@@ -1,0 +1,145 @@
+"""Element types and tensor types of the NKIPy IR.
+
+The IR names its own dtypes (``f32``, ``bf16`` …) instead of borrowing torch's or NumPy's so that a
+kernel is a self-contained value; these helpers translate at the edges.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+import ml_dtypes
+import numpy as np
+import torch
+
+
+class DType(enum.Enum):
+    """An element type; the value is the short name used in IR text."""
+
+    bool = "pred"
+    i8 = "i8"
+    i16 = "i16"
+    i32 = "i32"
+    i64 = "i64"
+    u8 = "u8"
+    f16 = "f16"
+    bf16 = "bf16"
+    f32 = "f32"
+    f64 = "f64"
+
+    @property
+    def is_float(self) -> bool:
+        return self in _FLOATS
+
+    @property
+    def is_integer(self) -> bool:
+        return self in _INTEGERS
+
+    @property
+    def is_half(self) -> bool:
+        """16-bit floats: the cpu runtime computes them in f32 and rounds each result, like torch."""
+        return self in (DType.f16, DType.bf16)
+
+    @property
+    def numpy(self) -> np.dtype:
+        return _TO_NUMPY[self]
+
+    @property
+    def numpy_name(self) -> str:
+        """How generated NumPy source spells the type (``np.float32``, ``bfloat16``)."""
+        return _NUMPY_NAMES[self]
+
+    @property
+    def torch(self) -> torch.dtype:
+        return _TO_TORCH[self]
+
+    @classmethod
+    def from_torch(cls, dtype: torch.dtype) -> DType:
+        try:
+            return _FROM_TORCH[dtype]
+        except KeyError:
+            raise TypeError(f"torch dtype {dtype} has no NKIPy equivalent") from None
+
+    @classmethod
+    def from_numpy(cls, dtype: np.dtype | type) -> DType:
+        try:
+            return _FROM_NUMPY[np.dtype(dtype)]
+        except KeyError:
+            raise TypeError(f"NumPy dtype {np.dtype(dtype)} has no NKIPy equivalent") from None
+
+    def __repr__(self) -> str:
+        return self.value
+
+
+_FLOATS = frozenset({DType.f16, DType.bf16, DType.f32, DType.f64})
+_INTEGERS = frozenset({DType.i8, DType.i16, DType.i32, DType.i64, DType.u8})
+
+_TO_NUMPY = {
+    DType.bool: np.dtype(np.bool_),
+    DType.i8: np.dtype(np.int8),
+    DType.i16: np.dtype(np.int16),
+    DType.i32: np.dtype(np.int32),
+    DType.i64: np.dtype(np.int64),
+    DType.u8: np.dtype(np.uint8),
+    DType.f16: np.dtype(np.float16),
+    DType.bf16: np.dtype(ml_dtypes.bfloat16),
+    DType.f32: np.dtype(np.float32),
+    DType.f64: np.dtype(np.float64),
+}
+_FROM_NUMPY = {v: k for k, v in _TO_NUMPY.items()}
+_NUMPY_NAMES = {
+    d: ("bfloat16" if d is DType.bf16 else f"np.{_TO_NUMPY[d].name}") for d in DType
+}
+_NUMPY_NAMES[DType.bool] = "np.bool_"
+_TO_TORCH = {
+    DType.bool: torch.bool,
+    DType.i8: torch.int8,
+    DType.i16: torch.int16,
+    DType.i32: torch.int32,
+    DType.i64: torch.int64,
+    DType.u8: torch.uint8,
+    DType.f16: torch.float16,
+    DType.bf16: torch.bfloat16,
+    DType.f32: torch.float32,
+    DType.f64: torch.float64,
+}
+_FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
+
+
+@attrs.frozen
+class TensorType:
+    """Static shape and element type of an IR value."""
+
+    shape: tuple[int, ...] = attrs.field(converter=tuple)
+    dtype: DType
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __str__(self) -> str:
+        dims = "x".join(str(d) for d in self.shape)
+        return f"{self.dtype.value}[{dims}]"
+
+
+def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A NumPy view of a CPU tensor, bf16 included (torch cannot export bf16 to NumPy itself)."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def numpy_to_torch(a: np.ndarray) -> torch.Tensor:
+    """A CPU tensor sharing memory with ``a`` where torch allows it, bf16 included."""
+    a = np.asarray(a)
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+    if not a.flags.writeable:
+        a = a.copy()
+    return torch.from_numpy(a)

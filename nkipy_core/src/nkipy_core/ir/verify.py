@@ -1,0 +1,36 @@
+"""The verifier: rejects an ill-typed or malformed kernel before any runtime sees it."""
+
+from __future__ import annotations
+
+from ..errors import VerificationError
+from .graph import Kernel
+from .primitives import infer
+from .printer import format_op
+
+
+def verify(kernel: Kernel) -> None:
+    """Check SSA form and re-infer every op's type; raise ``VerificationError`` naming the op."""
+    defined: dict[int, object] = {}
+    for p in kernel.params:
+        if p.id in defined:
+            raise VerificationError(f"kernel {kernel.name}: parameter %{p.name} is declared twice")
+        defined[p.id] = p.type
+    for op in kernel.ops:
+        where = f"kernel {kernel.name}, op `{format_op(op, with_origin=False)}`" + (
+            f" (built by {op.origin})" if op.origin else ""
+        )
+        for v in op.operands:
+            if defined.get(v.id) != v.type:
+                raise VerificationError(f"{where}: operand %{v.name} is used before it is defined")
+        if op.result.id in defined:
+            raise VerificationError(f"{where}: %{op.result.name} is defined twice")
+        try:
+            expected = infer(op.prim, [v.type for v in op.operands], op.params)
+        except TypeError as exc:
+            raise VerificationError(f"{where}: {exc}") from None
+        if expected != op.result.type:
+            raise VerificationError(f"{where}: result type should be {expected}, not {op.result.type}")
+        defined[op.result.id] = op.result.type
+    for out in kernel.outputs:
+        if defined.get(out.id) != out.type:
+            raise VerificationError(f"kernel {kernel.name}: output %{out.name} is never defined")

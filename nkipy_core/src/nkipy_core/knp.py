@@ -1,0 +1,559 @@
+"""``knp``: the NumPy-flavoured language lowering rules are written in.
+
+Every function takes NumPy arrays, Python scalars or traced tensors. With traced tensors it
+records NKIPy primitives into the kernel being built; with only NumPy arrays it evaluates the
+same primitives with NumPy, so a rule can be unit-tested as plain NumPy code::
+
+    def softmax(x, axis=-1):
+        e = knp.exp(x - knp.max(x, axis=axis, keepdims=True))
+        return e / knp.sum(e, axis=axis, keepdims=True)
+
+Type promotion follows torch, not NumPy (``int32 + 1.5`` is ``float32``), because the programs
+being lowered are torch programs; shapes broadcast as in NumPy.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Sequence
+from typing import Any, Union
+
+import numpy as np
+import torch
+
+from .ir.builder import Traced, apply, constant
+from .ir.graph import ConstantData
+from .ir.types import DType
+
+Array = Union[Traced, np.ndarray]
+Scalar = Union[bool, int, float]
+ArrayLike = Union[Array, Scalar]
+
+__all__ = [
+    "Traced", "abs", "add", "all", "any", "arange", "arctan", "arctan2", "argmax", "argmin",
+    "argsort", "asarray", "astype", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor",
+    "broadcast_to", "ceil", "concatenate", "cos", "cumprod", "cumsum", "divide", "dtype_of",
+    "equal", "erf", "exp", "expand_dims", "expm1", "floor", "floor_divide", "full", "greater",
+    "greater_equal", "is_traced", "isinf", "isnan", "less", "less_equal", "log", "log1p",
+    "logical_and", "logical_not", "logical_or", "logical_xor", "matmul", "max", "maximum", "mean",
+    "min", "minimum", "multiply", "negative", "not_equal", "ones", "pad", "power", "prod",
+    "remainder", "reshape", "result_type", "round", "rsqrt", "scatter_add", "sigmoid", "sign",
+    "sin", "sort", "sqrt", "squeeze", "stack", "subtract", "sum", "take", "take_along_axis", "tan",
+    "tanh", "transpose", "where", "zeros",
+]
+
+# -- types ------------------------------------------------------------------------------------
+
+
+def to_dtype(dtype: Any) -> DType:
+    """Accept an NKIPy, torch or NumPy dtype (or a Python type) and return the NKIPy one."""
+    if isinstance(dtype, DType):
+        return dtype
+    if isinstance(dtype, torch.dtype):
+        return DType.from_torch(dtype)
+    return DType.from_numpy(np.dtype(dtype))
+
+
+def is_traced(x: Any) -> bool:
+    return isinstance(x, Traced)
+
+
+def dtype_of(x: Array) -> DType:
+    return x.value.type.dtype if isinstance(x, Traced) else DType.from_numpy(np.asarray(x).dtype)
+
+
+def _is_scalar(x: Any) -> bool:
+    return isinstance(x, (bool, int, float, np.generic)) and not isinstance(x, np.ndarray)
+
+
+def _meta(x: ArrayLike) -> Any:
+    if _is_scalar(x):
+        return x.item() if isinstance(x, np.generic) else x
+    shape = x.shape
+    return torch.empty((1,) * builtins.min(len(shape), 1), dtype=dtype_of(x).torch, device="meta")
+
+
+def result_type(*xs: ArrayLike) -> DType:
+    """torch's promotion of the operands: dimensioned tensors over 0-d tensors over scalars."""
+    metas = [_meta(x) for x in xs]
+    acc = metas[0]
+    if len(metas) == 1:
+        return DType.from_torch(acc.dtype) if isinstance(acc, torch.Tensor) else to_dtype(torch.tensor(acc).dtype)
+    promoted = torch.result_type(metas[0], metas[1])
+    for m in metas[2:]:
+        promoted = torch.result_type(torch.empty((1,), dtype=promoted, device="meta"), m)
+    return DType.from_torch(promoted)
+
+
+def asarray(x: ArrayLike, dtype: Any = None) -> Array:
+    """``x`` as an array of ``dtype`` (a scalar becomes a 0-d array; traced stays traced)."""
+    if isinstance(x, Traced):
+        return x if dtype is None else astype(x, dtype)
+    target = to_dtype(dtype) if dtype is not None else result_type(x) if _is_scalar(x) else None
+    return np.asarray(x) if target is None else np.asarray(x, dtype=target.numpy)
+
+
+def astype(x: ArrayLike, dtype: Any) -> Array:
+    target = to_dtype(dtype)
+    x = asarray(x)
+    if dtype_of(x) is target:
+        return x
+    return apply("convert", [x], {"dtype": target})
+
+
+def _shape(x: ArrayLike) -> tuple[int, ...]:
+    return tuple(np.shape(x)) if not isinstance(x, Traced) else x.shape
+
+
+def broadcast_to(x: ArrayLike, shape: Sequence[int]) -> Array:
+    x = asarray(x)
+    shape = tuple(int(d) for d in shape)
+    if _shape(x) == shape:
+        return x
+    return apply("broadcast", [x], {"shape": shape})
+
+
+def _lift(arrays: Sequence[Array]) -> list[Array]:
+    """If any operand is traced, make the others constants of its kernel (before broadcasting
+    them, so a scalar stays a scalar constant instead of becoming a full array literal)."""
+    builder = next((a.builder for a in arrays if isinstance(a, Traced)), None)
+    if builder is None:
+        return list(arrays)
+    return [a if isinstance(a, Traced) else constant(builder, a, dtype_of(a)) for a in arrays]
+
+
+def _operands(*xs: ArrayLike, dtype: DType | None = None) -> list[Array]:
+    """Promote to one dtype and broadcast to one shape, as elementwise primitives require."""
+    dtype = dtype or result_type(*xs)
+    arrays = _lift([astype(x, dtype) for x in xs])
+    shape = np.broadcast_shapes(*(_shape(a) for a in arrays))
+    return [broadcast_to(a, shape) for a in arrays]
+
+
+# -- elementwise ------------------------------------------------------------------------------
+
+
+def _float_dtype(x: ArrayLike) -> DType:
+    d = result_type(x)
+    return d if d.is_float else DType.from_torch(torch.get_default_dtype())
+
+
+def _unary_float(prim: str):
+    def fn(x: ArrayLike) -> Array:
+        return apply(prim, [astype(x, _float_dtype(x))], {})
+
+    fn.__name__ = prim
+    fn.__doc__ = f"Elementwise ``{prim}``; integer inputs are computed in the default float dtype."
+    return fn
+
+
+exp = _unary_float("exp")
+log = _unary_float("log")
+log1p = _unary_float("log1p")
+expm1 = _unary_float("expm1")
+sqrt = _unary_float("sqrt")
+rsqrt = _unary_float("rsqrt")
+sin = _unary_float("sin")
+cos = _unary_float("cos")
+tan = _unary_float("tan")
+tanh = _unary_float("tanh")
+arctan = _unary_float("atan")
+sigmoid = _unary_float("logistic")
+erf = _unary_float("erf")
+
+
+def _unary_same(prim: str, ints_identity: bool = False):
+    def fn(x: ArrayLike) -> Array:
+        x = asarray(x)
+        if ints_identity and not dtype_of(x).is_float:
+            return x
+        return apply(prim, [x], {})
+
+    fn.__name__ = prim
+    fn.__doc__ = f"Elementwise ``{prim}``, result of the operand's dtype."
+    return fn
+
+
+floor = _unary_same("floor", ints_identity=True)
+ceil = _unary_same("ceil", ints_identity=True)
+round = _unary_same("round", ints_identity=True)  # noqa: A001 - NumPy's name
+negative = _unary_same("neg")
+abs = _unary_same("abs")  # noqa: A001 - NumPy's name
+sign = _unary_same("sign")
+logical_not = _unary_same("not")
+bitwise_not = _unary_same("bitwise_not")
+
+
+def isnan(x: ArrayLike) -> Array:
+    x = asarray(x)
+    return apply("isnan", [x], {}) if dtype_of(x).is_float else full(_shape(x), False, DType.bool)
+
+
+def isinf(x: ArrayLike) -> Array:
+    x = asarray(x)
+    return apply("isinf", [x], {}) if dtype_of(x).is_float else full(_shape(x), False, DType.bool)
+
+
+def _binary(prim: str, *, true_divide: bool = False, logical: bool = False):
+    def fn(a: ArrayLike, b: ArrayLike) -> Array:
+        dtype = result_type(a, b)
+        if true_divide and not dtype.is_float:
+            dtype = DType.from_torch(torch.get_default_dtype())
+        if logical:
+            a, b = astype(a, DType.bool), astype(b, DType.bool)
+            dtype = DType.bool
+        return apply(prim, _operands(a, b, dtype=dtype), {})
+
+    fn.__name__ = prim
+    fn.__doc__ = f"Elementwise ``{prim}`` with torch type promotion and NumPy broadcasting."
+    return fn
+
+
+add = _binary("add")
+subtract = _binary("sub")
+multiply = _binary("mul")
+divide = _binary("div", true_divide=True)
+power = _binary("pow")
+maximum = _binary("maximum")
+minimum = _binary("minimum")
+remainder = _binary("remainder")
+floor_divide = _binary("floor_divide")
+arctan2 = _binary("atan2", true_divide=True)
+logical_and = _binary("and", logical=True)
+logical_or = _binary("or", logical=True)
+logical_xor = _binary("xor", logical=True)
+bitwise_and = _binary("bitwise_and")
+bitwise_or = _binary("bitwise_or")
+bitwise_xor = _binary("bitwise_xor")
+equal = _binary("eq")
+not_equal = _binary("ne")
+less = _binary("lt")
+less_equal = _binary("le")
+greater = _binary("gt")
+greater_equal = _binary("ge")
+
+
+def where(cond: ArrayLike, a: ArrayLike, b: ArrayLike) -> Array:
+    dtype = result_type(a, b)
+    cond, a, b = _lift([astype(cond, DType.bool), astype(a, dtype), astype(b, dtype)])
+    shape = np.broadcast_shapes(_shape(cond), _shape(a), _shape(b))
+    return apply("select", [broadcast_to(cond, shape), broadcast_to(a, shape), broadcast_to(b, shape)], {})
+
+
+# -- shape ------------------------------------------------------------------------------------
+
+
+def _axis(axis: int, rank: int) -> int:
+    if not -builtins.max(rank, 1) <= axis < builtins.max(rank, 1):
+        raise ValueError(f"axis {axis} is out of range for rank {rank}")
+    return axis % builtins.max(rank, 1)
+
+
+def reshape(x: ArrayLike, shape: Sequence[int] | int) -> Array:
+    x = asarray(x)
+    shape = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    if -1 in shape:
+        known = math.prod(d for d in shape if d != -1)
+        total = math.prod(_shape(x))
+        shape = tuple(total // known if d == -1 and known else d for d in shape)
+    if shape == _shape(x):
+        return x
+    return apply("reshape", [x], {"shape": shape})
+
+
+def transpose(x: ArrayLike, axes: Sequence[int] | None = None) -> Array:
+    x = asarray(x)
+    rank = len(_shape(x))
+    perm = tuple(reversed(range(rank))) if axes is None else tuple(_axis(a, rank) for a in axes)
+    if perm == tuple(range(rank)):
+        return x
+    return apply("transpose", [x], {"perm": perm})
+
+
+def expand_dims(x: ArrayLike, axis: int) -> Array:
+    shape = list(_shape(x))
+    shape.insert(_axis(axis, len(shape) + 1), 1)
+    return reshape(x, shape)
+
+
+def squeeze(x: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
+    shape = _shape(x)
+    if axis is None:
+        axes = {i for i, d in enumerate(shape) if d == 1}
+    else:
+        axes = {_axis(a, len(shape)) for a in ((axis,) if isinstance(axis, int) else axis)}
+    return reshape(x, [d for i, d in enumerate(shape) if not (i in axes and d == 1)])
+
+
+def concatenate(xs: Sequence[ArrayLike], axis: int = 0) -> Array:
+    dtype = result_type(*xs)
+    arrays = [astype(x, dtype) for x in xs]
+    rank = len(_shape(arrays[0]))
+    arrays = [a for a in arrays if _shape(a) != (0,) or rank != 1 or len(arrays) == 1]
+    if len(arrays) == 1:
+        return arrays[0]
+    return apply("concatenate", arrays, {"axis": _axis(axis, rank)})
+
+
+def stack(xs: Sequence[ArrayLike], axis: int = 0) -> Array:
+    rank = len(_shape(xs[0])) + 1
+    return concatenate([expand_dims(x, _axis(axis, rank)) for x in xs], axis=axis)
+
+
+def pad(x: ArrayLike, pad_width: Sequence[tuple[int, int]], constant_values: Scalar = 0) -> Array:
+    """Constant padding; negative widths crop, as torch's ``constant_pad_nd`` allows."""
+    x = asarray(x)
+    shape = _shape(x)
+    crop = tuple(slice(-lo if lo < 0 else 0, d + hi if hi < 0 else d) for d, (lo, hi) in zip(shape, pad_width))
+    x = x[crop] if builtins.any(lo < 0 or hi < 0 for lo, hi in pad_width) else x
+    low = tuple(builtins.max(lo, 0) for lo, _ in pad_width)
+    high = tuple(builtins.max(hi, 0) for _, hi in pad_width)
+    if not builtins.any(low) and not builtins.any(high):
+        return x
+    value = np.asarray(constant_values, dtype=dtype_of(x).numpy)
+    return apply("pad", [x, value], {"low": low, "high": high})
+
+
+def _getitem(x: Array, index: Any) -> Array:
+    """Basic indexing (ints, slices with positive steps, ``None``, ``...``) and one integer array."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    shape = _shape(x)
+    n_real = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
+    if Ellipsis in index:
+        at = index.index(Ellipsis)
+        index = index[:at] + (slice(None),) * (len(shape) - n_real) + index[at + 1:]
+    index = index + (slice(None),) * (len(shape) - builtins.sum(1 for i in index if i is not None))
+    start, limit, stride, out_shape, gathers = [], [], [], [], []
+    dim = 0
+    for item in index:
+        if item is None:
+            out_shape.append(1)
+            continue
+        size = shape[dim]
+        if isinstance(item, slice):
+            s, e, k = item.indices(size)
+            if k < 0:
+                raise IndexError("knp indexing does not support negative steps; use knp.take")
+            e = builtins.max(e, s)
+            start.append(s), limit.append(e), stride.append(k)
+            out_shape.append(-(-(e - s) // k))
+        elif isinstance(item, (int, np.integer)):
+            i = int(item) + size if item < 0 else int(item)
+            if not 0 <= i < size:
+                raise IndexError(f"index {item} is out of bounds for axis {dim} with size {size}")
+            start.append(i), limit.append(i + 1), stride.append(1)
+        else:
+            start.append(0), limit.append(size), stride.append(1)
+            gathers.append((len(out_shape), item))
+            out_shape.append(size)
+        dim += 1
+    sliced = x
+    if (tuple(start), tuple(limit), tuple(stride)) != ((0,) * len(shape), shape, (1,) * len(shape)):
+        sliced = apply("slice", [x], {"start": tuple(start), "limit": tuple(limit), "stride": tuple(stride)})
+    if len(gathers) > 1:
+        raise IndexError("knp indexing supports one integer-array index; use knp.take repeatedly")
+    sliced = reshape(sliced, out_shape)
+    if gathers:
+        ((axis, indices),) = gathers
+        return take(sliced, indices, axis=axis)
+    return sliced
+
+
+# -- indexing ---------------------------------------------------------------------------------
+
+
+def take(x: ArrayLike, indices: ArrayLike, axis: int = 0) -> Array:
+    x = asarray(x)
+    indices = asarray(indices)
+    if not dtype_of(indices).is_integer:
+        raise TypeError(f"take: indices must be integers, got {dtype_of(indices).value}")
+    return apply("take", [x, indices], {"axis": _axis(axis, len(_shape(x)))})
+
+
+def take_along_axis(x: ArrayLike, indices: ArrayLike, axis: int) -> Array:
+    x, indices = asarray(x), asarray(indices)
+    return apply("take_along_axis", [x, indices], {"axis": _axis(axis, len(_shape(x)))})
+
+
+def scatter_add(x: ArrayLike, indices: ArrayLike, updates: ArrayLike, axis: int = 0) -> Array:
+    """``x`` with ``updates`` added at 1-D ``indices`` along ``axis``; duplicates accumulate."""
+    x = asarray(x)
+    updates = astype(updates, dtype_of(x))
+    return apply("scatter_add", [x, asarray(indices), updates], {"axis": _axis(axis, len(_shape(x)))})
+
+
+# -- contraction and reduction ----------------------------------------------------------------
+
+
+def matmul(a: ArrayLike, b: ArrayLike) -> Array:
+    """NumPy ``matmul``: 1-D operands are promoted to matrices, batch dimensions broadcast."""
+    dtype = result_type(a, b)
+    a, b = _lift([astype(a, dtype), astype(b, dtype)])
+    a_vec, b_vec = len(_shape(a)) == 1, len(_shape(b)) == 1
+    if a_vec:
+        a = reshape(a, (1, _shape(a)[0]))
+    if b_vec:
+        b = reshape(b, (_shape(b)[0], 1))
+    batch = np.broadcast_shapes(_shape(a)[:-2], _shape(b)[:-2])
+    a = broadcast_to(a, batch + _shape(a)[-2:])
+    b = broadcast_to(b, batch + _shape(b)[-2:])
+    out = apply("dot", [a, b], {})
+    if a_vec or b_vec:
+        shape = _shape(out)
+        out = reshape(out, shape[:-2] + shape[-2:-1] * (not a_vec) + shape[-1:] * (not b_vec))
+    return out
+
+
+def _axes(axis: int | Sequence[int] | None, rank: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(rank))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else axis
+    return tuple(sorted({_axis(int(a), rank) for a in axes}))
+
+
+def _reduce(kind: str, x: ArrayLike, axis, keepdims: bool, dtype: Any = None) -> Array:
+    x = asarray(x)
+    if dtype is not None:
+        x = astype(x, dtype)
+    elif kind in ("sum", "prod") and not dtype_of(x).is_float:
+        x = astype(x, DType.i64)
+    axes = _axes(axis, len(_shape(x)))
+    if kind in ("any", "all"):
+        x = astype(x, DType.bool)
+    return apply("reduce", [x], {"kind": kind, "axes": axes, "keepdims": bool(keepdims)})
+
+
+def sum(x: ArrayLike, axis=None, keepdims: bool = False, dtype: Any = None) -> Array:  # noqa: A001
+    return _reduce("sum", x, axis, keepdims, dtype)
+
+
+def prod(x: ArrayLike, axis=None, keepdims: bool = False, dtype: Any = None) -> Array:
+    return _reduce("prod", x, axis, keepdims, dtype)
+
+
+def max(x: ArrayLike, axis=None, keepdims: bool = False) -> Array:  # noqa: A001
+    return _reduce("max", x, axis, keepdims)
+
+
+def min(x: ArrayLike, axis=None, keepdims: bool = False) -> Array:  # noqa: A001
+    return _reduce("min", x, axis, keepdims)
+
+
+def any(x: ArrayLike, axis=None, keepdims: bool = False) -> Array:  # noqa: A001
+    return _reduce("any", x, axis, keepdims)
+
+
+def all(x: ArrayLike, axis=None, keepdims: bool = False) -> Array:  # noqa: A001
+    return _reduce("all", x, axis, keepdims)
+
+
+def mean(x: ArrayLike, axis=None, keepdims: bool = False, dtype: Any = None) -> Array:
+    """Mean; half floats accumulate and divide in f32 and round once, as torch does."""
+    x = asarray(x)
+    out_dtype = to_dtype(dtype) if dtype is not None else _float_dtype(x)
+    compute = DType.f32 if out_dtype.is_half else out_dtype
+    axes = _axes(axis, len(_shape(x)))
+    count = math.prod(_shape(x)[a] for a in axes)
+    total = sum(astype(x, compute), axis=axes, keepdims=keepdims)
+    return astype(divide(total, np.asarray(count, dtype=compute.numpy)), out_dtype)
+
+
+def _argreduce(kind: str, x: ArrayLike, axis: int | None, keepdims: bool) -> Array:
+    x = asarray(x)
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+        keepdims = False
+    return apply("argreduce", [x], {"kind": kind, "axis": _axis(axis, len(_shape(x))), "keepdims": bool(keepdims)})
+
+
+def argmax(x: ArrayLike, axis: int | None = None, keepdims: bool = False) -> Array:
+    return _argreduce("argmax", x, axis, keepdims)
+
+
+def argmin(x: ArrayLike, axis: int | None = None, keepdims: bool = False) -> Array:
+    return _argreduce("argmin", x, axis, keepdims)
+
+
+def cumsum(x: ArrayLike, axis: int, dtype: Any = None) -> Array:
+    x = asarray(x) if dtype is None else astype(x, dtype)
+    return apply("cumulative", [x], {"kind": "cumsum", "axis": _axis(axis, len(_shape(x)))})
+
+
+def cumprod(x: ArrayLike, axis: int, dtype: Any = None) -> Array:
+    x = asarray(x) if dtype is None else astype(x, dtype)
+    return apply("cumulative", [x], {"kind": "cumprod", "axis": _axis(axis, len(_shape(x)))})
+
+
+def sort(x: ArrayLike, axis: int = -1, descending: bool = False) -> Array:
+    x = asarray(x)
+    params = {"axis": _axis(axis, len(_shape(x))), "descending": bool(descending), "indices": False}
+    return apply("sort", [x], params)
+
+
+def argsort(x: ArrayLike, axis: int = -1, descending: bool = False) -> Array:
+    x = asarray(x)
+    params = {"axis": _axis(axis, len(_shape(x))), "descending": bool(descending), "indices": True}
+    return apply("sort", [x], params)
+
+
+# -- sources ----------------------------------------------------------------------------------
+
+
+def arange(n: int, dtype: Any = DType.i64) -> Array:
+    """``0 … n-1``; inside a lowering it becomes an ``iota``, elsewhere a NumPy array."""
+    return apply("iota", [], {"shape": (int(n),), "dtype": to_dtype(dtype), "axis": 0})
+
+
+def full(shape: Sequence[int], value: Scalar, dtype: Any = None) -> Array:
+    """A filled array; inside a lowering it becomes a broadcast scalar constant."""
+    target = to_dtype(dtype) if dtype is not None else result_type(value)
+    scalar = apply("constant", [], {"value": _constant(np.asarray(value, dtype=target.numpy), target)})
+    return broadcast_to(scalar, tuple(int(d) for d in shape))
+
+
+def zeros(shape: Sequence[int], dtype: Any = DType.f32) -> Array:
+    return full(shape, 0, dtype)
+
+
+def ones(shape: Sequence[int], dtype: Any = DType.f32) -> Array:
+    return full(shape, 1, dtype)
+
+
+def _constant(array: np.ndarray, dtype: DType) -> ConstantData:
+    return ConstantData.from_array(array, dtype)
+
+
+# -- operators on traced tensors --------------------------------------------------------------
+
+
+def _reflect(fn):
+    return lambda self, other: fn(other, self)
+
+
+for _name, _fn in {
+    "add": add, "sub": subtract, "mul": multiply, "truediv": divide, "floordiv": floor_divide,
+    "mod": remainder, "pow": power, "matmul": matmul, "and": bitwise_and, "or": bitwise_or,
+    "xor": bitwise_xor,
+}.items():
+    setattr(Traced, f"__{_name}__", _fn)
+    setattr(Traced, f"__r{_name}__", _reflect(_fn))
+for _name, _fn in {"lt": less, "le": less_equal, "gt": greater, "ge": greater_equal,
+                   "eq": equal, "ne": not_equal}.items():
+    setattr(Traced, f"__{_name}__", _fn)
+Traced.__hash__ = object.__hash__
+Traced.__neg__ = negative
+Traced.__abs__ = abs
+Traced.__invert__ = lambda self: logical_not(self) if dtype_of(self) is DType.bool else bitwise_not(self)
+Traced.__getitem__ = _getitem
+Traced.astype = astype
+Traced.reshape = lambda self, *shape: reshape(self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)
+Traced.transpose = lambda self, *axes: transpose(self, axes or None)
+Traced.T = property(lambda self: transpose(self))
+Traced.sum = sum
+Traced.max = max
+Traced.min = min
+Traced.mean = mean
+
+del _name, _fn

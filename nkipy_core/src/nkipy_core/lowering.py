@@ -1,0 +1,118 @@
+"""Lowering one FX node with one rule: argument mapping, rule invocation and result checking.
+
+This is the only place that calls lowering rules, so it is where a rule's mistakes are caught
+and attributed: a result of the wrong shape or dtype becomes a ``VerificationError`` naming the
+rule and the op, and ``Unsupported`` declines the node for the next provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+import torch.fx
+
+from .errors import Unsupported, VerificationError
+from .ir.builder import KernelBuilder, Traced, constant
+from .ir.types import DType, TensorType
+from .registry import LoweringRule, op_name
+
+TensorTypes = TensorType | tuple[Any, ...]
+
+
+@attrs.frozen
+class LoweringContext:
+    """What a rule may want besides its arguments: the op, the node and the expected output types."""
+
+    op: Any
+    node_name: str
+    out: TensorTypes
+
+    @property
+    def out_dtype(self) -> DType:
+        """Element type of the (first) result: what torch's type promotion decided."""
+        first = self.out if isinstance(self.out, TensorType) else self.out[0]
+        return first.dtype
+
+
+def tensor_type(val: Any) -> TensorType:
+    """The static type of a fake tensor from node metadata; ``Unsupported`` if it has none."""
+    if not isinstance(val, torch.Tensor):
+        raise Unsupported(f"a non-tensor value ({type(val).__name__})")
+    if val.layout != torch.strided:
+        raise Unsupported(f"a {val.layout} tensor (only dense tensors are lowered)")
+    if val.is_complex():
+        raise Unsupported(f"a complex tensor ({val.dtype})")
+    if not all(isinstance(d, int) for d in val.shape):
+        raise Unsupported("a dynamic shape (compile with dynamic=False)")
+    try:
+        dtype = DType.from_torch(val.dtype)
+    except TypeError:
+        raise Unsupported(f"dtype {val.dtype}") from None
+    return TensorType(tuple(val.shape), dtype)
+
+
+def output_types(node: torch.fx.Node) -> TensorTypes:
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, list)):
+        return tuple(tensor_type(v) if v is not None else None for v in val)
+    return tensor_type(val)
+
+
+def map_args(node: torch.fx.Node, lookup: Callable[[torch.fx.Node], Any]) -> tuple[tuple, dict]:
+    """The node's arguments with every input node replaced by ``lookup(node)``."""
+    return torch.fx.node.map_arg((node.args, node.kwargs), lookup)
+
+
+def _as_traced(builder: KernelBuilder, value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return constant(builder, value, DType.from_numpy(value.dtype))
+    return value
+
+
+def invoke(rule: LoweringRule, node: torch.fx.Node, builder: KernelBuilder, lookup) -> Any:
+    """Run ``rule`` on ``node`` inside ``builder``; check its results against the node's types."""
+    expected = output_types(node)
+    ctx = LoweringContext(node.target, node.name, expected)
+    args, kwargs = map_args(node, lookup)
+    origin = f"{op_name(node.target)} via {rule.qualname}"
+    with builder.building(origin):
+        try:
+            result = rule.fn(ctx, *args, **kwargs)
+        except VerificationError as exc:
+            raise VerificationError(f"{exc} [lowering rule {rule.describe()}]") from None
+        if isinstance(expected, tuple):
+            if not isinstance(result, (tuple, list)) or len(result) != len(expected):
+                raise VerificationError(
+                    f"lowering rule {rule.describe()} for {op_name(node.target)} must return "
+                    f"{len(expected)} results, returned {_describe(result)}"
+                )
+            result = tuple(_as_traced(builder, r) for r in result)
+            for i, (r, t) in enumerate(zip(result, expected)):
+                if t is not None:
+                    _check_result(rule, node, r, t, f" (result {i})")
+        else:
+            result = _as_traced(builder, result)
+            _check_result(rule, node, result, expected, "")
+    return result
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Traced):
+        return str(value.value.type)
+    if isinstance(value, (tuple, list)):
+        return f"{len(value)} values"
+    return type(value).__name__
+
+
+def _check_result(rule: LoweringRule, node, result: Any, expected: TensorType, which: str) -> None:
+    got = result.value.type if isinstance(result, Traced) else None
+    if got != expected:
+        raise VerificationError(
+            f"lowering rule {rule.describe()} for {op_name(node.target)}{which} returned "
+            f"{_describe(result)}, but the op produces {expected} (node {node.name}). "
+            "The rule is wrong: report it to the pack that provides it."
+        )

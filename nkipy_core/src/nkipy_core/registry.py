@@ -1,0 +1,221 @@
+"""Registries that plugins fill: lowering rules, decompositions and runtimes, with provenance.
+
+Each hook call gets a view of a registry bound to the calling plugin's ``Provenance``; the
+entries it adds carry that provenance, so conflicts and listings can name distributions.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+import torch
+
+from .errors import PluginConflictError
+
+LoweringFn = Callable[..., Any]
+
+
+@attrs.frozen
+class Provenance:
+    """Who registered an entry: the plugin name and the distribution (and version) behind it."""
+
+    plugin: str
+    distribution: str
+    version: str
+
+    def __str__(self) -> str:
+        return f"{self.distribution} {self.version}"
+
+
+def op_name(op: Any) -> str:
+    """Canonical name of an ATen overload: ``aten::add.Tensor`` (``.default`` is kept)."""
+    if isinstance(op, str):
+        return op if "." in op.split("::")[-1] else f"{op}.default"
+    if isinstance(op, torch._ops.OpOverload):
+        return f"{op._schema.name}.{op._overloadname}"
+    raise TypeError(f"expected an ATen overload such as torch.ops.aten.add.Tensor, got {op!r}")
+
+
+def _overloads(op: Any) -> list[str]:
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return [op_name(getattr(op, name)) for name in op.overloads()]
+    return [op_name(op)]
+
+
+def resolve_op(name: str) -> torch._ops.OpOverload:
+    """The ``OpOverload`` for ``aten::add.Tensor``."""
+    qualified, overload = name.rsplit(".", 1)
+    namespace, packet = qualified.split("::")
+    return getattr(getattr(getattr(torch.ops, namespace), packet), overload)
+
+
+@attrs.frozen
+class LoweringRule:
+    op: str
+    fn: LoweringFn
+    priority: int
+    provenance: Provenance
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.fn.__module__}.{self.fn.__qualname__}"
+
+    @property
+    def location(self) -> str:
+        try:
+            file = inspect.getsourcefile(self.fn)
+            line = inspect.getsourcelines(self.fn)[1]
+        except (OSError, TypeError):
+            return self.qualname
+        return f"{file}:{line}"
+
+    def describe(self) -> str:
+        return f"{self.qualname} from {self.provenance}"
+
+
+class LoweringRegistry:
+    """ATen overload name -> rules, best first. ``register`` works as a decorator too."""
+
+    def __init__(self) -> None:
+        self._rules: dict[str, list[LoweringRule]] = {}
+        self._provenance: Provenance | None = None
+
+    def bound(self, provenance: Provenance) -> LoweringRegistry:
+        """A view that stamps what it registers with ``provenance`` (shares the storage)."""
+        view = object.__new__(LoweringRegistry)
+        view._rules, view._provenance = self._rules, provenance
+        return view
+
+    def register(self, op: Any, fn: LoweringFn | None = None, *, priority: int = 0):
+        """Register ``fn`` for an overload (or every overload of a packet)."""
+        if fn is None:
+            return lambda f: self.register(op, f, priority=priority) or f
+        provenance = self._provenance or Provenance("<direct>", "<unregistered>", "0")
+        for name in _overloads(op):
+            rule = LoweringRule(name, fn, priority, provenance)
+            rules = self._rules.setdefault(name, [])
+            for other in rules:
+                if other.priority == priority:
+                    raise PluginConflictError(
+                        f"{name} is lowered at priority {priority} by both {other.describe()} and "
+                        f"{rule.describe()}. Uninstall one of the packs, or register one of them "
+                        "with a different priority."
+                    )
+            rules.append(rule)
+            rules.sort(key=lambda r: -r.priority)
+        return fn
+
+    def rules_for(self, op: Any) -> list[LoweringRule]:
+        return list(self._rules.get(op_name(op), ()))
+
+    def ops(self) -> list[str]:
+        return sorted(self._rules)
+
+    def all_rules(self) -> Iterable[LoweringRule]:
+        for name in self.ops():
+            yield from self._rules[name]
+
+
+class DecompositionRegistry:
+    """Decompositions added or removed by plugins, applied on top of the core ATen table."""
+
+    def __init__(self) -> None:
+        self.added: dict[str, tuple[Callable[..., Any], Provenance | None]] = {}
+        self.removed: dict[str, Provenance | None] = {}
+        self._provenance: Provenance | None = None
+
+    def bound(self, provenance: Provenance) -> DecompositionRegistry:
+        view = object.__new__(DecompositionRegistry)
+        view.added, view.removed, view._provenance = self.added, self.removed, provenance
+        return view
+
+    def add(self, op: Any, fn: Callable[..., Any] | None = None):
+        if fn is None:
+            return lambda f: self.add(op, f) or f
+        for name in _overloads(op):
+            self.added[name] = (fn, self._provenance)
+        return fn
+
+    def remove(self, op: Any) -> None:
+        for name in _overloads(op):
+            self.removed[name] = self._provenance
+
+    def table(self, lowered: Iterable[str]) -> dict[Any, Callable[..., Any]]:
+        """Core ATen decompositions plus added, minus removed and minus ops a pack lowers."""
+        from torch._decomp import core_aten_decompositions
+
+        table = {op_name(op): fn for op, fn in core_aten_decompositions().items() if isinstance(op, torch._ops.OpOverload)}
+        table.update({name: fn for name, (fn, _) in self.added.items()})
+        for name in (*self.removed, *lowered):
+            if name not in self.added:
+                table.pop(name, None)
+        return {resolve_op(name): fn for name, fn in table.items()}
+
+
+class RuntimeRegistry:
+    """Runtime name -> (runtime object, provenance)."""
+
+    def __init__(self) -> None:
+        self._runtimes: dict[str, tuple[Any, Provenance | None]] = {}
+        self._provenance: Provenance | None = None
+
+    def bound(self, provenance: Provenance) -> RuntimeRegistry:
+        view = object.__new__(RuntimeRegistry)
+        view._runtimes, view._provenance = self._runtimes, provenance
+        return view
+
+    def register(self, runtime: Any) -> None:
+        if runtime.name in self._runtimes:
+            _, other = self._runtimes[runtime.name]
+            raise PluginConflictError(
+                f"runtime {runtime.name!r} is registered by both {other} and {self._provenance}; "
+                "uninstall one of them"
+            )
+        self._runtimes[runtime.name] = (runtime, self._provenance)
+
+    def get(self, name: str) -> Any | None:
+        entry = self._runtimes.get(name)
+        return entry[0] if entry else None
+
+    def provenance(self, name: str) -> Provenance | None:
+        return self._runtimes[name][1]
+
+    def names(self) -> list[str]:
+        return sorted(self._runtimes, key=lambda n: (-self._runtimes[n][0].priority, n))
+
+
+class RuleSet:
+    """Rules a pack declares at import time with a decorator and installs from its hook::
+
+        rules = RuleSet()
+
+        @rules.register(torch.ops.aten.exp.default)
+        def exp(ctx, x):
+            return knp.exp(x)
+
+        @hookimpl
+        def nkipy_register_lowerings(registry):
+            rules.install(registry)
+    """
+
+    def __init__(self, priority: int = 0) -> None:
+        self.priority = priority
+        self._entries: list[tuple[Any, LoweringFn, int]] = []
+
+    def register(self, *ops: Any, priority: int | None = None):
+        def decorate(fn: LoweringFn) -> LoweringFn:
+            for op in ops:
+                self._entries.append((op, fn, self.priority if priority is None else priority))
+            return fn
+
+        return decorate
+
+    def install(self, registry: LoweringRegistry) -> None:
+        for op, fn, priority in self._entries:
+            registry.register(op, fn, priority=priority)
+
+    def __len__(self) -> int:
+        return len(self._entries)

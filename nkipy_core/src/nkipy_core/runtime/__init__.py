@@ -1,0 +1,1 @@
+"""Device runtimes: the interface (``base``) and the embedded ``cpu`` runtime."""

@@ -1,0 +1,1 @@
+"""nkipy-ops-base: ATen lowerings for the core opset."""

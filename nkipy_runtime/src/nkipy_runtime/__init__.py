@@ -1,0 +1,1 @@
+"""nkipy-runtime: HLO emission, neuronx-cc driver and NRT binding (skeleton)."""
