@@ -6,6 +6,7 @@ Public API for users (``init_nkipy_backend``) and for op packs (``hookimpl``, ``
 
 from . import knp
 from .cache import STATS as cache_stats
+from . import config
 from .config import Config, init_nkipy_backend
 from .errors import (
     CacheError,

@@ -1,0 +1,454 @@
+"""``nkipy-ops``: what the installed nkipy plugins provide, and whether this machine can run them.
+
+``nkipy-ops list`` answers "who lowers this op, and who did it override?" (and, with
+``--coverage core-aten``, "what is still missing?"); ``nkipy-ops doctor`` answers "why does my
+compile fall back or fail here?". Both read the same plugin state the backend uses
+(``nkipy_core.plugins.get()``), so what they show is what ``torch.compile`` will do.
+
+The data is gathered as plain JSON-ready dicts first and rendered second, so ``--format json``
+and the text tables can never disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from . import plugins
+from .errors import NkipyError
+from .registry import LoweringRule, op_name
+
+CORE_DISTRIBUTION = "nkipy-core"
+OPSETS = ("core-aten",)
+
+# Exit codes: 0 fine; 1 doctor found no usable runtime; 2 usage or plugin error (argparse's too).
+EXIT_OK, EXIT_NO_RUNTIME, EXIT_ERROR = 0, 1, 2
+
+
+# --------------------------------------------------------------------------- data gathering
+
+
+def normalize_distribution(name: str) -> str:
+    """PEP 503 form, so ``nkipy_ops_base``, ``nkipy-ops-base`` and ``NKIPy.Ops.Base`` all match."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _short_location(location: str, qualname: str) -> str:
+    """``pkg/module.py:12`` instead of a long site-packages path, for the text table only."""
+    path, sep, line = location.rpartition(":")
+    if not sep or not os.path.isabs(path):
+        return location
+    top = sys.modules.get(qualname.split(".")[0])
+    roots = list(getattr(top, "__path__", ())) or [getattr(top, "__file__", None) or path]
+    rel = os.path.relpath(path, os.path.dirname(roots[0]))
+    return location if rel.startswith("..") else f"{rel}:{line}"
+
+
+def _rule_dict(rule: LoweringRule) -> dict[str, Any]:
+    return {
+        "provider": rule.provenance.distribution,
+        "version": rule.provenance.version,
+        "plugin": rule.provenance.plugin,
+        "priority": rule.priority,
+        "qualname": rule.qualname,
+        "location": rule.location,
+    }
+
+
+def lowering_rows(loaded: plugins.Plugins, pack: str | None = None) -> list[dict[str, Any]]:
+    """One row per op: the winning rule plus the lower-priority rules it overrides.
+
+    With ``pack``, keep the ops that distribution gives a rule for, whether its rule wins or is
+    overridden, so a pack author also sees where someone else outranks them.
+    """
+    rows = []
+    for op in loaded.lowerings.ops():
+        rules = loaded.lowerings.rules_for(op)
+        if pack is not None and not any(
+            normalize_distribution(r.provenance.distribution) == pack for r in rules
+        ):
+            continue
+        winner, *others = rules
+        rows.append({"op": op, **_rule_dict(winner), "overridden": [_rule_dict(r) for r in others]})
+    return rows
+
+
+def plugin_rows(loaded: plugins.Plugins) -> list[dict[str, Any]]:
+    """Every discovered plugin, loaded or not, with the loader's error text when it failed."""
+    return [
+        {
+            "name": s.name,
+            "distribution": s.provenance.distribution,
+            "version": s.provenance.version,
+            "module": s.module,
+            "status": "ok" if s.ok else "failed",
+            "error": s.error,
+        }
+        for s in loaded.statuses
+    ]
+
+
+def _availability(runtime: Any) -> tuple[bool, str]:
+    """``runtime.available()``, but a runtime whose probe itself crashes is just unavailable."""
+    try:
+        ok, reason = runtime.available()
+    except Exception as exc:  # noqa: BLE001 - a third-party probe must not break the listing
+        return False, f"available() raised {type(exc).__name__}: {exc}"
+    return bool(ok), "" if ok else str(reason)
+
+
+def runtime_rows(loaded: plugins.Plugins) -> list[dict[str, Any]]:
+    """Registered runtimes in the order the default selection tries them (priority first)."""
+    rows = []
+    for name in loaded.runtimes.names():
+        runtime = loaded.runtimes.get(name)
+        provenance = loaded.runtimes.provenance(name)
+        ok, reason = _availability(runtime)
+        rows.append(
+            {
+                "name": name,
+                "priority": getattr(runtime, "priority", 0),
+                "provider": provenance.distribution if provenance else "<unknown>",
+                "version": provenance.version if provenance else "?",
+                "available": ok,
+                "reason": reason,
+            }
+        )
+    return rows
+
+
+def core_aten_ops() -> list[str]:
+    """Every ATen overload tagged ``torch.Tag.core`` in the installed torch (its core opset).
+
+    The dispatcher is asked for every registered op name, because ``dir(torch.ops.aten)``
+    only lists packets that were already touched in this process.
+    """
+    import torch
+
+    found = set()
+    for name in torch._C._dispatch_get_all_op_names():
+        namespace, _, qualified = name.partition("::")
+        if namespace != "aten":
+            continue
+        packet_name, _, overload = qualified.partition(".")
+        try:
+            overload_op = getattr(getattr(torch.ops.aten, packet_name), overload or "default")
+        except (AttributeError, RuntimeError):
+            continue
+        if torch.Tag.core in overload_op.tags:
+            found.add(op_name(overload_op))
+    return sorted(found)
+
+
+def coverage(lowered: Iterable[str], opset: str = "core-aten") -> dict[str, Any]:
+    """How much of ``opset`` the given lowered ops cover, and the exact list that is missing."""
+    import torch
+
+    if opset not in OPSETS:
+        raise ValueError(f"unknown opset {opset!r}; known: {', '.join(OPSETS)}")
+    wanted = core_aten_ops()
+    have = set(lowered)
+    covered = [op for op in wanted if op in have]
+    return {
+        "opset": opset,
+        "torch": torch.__version__,
+        "total": len(wanted),
+        "covered": len(covered),
+        "percent": round(100.0 * len(covered) / len(wanted), 1) if wanted else 0.0,
+        "covered_ops": covered,
+        "missing": [op for op in wanted if op not in have],
+    }
+
+
+def _distribution_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed (imported from a source tree)"
+
+
+def versions(loaded: plugins.Plugins) -> dict[str, str]:
+    """The versions a bug report needs: interpreter, torch, numpy, the core and every pack."""
+    import numpy
+    import torch
+
+    found = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        CORE_DISTRIBUTION: _distribution_version(CORE_DISTRIBUTION),
+    }
+    for status in loaded.statuses:
+        found.setdefault(status.provenance.distribution, status.provenance.version)
+    return found
+
+
+def _selected_runtime(runtimes: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the backend would pick: ``NKIPY_RUNTIME`` if set, else the first available one."""
+    requested = os.environ.get("NKIPY_RUNTIME") or None
+    by_name = {r["name"]: r for r in runtimes}
+    if requested is not None:
+        row = by_name.get(requested)
+        if row is None:
+            problem = f"NKIPY_RUNTIME={requested!r} is not installed; installed: {sorted(by_name)}"
+        elif not row["available"]:
+            problem = f"NKIPY_RUNTIME={requested!r} is not available: {row['reason']}"
+        else:
+            problem = ""
+        return {"requested": requested, "selected": requested if not problem else None, "problem": problem}
+    first = next((r["name"] for r in runtimes if r["available"]), None)
+    return {"requested": None, "selected": first, "problem": "" if first else "no runtime is available"}
+
+
+def _resolve_pack(loaded: plugins.Plugins, pack: str | None) -> str | None:
+    """The normalized ``--pack`` name; an unknown one is a usage error, not an empty table."""
+    if pack is None:
+        return None
+    wanted = normalize_distribution(pack)
+    known = {normalize_distribution(s.provenance.distribution) for s in loaded.statuses}
+    if wanted not in known:
+        raise _UsageError(
+            f"no installed distribution named {pack!r} provides nkipy plugins; "
+            f"installed: {', '.join(sorted(known)) or 'none'}"
+        )
+    return wanted
+
+
+class _UsageError(Exception):
+    """A bad argument detected after parsing; reported like argparse's errors (exit 2)."""
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Left-aligned columns separated by two spaces; the last column is never padded."""
+    cells = [[str(c) for c in headers], *([str(c) for c in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    rule = ["-" * w for w in widths]
+    lines = []
+    for row in [cells[0], rule, *cells[1:]]:
+        padded = [c.ljust(w) for c, w in zip(row[:-1], widths[:-1])] + [row[-1]]
+        lines.append("  ".join(padded).rstrip())
+    return "\n".join(lines)
+
+
+def _section(title: str, count: int) -> str:
+    return f"{title} ({count})"
+
+
+def render_lowerings(rows: list[dict[str, Any]], pack: str | None) -> str:
+    if not rows:
+        hint = f"from {pack}" if pack else "installed (install nkipy-ops-base for the core ATen opset)"
+        return f"{_section('Lowerings', 0)}\n  no lowerings {hint}"
+    body = format_table(
+        ["op", "provider", "version", "priority", "overrides", "rule"],
+        [
+            (
+                r["op"],
+                r["provider"],
+                r["version"],
+                r["priority"],
+                ", ".join(o["provider"] for o in r["overridden"]) or "-",
+                _short_location(r["location"], r["qualname"]),
+            )
+            for r in rows
+        ],
+    )
+    return f"{_section('Lowerings', len(rows))}\n{body}"
+
+
+def render_plugins(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return f"{_section('Plugins', 0)}\n  no nkipy plugins found (is nkipy-core installed?)"
+    body = format_table(
+        ["plugin", "distribution", "version", "status", "module / error"],
+        [(r["name"], r["distribution"], r["version"], r["status"], r["module"] or r["error"]) for r in rows],
+    )
+    return f"{_section('Plugins', len(rows))}\n{body}"
+
+
+def render_runtimes(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return f"{_section('Runtimes', 0)}\n  no runtimes registered"
+    body = format_table(
+        ["runtime", "priority", "provider", "available", "reason"],
+        [
+            (r["name"], r["priority"], f"{r['provider']} {r['version']}", "yes" if r["available"] else "no", r["reason"] or "-")
+            for r in rows
+        ],
+    )
+    return f"{_section('Runtimes', len(rows))}\n{body}"
+
+
+def render_coverage(report: dict[str, Any], pack: str | None) -> str:
+    by = f" by {pack}" if pack else ""
+    lines = [
+        f"{report['opset']} (torch {report['torch']}): {report['covered']}/{report['total']} "
+        f"overloads lowered{by} ({report['percent']}%)",
+    ]
+    if report["missing"]:
+        lines.append(f"missing ({len(report['missing'])}):")
+        lines.extend(f"  {op}" for op in report["missing"])
+    return "\n".join(lines)
+
+
+def render_doctor(report: dict[str, Any]) -> str:
+    lines = ["Versions"]
+    width = max(map(len, report["versions"]))
+    lines += [f"  {k.ljust(width)}  {v}" for k, v in report["versions"].items()]
+    lines += ["", render_plugins(report["plugins"]), "", render_runtimes(report["runtimes"]), ""]
+    selection = report["selection"]
+    if selection["problem"]:
+        lines.append(f"Problem: {selection['problem']}")
+    else:
+        how = "NKIPY_RUNTIME" if selection["requested"] else "highest-priority available"
+        lines.append(f"Runtime torch.compile will use: {selection['selected']} ({how})")
+    for row in report["plugins"]:
+        if row["status"] != "ok":
+            lines.append(f"Problem: plugin {row['name']!r} ({row['distribution']}) was skipped: {row['error']}")
+    for row in report["runtimes"]:
+        if not row["available"]:
+            lines.append(f"Note: runtime {row['name']!r} is unavailable: {row['reason']}")
+    return "\n".join(lines)
+
+
+def _emit(data: Any, text: str, fmt: str) -> None:
+    print(json.dumps(data, indent=2) if fmt == "json" else text)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _load(args: argparse.Namespace) -> plugins.Plugins:
+    """The backend's own plugin state; ``--strict`` makes a skipped plugin an error."""
+    return plugins.get(strict=args.strict)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """Lowerings, plugins and runtimes; or, with ``--coverage``, the opset coverage report."""
+    loaded = _load(args)
+    pack = _resolve_pack(loaded, args.pack)
+    rows = lowering_rows(loaded, pack)
+    if args.coverage:
+        report = coverage((r["op"] for r in rows), args.coverage)
+        _emit({"pack": pack, **report}, render_coverage(report, pack), args.format)
+        return EXIT_OK
+    plugin_data, runtime_data = plugin_rows(loaded), runtime_rows(loaded)
+    data = {"pack": pack, "lowerings": rows, "plugins": plugin_data, "runtimes": runtime_data}
+    text = "\n\n".join([render_lowerings(rows, pack), render_plugins(plugin_data), render_runtimes(runtime_data)])
+    failed = sum(p["status"] != "ok" for p in plugin_data)
+    if failed:
+        text += f"\n\n{failed} plugin(s) failed to load and were skipped; --strict makes this an error."
+    _emit(data, text, args.format)
+    return EXIT_OK
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Versions, plugins, runtimes and what each unavailable runtime needs.
+
+    Exit code 1 when ``torch.compile(backend="nkipy")`` could not run here: no runtime is
+    available, or ``NKIPY_RUNTIME`` names one that is missing or unavailable.
+    """
+    loaded = _load(args)
+    runtime_data = runtime_rows(loaded)
+    report = {
+        "versions": versions(loaded),
+        "plugins": plugin_rows(loaded),
+        "runtimes": runtime_data,
+        "selection": _selected_runtime(runtime_data),
+    }
+    # Without NKIPY_RUNTIME this is "at least one runtime is available"; with it, that runtime.
+    report["ok"] = not report["selection"]["problem"]
+    _emit(report, render_doctor(report), args.format)
+    return EXIT_OK if report["ok"] else EXIT_NO_RUNTIME
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _common_options(suppress_defaults: bool) -> argparse.ArgumentParser:
+    """``--strict``/``--format``, accepted before or after the subcommand.
+
+    The subcommand's copies default to SUPPRESS, so ``nkipy-ops --strict list`` is not reset to
+    ``False`` by the subcommand's own default.
+    """
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--strict",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress_defaults else False,
+        help="a plugin that fails to import or register is an error (exit 2), not a 'failed' row",
+    )
+    parent.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default=argparse.SUPPRESS if suppress_defaults else "text",
+        help="output format (default: text)",
+    )
+    return parent
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nkipy-ops",
+        description="Show what the installed nkipy plugins lower and whether this machine can run them.",
+        parents=[_common_options(suppress_defaults=False)],
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_distribution_version(CORE_DISTRIBUTION)}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = _common_options(suppress_defaults=True)
+
+    list_parser = commands.add_parser(
+        "list", parents=[common], help="lowerings (op, provider, priority, overrides), plugins and runtimes",
+        description="List lowering rules with their provider, then plugins and runtimes.",
+    )
+    list_parser.add_argument("--pack", metavar="NAME", help="only ops this distribution lowers (e.g. nkipy-ops-base)")
+    list_parser.add_argument(
+        "--coverage", choices=OPSETS, metavar="OPSET",
+        help="report covered/total of an opset and what is missing (OPSET: core-aten)",
+    )
+    list_parser.set_defaults(handler=cmd_list)
+
+    doctor = commands.add_parser(
+        "doctor", parents=[common], help="versions, plugin status, runtime availability and what is missing",
+        description="Diagnose the installation. Exit code 0 if a runtime is available (the one "
+        "NKIPY_RUNTIME names, if set), else 1.",
+    )
+    doctor.set_defaults(handler=cmd_doctor)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point; returns the exit code (so tests can call it in-process).
+
+    Errors we expect (a plugin failing in strict mode, a conflict between packs, a bad
+    ``--pack``) become one line on stderr and exit code 2, never a traceback; argparse's own
+    usage errors and ``--help`` keep their usual output and codes.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
+    try:
+        return args.handler(args)
+    except (_UsageError, NkipyError) as exc:
+        print(f"nkipy-ops: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:
+        # `nkipy-ops list | head`: the reader left; don't let the interpreter's flush traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""The NKIPy IR: type inference, the verifier, simplification and standalone kernel.py."""
+
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from nkipy_core import VerificationError, knp
+from nkipy_core.ir import DType, Kernel, KernelBuilder, Op, TensorType, Value, codegen, verify
+from nkipy_core.ir.passes import simplify
+from nkipy_core.ir.printer import format_kernel
+
+F32 = DType.f32
+
+
+def softmax(x, axis=-1):
+    e = knp.exp(x - knp.max(x, axis=axis, keepdims=True))
+    return e / knp.sum(e, axis=axis, keepdims=True)
+
+
+def trace(fn, *types):
+    builder = KernelBuilder("k")
+    params = [builder.param(t) for t in types]
+    with builder.building("test"):
+        out = fn(*params)
+    return builder.finish(out if isinstance(out, tuple) else (out,))
+
+
+def test_rule_runs_as_plain_numpy():
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    expected = np.exp(x - x.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    out = softmax(x)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+def test_traced_kernel_matches_numpy_and_infers_types():
+    kernel = trace(lambda x: (softmax(x), x[1:, ::2].T, knp.matmul(x, x.T)), TensorType((3, 4), F32))
+    verify(kernel)
+    assert [str(t) for t in kernel.output_types] == ["f32[3x4]", "f32[2x2]", "f32[3x3]"]
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    outs = codegen.load(codegen.generate(kernel))(x)
+    np.testing.assert_allclose(outs[0], softmax(x), rtol=1e-6)
+    np.testing.assert_array_equal(outs[1], x[1:, ::2].T)
+    np.testing.assert_allclose(outs[2], x @ x.T, rtol=1e-6)
+
+
+def test_type_promotion_follows_torch():
+    ints = np.arange(4, dtype=np.int32)
+    assert (ints + 1.5).dtype == np.float64  # NumPy's rule ...
+    assert knp.add(ints, 1.5).dtype == np.float32  # ... is not torch's, which knp follows
+    assert knp.divide(ints, ints).dtype == np.float32
+    assert knp.add(np.ones(2, ml_dtypes.bfloat16), np.ones(2, np.float32)).dtype == np.float32
+
+
+def test_bf16_computes_in_f32_and_rounds_once_per_op():
+    x = np.linspace(-3, 3, 64, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(8, 8)
+    kernel = trace(lambda a: knp.exp(a) * a, TensorType((8, 8), DType.bf16))
+    (out,) = codegen.load(codegen.generate(kernel))(x)
+    assert out.dtype == ml_dtypes.bfloat16
+    ref = (np.exp(x.astype(np.float32)).astype(ml_dtypes.bfloat16).astype(np.float32) * x.astype(np.float32))
+    np.testing.assert_array_equal(out, ref.astype(ml_dtypes.bfloat16))
+
+
+def test_ill_typed_primitive_is_rejected_when_built():
+    with pytest.raises(VerificationError, match=r"ill-typed dot while lowering test: dot: contraction mismatch: f32\[3x4\] @ f32\[3x4\]"):
+        trace(lambda x: knp.matmul(x, x), TensorType((3, 4), F32))
+
+
+def test_verifier_rejects_wrong_result_type_and_undefined_operands():
+    x = Value(0, TensorType((2,), F32))
+    bad_type = Kernel("k", [x], [Op("exp", [x], {}, Value(1, TensorType((3,), F32)), "aten::exp via my_rule")], [Value(1, TensorType((3,), F32))])
+    with pytest.raises(VerificationError, match=r"built by aten::exp via my_rule\): result type should be f32\[2\], not f32\[3\]"):
+        verify(bad_type)
+    ghost = Value(7, TensorType((2,), F32))
+    undefined = Kernel("k", [x], [Op("exp", [ghost], {}, Value(1, TensorType((2,), F32)))], [Value(1, TensorType((2,), F32))])
+    with pytest.raises(VerificationError, match="used before it is defined"):
+        verify(undefined)
+
+
+def test_simplify_folds_constants_dedups_and_drops_dead_code():
+    def fn(x):
+        unused = knp.exp(x)  # noqa: F841 - dead code to remove
+        two = knp.add(np.float32(1), np.float32(1))  # folds to a constant
+        return knp.exp(x) * two + knp.exp(x)  # two identical exps: one after CSE
+
+    kernel = trace(fn, TensorType((4,), F32))
+    simple = simplify(kernel)
+    verify(simple)
+    prims = [op.prim for op in simple.ops]
+    assert prims.count("exp") == 1
+    assert "add" in prims and len(simple.ops) < len(kernel.ops)
+    x = np.arange(4, dtype=np.float32)
+    before = codegen.load(codegen.generate(kernel))(x)[0]
+    after = codegen.load(codegen.generate(simple))(x)[0]
+    np.testing.assert_allclose(after, before)
+    np.testing.assert_allclose(after, np.exp(x) * 3, rtol=1e-6)
+
+
+def test_ir_text_is_stable_and_readable():
+    kernel = trace(lambda x: knp.exp(x), TensorType((2, 3), F32))
+    text = format_kernel(kernel)
+    assert "kernel k(%v0: f32[2x3])" in text
+    assert "%v1: f32[2x3] = exp(%v0)  # test" in text
+    assert format_kernel(kernel, with_origin=False) == format_kernel(trace(lambda x: knp.exp(x), TensorType((2, 3), F32)), with_origin=False)
+
+
+def test_kernel_py_runs_standalone_with_numpy(tmp_path):
+    big = np.arange(600, dtype=np.float32).reshape(20, 30)  # large enough to be stored as a blob
+    kernel = trace(lambda x: (knp.add(x, big), knp.astype(x, DType.bf16)), TensorType((20, 30), F32))
+    path = tmp_path / "kernel.py"
+    path.write_text(codegen.generate(kernel))
+    result = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["float32 (20, 30)", "bfloat16 (20, 30)"]
