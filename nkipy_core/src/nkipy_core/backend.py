@@ -7,34 +7,27 @@ with core ATen decompositions plus the plugins'; each graph goes through ``compi
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
 from . import plugins
-from .compiler import FallbackWarning, compile_graph
+from .compiler import compile_graph
 from .config import current
 
 
 def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any] | None = None, **_: Any):
     """Compile a dynamo graph; ``options`` are ``init_nkipy_backend`` settings for this function."""
     config = current().override(options)
-    sparse = [t for t in example_inputs if isinstance(t, torch.Tensor) and t.layout != torch.strided]
-    if sparse:
-        warnings.warn(
-            f"nkipy: graph takes a {sparse[0].layout} tensor; the whole graph runs as torch on CPU",
-            FallbackWarning,
-            stacklevel=2,
-        )
-        return gm.forward
     loaded = plugins.get(strict=config.strict)
     decompositions = loaded.decompositions.table(loaded.lowerings.ops())
 
     def compiler(graph: torch.fx.GraphModule, inputs: Sequence[Any]):
-        return compile_graph(graph, inputs, config)
+        # boxed: AOTAutograd passes a list it may free early, which keeps peak memory down
+        return make_boxed_func(compile_graph(graph, inputs, config))
 
     return aot_autograd(
         fw_compiler=compiler,

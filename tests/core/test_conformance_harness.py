@@ -1,0 +1,118 @@
+"""The conformance harness itself, on an in-process pack with known-good and known-bad rules."""
+
+import pytest
+import torch
+from fixture_packs import pack
+
+from nkipy_core import RuleSet, Unsupported, knp
+from nkipy_core.testing import (
+    ConformanceReport,
+    assert_conformance,
+    conformance_cases,
+    lowered_ops,
+    run_conformance,
+)
+
+aten = torch.ops.aten
+DIST = "conformance-test-pack"
+
+
+def _rules() -> RuleSet:
+    rules = RuleSet()
+
+    @rules.register(aten.neg.default)
+    def neg(ctx, x):  # correct
+        return knp.negative(x)
+
+    @rules.register(aten.exp.default)
+    def exp(ctx, x):  # deliberately wrong
+        return knp.exp(x) + 1
+
+    @rules.register(aten.sin.default)
+    def sin(ctx, x):  # always declines: the op runs on CPU
+        raise Unsupported("this pack only lowers sin on Tuesdays")
+
+    @rules.register(aten.cos.default)
+    def cos(ctx, x):  # buggy: raises instead of declining
+        raise RuntimeError("forgot to implement cos")
+
+    @rules.register(aten.sigmoid_backward.default)
+    def sigmoid_backward(ctx, grad, y):  # correct, only reachable through backward
+        return grad * y * (1 - y)
+
+    return rules
+
+
+@pytest.fixture
+def test_pack(plugin_env):
+    plugin_env.add(pack(_rules()), "conformance-test", DIST, "1.0")
+    return DIST
+
+
+def test_cases_map_lowered_overloads_to_opinfos(test_pack):
+    assert lowered_ops(test_pack) == [
+        "aten::cos.default", "aten::exp.default", "aten::neg.default", "aten::sigmoid_backward.default",
+        "aten::sin.default",
+    ]
+    cases = {c.name: c for c in conformance_cases(test_pack)}
+    assert {"neg", "exp", "sin", "cos", "sigmoid"} <= set(cases)
+    assert cases["neg"].targets == ("aten::neg.default",)
+    assert cases["sigmoid"].backward_only  # sigmoid_backward only shows up in backward graphs
+    assert not cases["exp"].backward_only
+    assert [c.name for c in conformance_cases(test_pack, include={"exp"})] == ["exp"]
+
+
+def test_unknown_distribution_is_a_clear_error(test_pack):
+    with pytest.raises(ValueError, match="no loaded plugin named 'nope'.*conformance-test-pack"):
+        lowered_ops("nope")
+
+
+def test_classifies_pass_fail_fallback_and_backward_only(test_pack):
+    report = run_conformance(test_pack, max_samples=1, backward={"neg"}, backward_samples=1)
+    rows = {r.op: r for r in report.rows}
+    print(report.table())
+
+    assert rows["neg"].status == "pass", rows["neg"]
+    assert rows["neg"].lowered == ("aten::neg.default",)
+    assert rows["neg"].backward_checked and rows["neg"].bwd == "1/1"
+
+    assert rows["exp"].status == "fail"
+    assert "fwd output" in rows["exp"].note and "not close" in rows["exp"].note
+    assert not rows["exp"].backward_checked
+
+    assert rows["sin"].status == "fallback"
+    assert "aten::sin.default" in rows["sin"].note and "Tuesdays" in rows["sin"].note
+
+    assert rows["cos"].status == "fail"
+    assert "rule raised" in rows["cos"].note and "forgot to implement cos" in rows["cos"].note
+
+    assert rows["sigmoid"].status == "pass", rows["sigmoid"]
+    assert rows["sigmoid"].lowered == ("aten::sigmoid_backward.default",)
+    assert rows["sigmoid"].backward_checked  # forced: the target only occurs in backward
+
+    assert report.summary() == {"pass": 2, "fallback": 1, "fail": 2, "skip": 0}
+    assert report.verified_ops() == ["aten::neg.default", "aten::sigmoid_backward.default"]
+
+    table = report.table()
+    header = table.splitlines()[0].split()
+    assert header == ["op", "dtype", "status", "samples", "fwd", "bwd", "note"]
+    assert "2 pass, 1 fallback, 2 fail, 0 skip" in table.splitlines()[-1]
+
+    with pytest.raises(AssertionError, match=r"2 conformance row\(s\) not acceptable") as info:
+        assert_conformance(report)
+    assert "exp" in str(info.value) and "cos" in str(info.value)
+    assert_conformance(report, known_failures={"exp": "off by one", "cos": "raises"})
+    with pytest.raises(AssertionError, match="sin"):
+        assert_conformance(report, allow_fallback=False, known_failures={"exp": "x", "cos": "y"})
+    with pytest.raises(AssertionError, match="neg is listed as a known failure but is now 'pass'"):
+        assert_conformance(report, known_failures={"exp": "x", "cos": "y", "neg": "fixed since"})
+
+
+def test_explicit_ops_without_a_rule_fall_back_and_ops_without_opinfo_skip(plugin_env):
+    report = run_conformance(["aten::tanh.default", "aten::_pdist_forward.default"], max_samples=1, backward=False)
+    rows = {r.op: r for r in report.rows}
+    assert rows["tanh"].status == "fallback"
+    assert "no installed pack lowers it" in rows["tanh"].note
+    assert rows["aten::_pdist_forward.default"].status == "skip"
+    assert "no OpInfo covers" in rows["aten::_pdist_forward.default"].note
+    assert isinstance(report, ConformanceReport) and report.failures() == []
