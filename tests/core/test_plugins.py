@@ -129,3 +129,57 @@ def test_entry_point_discovery_of_a_third_party_pack(fake_distribution, monkeypa
     finally:
         monkeypatch.undo()
         plugins.reload()
+
+
+def test_configure_and_graph_pass_hooks_are_called(plugin_env):
+    seen = {}
+
+    @hookimpl
+    def nkipy_configure(config):
+        seen["config"] = config
+
+    @hookimpl
+    def nkipy_graph_passes(stage):
+        def count_exps(gm):
+            seen.setdefault("exps", []).append(sum(n.target is aten.exp.default for n in gm.graph.nodes))
+
+        return [count_exps] if stage == "aten" else None
+
+    plugin_env.add(types.SimpleNamespace(nkipy_configure=nkipy_configure, nkipy_graph_passes=nkipy_graph_passes), "hooks")
+    from nkipy_core import init_nkipy_backend
+
+    cfg = init_nkipy_backend(nkipy_cache="hooked")
+    assert seen["config"] is cfg
+    with pytest.warns(FallbackWarning):
+        torch.compile(lambda x: torch.exp(x).exp(), backend="nkipy")(torch.randn(3))
+    assert seen["exps"] == [2]
+
+
+def test_a_lowered_op_is_not_decomposed_and_decompositions_can_be_added(plugin_env, monkeypatch):
+    from fixture_packs import RuleSet, knp
+
+    rules = RuleSet()
+    rules.register(aten.silu.default)(lambda ctx, x: x * knp.sigmoid(x))
+
+    @hookimpl
+    def nkipy_register_decompositions(registry):
+        registry.add(aten.tanh.default, lambda x: 2 * torch.sigmoid(2 * x) - 1)
+
+    plugin_env.add(pack(rules, nkipy_register_decompositions=nkipy_register_decompositions), "silu")
+    graphs = []
+    from nkipy_core import compiler
+
+    real = compiler.compile_graph
+    def spy(gm, inputs, cfg):
+        graphs.append({n.target for n in gm.graph.nodes if n.op == "call_function"})  # before fusion
+        return real(gm, inputs, cfg)
+
+    monkeypatch.setattr("nkipy_core.backend.compile_graph", spy)
+    x = torch.randn(6)
+    with pytest.warns(FallbackWarning) as record:
+        out = torch.compile(lambda a: torch.nn.functional.silu(a) + torch.tanh(a), backend="nkipy")(x)
+    torch.testing.assert_close(out, torch.nn.functional.silu(x) + torch.tanh(x))
+    targets = graphs[0]
+    assert aten.silu.default in targets  # lowered directly: its decomposition was dropped
+    assert aten.tanh.default not in targets  # the pack's decomposition replaced it
+    assert "aten::sigmoid.default" in " ".join(str(w.message) for w in record)
