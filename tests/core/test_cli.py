@@ -245,9 +245,15 @@ def test_coverage_with_core_alone_and_per_pack(plugin_env, capsys):
     assert report["pack"] == "fast-exp" and report["covered_ops"] == ["aten::exp.default"]
 
 
-def test_unknown_opset_is_a_usage_error(plugin_env, capsys):
+def test_usage_errors_help_and_version(plugin_env, capsys):
     code, out, err = run(capsys, "list", "--coverage", "core-prims")
     assert code == 2 and "invalid choice" in err
+    code, out, err = run(capsys)
+    assert code == 2 and "COMMAND" in err
+    code, out, err = run(capsys, "list", "--help")
+    assert code == 0 and "--coverage" in out and "--pack" in out and "--strict" in out
+    code, out, err = run(capsys, "--version")
+    assert code == 0 and out.strip() == f"nkipy-ops {version('nkipy-core')}"
 
 
 # --------------------------------------------------------------------------- doctor

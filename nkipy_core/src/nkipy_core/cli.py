@@ -21,6 +21,9 @@ from collections.abc import Iterable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+import numpy
+import torch
+
 from . import plugins
 from .errors import NkipyError
 from .registry import LoweringRule, op_name
@@ -130,8 +133,6 @@ def core_aten_ops() -> list[str]:
     The dispatcher is asked for every registered op name, because ``dir(torch.ops.aten)``
     only lists packets that were already touched in this process.
     """
-    import torch
-
     found = set()
     for name in torch._C._dispatch_get_all_op_names():
         namespace, _, qualified = name.partition("::")
@@ -149,8 +150,6 @@ def core_aten_ops() -> list[str]:
 
 def coverage(lowered: Iterable[str], opset: str = "core-aten") -> dict[str, Any]:
     """How much of ``opset`` the given lowered ops cover, and the exact list that is missing."""
-    import torch
-
     if opset not in OPSETS:
         raise ValueError(f"unknown opset {opset!r}; known: {', '.join(OPSETS)}")
     wanted = core_aten_ops()
@@ -176,9 +175,6 @@ def _distribution_version(name: str) -> str:
 
 def versions(loaded: plugins.Plugins) -> dict[str, str]:
     """The versions a bug report needs: interpreter, torch, numpy, the core and every pack."""
-    import numpy
-    import torch
-
     found = {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -437,8 +433,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
+    except SystemExit as exc:  # --help, --version (code 0 or None) and usage errors (code 2)
+        return exc.code if isinstance(exc.code, int) else EXIT_OK if exc.code is None else EXIT_ERROR
     try:
         return args.handler(args)
     except (_UsageError, NkipyError) as exc:

@@ -229,7 +229,7 @@ def _compile_subgraph(sub, name, config, runtime, cache, base_key) -> KernelCall
                 [_parse_type(t) for t in meta["inputs"]], [_parse_type(t) for t in meta["outputs"]]
             )
             executable = runtime.load(artifacts, signature, options)
-            log.debug("nkipy: kernel %s loaded from cache entry %s without lowering", name, indexed["kernel"])
+            log.debug("kernel %s loaded from cache entry %s without lowering", name, indexed["kernel"])
             return KernelCall(name, executable, runtime, tuple_output, indexed["kernel"])
     kernel = lower_subgraph(sub, name)
     ir_text = format_kernel(kernel, with_origin=False)
@@ -290,5 +290,5 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
             call = _compile_subgraph(sub, node.target, config, runtime, cache, base_key)
             setattr(fused, node.target, call)
     fused.recompile()
-    log.info("nkipy: compiled graph into %d kernel(s)", sum(isinstance(m, KernelCall) for m in fused.children()))
+    log.info("compiled a graph into %d kernel(s)", sum(isinstance(m, KernelCall) for m in fused.children()))
     return fused

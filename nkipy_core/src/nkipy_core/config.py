@@ -104,7 +104,13 @@ def init_nkipy_backend(
 
 
 def _apply(config: Config, strict: bool) -> None:
-    logging.getLogger("nkipy").setLevel(config.log_level)
+    logger = logging.getLogger("nkipy")
+    logger.setLevel(config.log_level)
+    if not logger.handlers and not logging.getLogger().handlers:
+        # the user asked for a level, so show it even if the application configured no logging
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
+        logger.addHandler(handler)
     loaded = plugins.get(strict=strict)
     select_runtime(config)  # fail now, not at the first compile, if the runtime is wrong
     loaded.manager.hook.nkipy_configure(config=config)
