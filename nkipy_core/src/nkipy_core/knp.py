@@ -15,6 +15,7 @@ being lowered are torch programs; shapes broadcast as in NumPy.
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any, Union
@@ -31,16 +32,18 @@ Scalar = Union[bool, int, float]
 ArrayLike = Union[Array, Scalar]
 
 __all__ = [
-    "Traced", "abs", "add", "all", "any", "arange", "arctan", "arctan2", "argmax", "argmin",
-    "argsort", "asarray", "astype", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor",
-    "broadcast_to", "ceil", "concatenate", "cos", "cumprod", "cumsum", "divide", "dtype_of",
-    "equal", "erf", "exp", "expand_dims", "expm1", "floor", "floor_divide", "full", "greater",
-    "greater_equal", "is_traced", "isinf", "isnan", "less", "less_equal", "log", "log1p",
-    "logical_and", "logical_not", "logical_or", "logical_xor", "matmul", "max", "maximum", "mean",
-    "min", "minimum", "multiply", "negative", "not_equal", "ones", "pad", "power", "prod",
-    "remainder", "reshape", "result_type", "round", "rsqrt", "scatter_add", "sigmoid", "sign",
-    "sin", "sort", "sqrt", "squeeze", "stack", "subtract", "sum", "take", "take_along_axis", "tan",
-    "tanh", "transpose", "where", "zeros",
+    "Traced", "abs", "add", "all", "any", "arange", "arccos", "arccosh", "arcsin", "arcsinh",
+    "arctan", "arctan2", "arctanh", "argmax", "argmin", "argsort", "asarray", "astype",
+    "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "broadcast_to", "ceil",
+    "concatenate", "cos", "cosh", "cumprod", "cumsum", "divide", "dtype_of", "equal", "erf",
+    "exp", "exp2", "expand_dims", "expm1", "flip", "floor", "floor_divide", "fmod", "full",
+    "greater", "greater_equal", "is_traced", "isinf", "isnan", "less", "less_equal", "log",
+    "log10", "log1p", "log2", "logical_and", "logical_not", "logical_or", "logical_xor",
+    "matmul", "max", "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal",
+    "ones", "pad", "power", "prod", "remainder", "reshape", "result_type", "round", "rsqrt",
+    "scatter_add", "sigmoid", "sign", "sin", "sinh", "sort", "sqrt", "squeeze", "stack",
+    "subtract", "sum", "take", "take_along_axis", "tan", "tanh", "transpose", "trunc", "where",
+    "zeros",
 ]
 
 # -- types ------------------------------------------------------------------------------------
@@ -163,6 +166,78 @@ sigmoid = _unary_float("logistic")
 erf = _unary_float("erf")
 
 
+def _float_composite(fn):
+    """A float function written over primitives, rounded once as torch's kernel rounds: integer
+    inputs are computed in the default float dtype, half floats in f32."""
+
+    @functools.wraps(fn)
+    def wrapper(x: ArrayLike) -> Array:
+        dtype = _float_dtype(x)
+        return astype(fn(astype(x, DType.f32 if dtype.is_half else dtype)), dtype)
+
+    return wrapper
+
+
+@_float_composite
+def sinh(x: Array) -> Array:
+    """``(expm1(x) - expm1(-x)) / 2``, which does not cancel near zero."""
+    return divide(subtract(expm1(x), expm1(negative(x))), 2)
+
+
+@_float_composite
+def cosh(x: Array) -> Array:
+    return divide(add(exp(x), exp(negative(x))), 2)
+
+
+@_float_composite
+def arcsin(x: Array) -> Array:
+    return arctan2(x, sqrt(multiply(subtract(1, x), add(1, x))))
+
+
+@_float_composite
+def arccos(x: Array) -> Array:
+    return arctan2(sqrt(multiply(subtract(1, x), add(1, x))), x)
+
+
+@_float_composite
+def arcsinh(x: Array) -> Array:
+    """Odd; ``log1p(a + a²/(1 + sqrt(1 + a²)))`` for ``|x| <= 1``, ``log(a) + log(1 + sqrt(1 + a⁻²))`` above."""
+    a = abs(x)
+    small = log1p(add(a, divide(multiply(a, a), add(1, sqrt(add(1, multiply(a, a)))))))
+    large = add(log(a), log(add(1, sqrt(add(1, power(divide(1, a), 2))))))
+    r = where(less_equal(a, 1), small, large)
+    return where(less(x, 0), negative(r), r)
+
+
+@_float_composite
+def arccosh(x: Array) -> Array:
+    """``log1p(t + sqrt(t(t + 2)))`` with ``t = x - 1`` up to 2, ``log(x) + log(1 + sqrt(1 - x⁻²))`` above."""
+    t = subtract(x, 1)
+    small = log1p(add(t, sqrt(multiply(t, add(t, 2)))))
+    large = add(log(x), log(add(1, sqrt(subtract(1, power(divide(1, x), 2))))))
+    return where(less_equal(x, 2), small, large)
+
+
+@_float_composite
+def arctanh(x: Array) -> Array:
+    return multiply(log1p(divide(multiply(x, 2), subtract(1, x))), 0.5)
+
+
+@_float_composite
+def log2(x: Array) -> Array:
+    return divide(log(x), math.log(2))
+
+
+@_float_composite
+def log10(x: Array) -> Array:
+    return divide(log(x), math.log(10))
+
+
+@_float_composite
+def exp2(x: Array) -> Array:
+    return exp(multiply(x, math.log(2)))
+
+
 def _unary_same(prim: str, ints_identity: bool = False):
     def fn(x: ArrayLike) -> Array:
         x = asarray(x)
@@ -183,6 +258,12 @@ abs = _unary_same("abs")  # noqa: A001 - NumPy's name
 sign = _unary_same("sign")
 logical_not = _unary_same("not")
 bitwise_not = _unary_same("bitwise_not")
+
+
+def trunc(x: ArrayLike) -> Array:
+    """Round toward zero; integers are returned unchanged."""
+    x = asarray(x)
+    return where(less(x, 0), ceil(x), floor(x)) if dtype_of(x).is_float else x
 
 
 def isnan(x: ArrayLike) -> Array:
@@ -218,6 +299,7 @@ power = _binary("pow")
 maximum = _binary("maximum")
 minimum = _binary("minimum")
 remainder = _binary("remainder")
+fmod = _binary("fmod")
 floor_divide = _binary("floor_divide")
 arctan2 = _binary("atan2", true_divide=True)
 logical_and = _binary("and", logical=True)
@@ -286,14 +368,23 @@ def squeeze(x: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
     return reshape(x, [d for i, d in enumerate(shape) if not (i in axes and d == 1)])
 
 
+def flip(x: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
+    """Reverse the order of elements along ``axis`` (all axes if ``None``)."""
+    x = asarray(x)
+    for a in _axes(axis, len(_shape(x))):
+        n = _shape(x)[a]
+        x = take(x, subtract(n - 1, arange(n)), axis=a)
+    return x
+
+
 def concatenate(xs: Sequence[ArrayLike], axis: int = 0) -> Array:
     dtype = result_type(*xs)
     arrays = [astype(x, dtype) for x in xs]
-    rank = len(_shape(arrays[0]))
-    arrays = [a for a in arrays if _shape(a) != (0,) or rank != 1 or len(arrays) == 1]
+    # Like torch, skip empty 1-D operands (legacy placeholders) whatever the others' rank.
+    arrays = [a for a in arrays if _shape(a) != (0,)] or arrays[:1]
     if len(arrays) == 1:
         return arrays[0]
-    return apply("concatenate", arrays, {"axis": _axis(axis, rank)})
+    return apply("concatenate", arrays, {"axis": _axis(axis, len(_shape(arrays[0])))})
 
 
 def stack(xs: Sequence[ArrayLike], axis: int = 0) -> Array:

@@ -40,7 +40,8 @@ class ConstantData:
 
     @classmethod
     def from_array(cls, array: np.ndarray, dtype: DType) -> ConstantData:
-        arr = np.ascontiguousarray(np.asarray(array).astype(dtype.numpy))
+        # not np.ascontiguousarray: it turns a 0-d array into shape (1,)
+        arr = np.asarray(array).astype(dtype.numpy, order="C")
         return cls(arr.tobytes(), dtype, arr.shape)
 
     @property

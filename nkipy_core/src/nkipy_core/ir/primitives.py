@@ -114,6 +114,7 @@ _BINARY_ARITH = {
     "maximum": "np.maximum({0}, {1})",
     "minimum": "np.minimum({0}, {1})",
     "remainder": "np.remainder({0}, {1})",
+    "fmod": "np.fmod({0}, {1})",
     "floor_divide": "np.floor_divide({0}, {1})",
     "atan2": "np.arctan2({0}, {1})",
 }
@@ -403,6 +404,8 @@ def _infer_constant(*, value: Any) -> TensorType:
 
 
 def _emit_constant(*, value: Any) -> str:
+    if value.array.size == 0:  # a literal `[]` would lose the shape
+        return f"np.zeros({tuple(value.shape)}, dtype={value.dtype.numpy_name})"
     if len(value.data) <= 256:
         literal = np.array2string(value.array, separator=", ", threshold=10**6, floatmode="unique").replace("\n", "")
         if value.dtype.is_float:

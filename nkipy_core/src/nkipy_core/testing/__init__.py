@@ -1,1 +1,19 @@
 """Helpers for testing nkipy and third-party op packs: reference models and the conformance harness."""
+
+from .conformance import (
+    ConformanceReport,
+    OpCase,
+    OpResult,
+    assert_conformance,
+    check_case,
+    conformance_cases,
+    load_op_db,
+    lowered_ops,
+    run_case,
+    run_conformance,
+)
+
+__all__ = [
+    "ConformanceReport", "OpCase", "OpResult", "assert_conformance", "check_case",
+    "conformance_cases", "load_op_db", "lowered_ops", "run_case", "run_conformance",
+]
