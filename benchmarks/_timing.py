@@ -1,4 +1,11 @@
-"""Timing helpers shared by the benchmark scripts: warm up, time repeated runs, print ratios."""
+"""Timing helpers shared by the benchmark scripts: warm up, time repeated runs, print ratios.
+
+Import this module before torch: it makes every backend single-threaded unless the caller set
+``OMP_NUM_THREADS`` (torch's intra-op pool, inductor's generated OpenMP code and NumPy's OpenBLAS
+all read it). On a small shared machine, multi-threaded OpenMP/BLAS pools that spin while other
+processes hold the cores make timings erratic (tens of times slower at random), so one thread
+each is the reproducible default; ``OMP_NUM_THREADS=2 python benchmarks/...`` measures with two.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +15,22 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-def median_time(fn: Callable[[], object], *, warmup: int = 5, repeat: int = 7, number: int = 1) -> float:
+
+def median_time(fn: Callable[[], object], *, warmup: int = 5, repeat: int = 7, number: int | None = None) -> float:
     """Median over ``repeat`` runs of the time of one call of ``fn``, in seconds.
 
     Each run times ``number`` back-to-back calls and divides, so very short calls are not
-    dominated by the clock; ``warmup`` calls beforehand are not timed.
+    dominated by the clock; ``number=None`` picks it so that one run takes about 50 ms.
+    ``warmup`` calls beforehand are not timed.
     """
+    start = time.perf_counter()
     for _ in range(warmup):
         fn()
+    if number is None:
+        per_call = (time.perf_counter() - start) / max(warmup, 1)
+        number = max(1, int(0.05 / max(per_call, 1e-9)))
     samples = []
     for _ in range(repeat):
         start = time.perf_counter()
@@ -30,9 +44,10 @@ def machine() -> str:
     """One line describing where the numbers were measured."""
     import torch
 
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return (
         f"{platform.machine()} {os.cpu_count()} CPU(s), Python {platform.python_version()}, "
-        f"torch {torch.__version__} ({torch.get_num_threads()} intra-op threads)"
+        f"torch {torch.__version__} ({torch.get_num_threads()} intra-op threads); load average {load}"
     )
 
 

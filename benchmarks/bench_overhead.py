@@ -1,15 +1,20 @@
 """Per-call overhead of a compiled one-op function (``torch.add`` on small tensors).
 
 With tensors this small the add itself costs almost nothing, so the time per call is the
-price of getting into and out of the compiled code: dynamo's guards, the AOTAutograd wrapper,
-and for nkipy the FX module that calls the kernel plus the torch <-> runtime buffer conversions.
-Rows, all measured in this run:
+price of getting into and out of the compiled code. Rows, all measured in this run:
 
-  eager             torch.add, no compilation
-  dynamo only       torch.compile(backend="eager"): guards + the captured FX graph, no compiler
-  inductor          torch.compile(backend="inductor")
-  nkipy (cpu)       torch.compile(backend="nkipy") on the embedded cpu runtime
-  nkipy kernel.py   the generated NumPy kernel from the cache, called on NumPy arrays directly
+  eager                 torch.add, no compilation
+  dynamo only           torch.compile(backend="eager"): guards + the captured graph, no compiler
+  inductor              torch.compile(backend="inductor")
+  nkipy (cpu)           torch.compile(backend="nkipy") on the embedded cpu runtime
+
+and the layers of the nkipy call, innermost last, each called directly (so the difference
+between two rows is what the outer layer adds):
+
+  nkipy: FX module      the graph compile_graph returned (no dynamo guards, no AOTAutograd wrapper)
+  nkipy: KernelCall     the kernel's module: torch -> NumPy, executable, NumPy -> torch
+  nkipy: executable     the cpu runtime's executable on NumPy arrays
+  nkipy: kernel.py      the generated kernel function from the cache, on NumPy arrays
 
 Run: python benchmarks/bench_overhead.py [--size 8] [--repeat 15] [--number 2000]
 """
@@ -21,23 +26,30 @@ import tempfile
 import traceback
 from pathlib import Path
 
+from _timing import machine, median_time, print_table  # first: it sets the thread count
+
 import torch
 
-from _timing import machine, median_time, print_table
+import nkipy_core.backend
+from nkipy_core.compiler import KernelCall
+from nkipy_core.ir import codegen
 
 
 def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.add(a, b)
 
 
-def kernel_alone(cache: Path):
-    """The one generated ``kernel.py`` of this run, loaded the way the cpu runtime loads it."""
-    from nkipy_core.ir import codegen
+def capture_compiled_graphs() -> list:
+    """Record the graph modules nkipy's compile_graph returns (to time the inner layers)."""
+    graphs = []
+    compile_graph = nkipy_core.backend.compile_graph
 
-    sources = sorted(cache.glob("kernels/*/kernel.py"))
-    if len(sources) != 1:
-        raise RuntimeError(f"expected one kernel in {cache}, found {len(sources)}")
-    return codegen.load(sources[0].read_text())
+    def recording(*args, **kwargs):
+        graphs.append(compile_graph(*args, **kwargs))
+        return graphs[-1]
+
+    nkipy_core.backend.compile_graph = recording
+    return graphs
 
 
 def main() -> None:
@@ -48,8 +60,10 @@ def main() -> None:
     args = parser.parse_args()
 
     a, b = torch.randn(args.size, args.size), torch.randn(args.size, args.size)
+    x, y = a.numpy(), b.numpy()
     expected = a + b
     cache = Path(tempfile.mkdtemp(prefix="nkipy-bench-overhead-"))
+    graphs = capture_compiled_graphs()
     candidates = {
         "eager": lambda: add,
         "dynamo only": lambda: torch.compile(add, backend="eager"),
@@ -57,25 +71,41 @@ def main() -> None:
         "nkipy (cpu)": lambda: torch.compile(add, backend="nkipy", options={"nkipy_cache": str(cache)}),
     }
     rows, notes = [], {}
-    for name, make in candidates.items():
-        torch._dynamo.reset()
+
+    def timed(name, fn, check):
         try:
-            fn = make()
-            torch.testing.assert_close(fn(a, b), expected)  # compiles, and checks the result
-            rows.append((name, median_time(lambda: fn(a, b), repeat=args.repeat, number=args.number)))
+            check()
+            rows.append((name, median_time(fn, repeat=args.repeat, number=args.number)))
         except Exception as exc:  # noqa: BLE001 - report and go on with the other rows
             traceback.print_exc()
             rows.append((name, None))
             notes[name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
-        torch._dynamo.reset()
 
-    try:
-        kernel = kernel_alone(cache)
-        x, y = a.numpy(), b.numpy()
-        rows.append(("nkipy kernel.py (NumPy)", median_time(lambda: kernel(x, y), repeat=args.repeat, number=args.number)))
-    except Exception as exc:  # noqa: BLE001
-        rows.append(("nkipy kernel.py (NumPy)", None))
-        notes["nkipy kernel.py (NumPy)"] = f"failed: {exc}"
+    for name, make in candidates.items():
+        torch._dynamo.reset()
+        fn = None
+
+        def compile_and_check():
+            nonlocal fn
+            fn = make()
+            torch.testing.assert_close(fn(a, b), expected)  # compiles, and checks the result
+
+        timed(name, lambda: fn(a, b), compile_and_check)
+    torch._dynamo.reset()
+
+    if graphs:
+        module = graphs[-1]
+        call = next(m for m in module.children() if isinstance(m, KernelCall))
+        (source,) = cache.glob("kernels/*/kernel.py")
+        kernel = codegen.load(source.read_text())
+        layers = {
+            "nkipy: FX module": (lambda: module(a, b), lambda: torch.testing.assert_close(module(a, b)[0], expected)),
+            "nkipy: KernelCall": (lambda: call(a, b), lambda: torch.testing.assert_close(call(a, b), expected)),
+            "nkipy: executable": (lambda: call.executable(x, y), lambda: None),
+            "nkipy: kernel.py": (lambda: kernel(x, y), lambda: None),
+        }
+        for name, (fn, check) in layers.items():
+            timed(name, fn, check)
 
     print(f"machine: {machine()}")
     print_table(

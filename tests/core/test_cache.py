@@ -105,3 +105,36 @@ def test_two_processes_compiling_the_same_graph_at_once(tmp_path):
     assert json.loads((entry / "meta.json").read_text())["outputs"] == ["f32[3x4]"]
     assert not list((tmp_path / "shared" / "tmp").iterdir())  # no staging left behind
     assert result(run_program(tmp_path / "shared"))["hits"] == 1
+
+
+def test_identical_kernels_from_different_graphs_share_one_entry(arithmetic, tmp_path):
+    opts = {"nkipy_cache": str(tmp_path / "c")}
+    x = torch.randn(5)
+    torch.compile(lambda a: torch.exp(a) * a, backend="nkipy", options=opts)(x)
+    with pytest.warns(UserWarning, match="aten::tanh.default runs on CPU"):
+        torch.compile(lambda a: torch.tanh(torch.exp(a) * a), backend="nkipy", options=opts)(x)
+    assert len(list((tmp_path / "c" / "kernels").iterdir())) == 1
+
+
+def _exp_pack(factor: int):
+    """The same rule name and pack version, with different code (an edited editable install)."""
+    namespace = {"knp": __import__("nkipy_core").knp, "__name__": "edited_pack"}
+    exec(f"def exp_rule(ctx, x):\n    return knp.exp(x) * {factor}\n", namespace)  # noqa: S102
+    from nkipy_core import RuleSet
+
+    rules = RuleSet()
+    rules.register(torch.ops.aten.exp.default)(namespace["exp_rule"])
+    return pack(rules)
+
+
+def test_editing_a_rule_invalidates_its_cached_kernels(plugin_env, tmp_path):
+    opts = {"nkipy_cache": str(tmp_path / "c")}
+    x = torch.randn(4)
+    plugin_env.add(_exp_pack(2), "edited", "edited-pack", "1.0")
+    torch.testing.assert_close(torch.compile(torch.exp, backend="nkipy", options=opts)(x), torch.exp(x) * 2)
+    from nkipy_core import plugins
+
+    plugins.unregister("edited")
+    torch._dynamo.reset()
+    plugin_env.add(_exp_pack(3), "edited", "edited-pack", "1.0")
+    torch.testing.assert_close(torch.compile(torch.exp, backend="nkipy", options=opts)(x), torch.exp(x) * 3)

@@ -92,16 +92,22 @@ def _choose_rule(node: torch.fx.Node, rules: list[LoweringRule], strict: bool) -
     return "; ".join(reasons)
 
 
-def _plan_key(gm: torch.fx.GraphModule, config: Config, runtime_name: str) -> str:
+def _versions_key() -> str:
+    """The installed plugin distributions and versions: part of every cache key."""
+    providers = sorted(f"{s.name}={s.provenance}" for s in plugins.get().statuses if s.ok)
+    return digest("versions", _core_version(), torch.__version__, *providers)
+
+
+def _plan_key(gm: torch.fx.GraphModule, registry, runtime_name: str) -> str:
     metas = [str(n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
-    providers = sorted(str(s.provenance) + ":" + s.name for s in plugins.get().statuses if s.ok)
-    return digest("plan", gm.code, *metas, *providers, _core_version(), runtime_name)
+    rules = sorted({r.fingerprint for n in _candidates(gm) for r in registry.rules_for(n.target)})
+    return digest("plan", gm.code, *metas, *rules, _versions_key(), runtime_name)
 
 
 def plan(gm: torch.fx.GraphModule, config: Config, cache: KernelCache, runtime_name: str) -> dict[str, LoweringRule | str]:
     """Node name -> chosen rule, or the reason it falls back; cached by graph so warm runs skip rules."""
     registry = plugins.get(strict=config.strict).lowerings
-    key = _plan_key(gm, config, runtime_name)
+    key = _plan_key(gm, registry, runtime_name)
     nodes = _candidates(gm)
     cached = _restore_plan(cache.get_index(key), nodes, registry)
     if cached is not None:
@@ -109,7 +115,7 @@ def plan(gm: torch.fx.GraphModule, config: Config, cache: KernelCache, runtime_n
     decisions = {n.name: _choose_rule(n, registry.rules_for(n.target), config.strict) for n in nodes}
     STATS["planned_nodes"] += len(nodes)
     cache.put_index(
-        key, {k: ("rule:" + v.qualname if isinstance(v, LoweringRule) else v) for k, v in decisions.items()}
+        key, {k: ("rule:" + v.fingerprint if isinstance(v, LoweringRule) else v) for k, v in decisions.items()}
     )
     return decisions
 
@@ -124,7 +130,7 @@ def _restore_plan(stored: dict[str, str] | None, nodes, registry) -> dict[str, L
         if choice is None:
             return None
         if choice.startswith("rule:"):
-            rule = next((r for r in registry.rules_for(node.target) if r.qualname == choice[5:]), None)
+            rule = next((r for r in registry.rules_for(node.target) if r.fingerprint == choice[5:]), None)
             if rule is None:
                 return None
             decisions[node.name] = rule
@@ -212,7 +218,7 @@ class KernelCall(torch.nn.Module):
 
 def _subgraph_key(sub: torch.fx.GraphModule, base: str) -> str:
     metas = [str(tensor_type(n.meta["val"])) for n in sub.graph.nodes if n.op == "placeholder"]
-    rules = [n.meta[RULE].qualname for n in sub.graph.nodes if RULE in n.meta]
+    rules = [n.meta[RULE].fingerprint for n in sub.graph.nodes if RULE in n.meta]
     return digest("subgraph", base, sub.code, *metas, *rules)
 
 
@@ -233,7 +239,7 @@ def _compile_subgraph(sub, name, config, runtime, cache, base_key) -> KernelCall
             return KernelCall(name, executable, runtime, tuple_output, indexed["kernel"])
     kernel = lower_subgraph(sub, name)
     ir_text = format_kernel(kernel, with_origin=False)
-    kernel_key = digest("kernel", ir_text, runtime.name, options.compiler_args, base_key)
+    kernel_key = digest("kernel", ir_text, runtime.name, options.compiler_args, _versions_key())
     loaded = cache.load(kernel_key)
     if loaded is not None:
         executable = runtime.load(loaded[1], Signature.of(kernel), options)
@@ -283,7 +289,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
             node.meta[RULE] = decisions[node.name]
     partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
     fused = partitioner.fuse_partitions(partitioner.propose_partitions(), prefix="nkipy_kernel_")
-    base_key = _plan_key(gm, config, runtime.name) + config.additional_compiler_args
+    base_key = digest(_versions_key(), runtime.name, config.additional_compiler_args)
     for node in list(fused.graph.nodes):
         if node.op == "call_module" and node.target.startswith("nkipy_kernel_"):
             sub = getattr(fused, node.target)

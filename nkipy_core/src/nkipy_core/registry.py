@@ -7,6 +7,7 @@ entries it adds carry that provenance, so conflicts and listings can name distri
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -75,6 +76,29 @@ class LoweringRule:
 
     def describe(self) -> str:
         return f"{self.qualname} from {self.provenance}"
+
+    @property
+    def fingerprint(self) -> str:
+        """Identity of the rule's code, so editing a rule (e.g. in an editable install)
+        invalidates cached kernels even when the pack's version is unchanged."""
+        return f"{self.qualname}@{self.provenance}#{_code_digest(self.fn)}"
+
+
+def _code_digest(fn: Callable[..., Any]) -> str:
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return "?"
+    h = hashlib.sha256()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        h.update(c.co_code)
+        for const in c.co_consts:
+            if hasattr(const, "co_code"):
+                stack.append(const)
+            else:
+                h.update(repr(const).encode())
+    return h.hexdigest()[:16]
 
 
 class LoweringRegistry:

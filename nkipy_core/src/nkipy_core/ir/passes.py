@@ -51,7 +51,12 @@ def constant_folding(kernel: Kernel) -> Kernel:
     for op in kernel.ops:
         if op.prim == "constant":
             constants[op.result.id] = op.params["value"]
-        elif op.operands and all(v.id in constants for v in op.operands) and op.result.type.size <= FOLD_LIMIT:
+        elif (
+            op.prim != "broadcast"  # a broadcast scalar is cheaper and clearer than its literal
+            and op.operands
+            and all(v.id in constants for v in op.operands)
+            and op.result.type.size <= FOLD_LIMIT
+        ):
             arrays = [constants[v.id].array for v in op.operands]
             value = codegen.evaluate(op.prim, arrays, op.params, op.result.type)
             folded = ConstantData.from_array(value, op.result.type.dtype)

@@ -138,8 +138,8 @@ def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
 def numpy_to_torch(a: np.ndarray) -> torch.Tensor:
     """A CPU tensor sharing memory with ``a`` where torch allows it, bf16 included."""
     a = np.asarray(a)
+    if not a.flags.writeable or any(s < 0 for s in a.strides):
+        a = a.copy()  # torch.from_numpy needs writable memory and non-negative strides
     if a.dtype == ml_dtypes.bfloat16:
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
-    if not a.flags.writeable:
-        a = a.copy()
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(a)

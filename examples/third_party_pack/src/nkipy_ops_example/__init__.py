@@ -1,0 +1,1 @@
+"""nkipy-ops-example: a minimal third-party op pack (see docs/writing-a-pack.md)."""
