@@ -5,4 +5,15 @@ from nkipy_core import RuleSet
 RULES = RuleSet()
 
 # Importing the modules registers their rules.
-from . import lowerings_elementwise  # noqa: E402,F401
+from . import (  # noqa: E402,F401
+    lowerings_conv,
+    lowerings_creation,
+    lowerings_elementwise,
+    lowerings_indexing,
+    lowerings_linalg,
+    lowerings_nn,
+    lowerings_pooling,
+    lowerings_reduction,
+    lowerings_shape,
+    lowerings_sorting,
+)

@@ -1,0 +1,217 @@
+"""Gathers and scatters: ``index_select``, ``gather``, ``embedding``, advanced indexing
+(``index.Tensor``, ``index_put``), ``scatter``/``scatter_add``/``scatter_reduce`` and
+``masked_scatter``.
+
+Everything is expressed with the ``take``, ``take_along_axis`` and ``scatter_add`` primitives.
+Multi-dimensional and elementwise scatters address a flattened tensor with linear indices. A
+scatter that overwrites (``index_put`` without ``accumulate``, ``scatter``) places the sum of
+the values written to each position; ATen leaves the result undefined when indices repeat, and
+for distinct indices this is exact. ``index_put`` with one boolean mask (``x[mask] = v``) is a
+``where``; reading with a boolean mask has a data-dependent shape and is declined.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from nkipy_core import knp
+from nkipy_core.ir import DType
+
+from .conventions import inverse_permutation, require
+from .rules import RULES
+
+aten = torch.ops.aten
+
+
+def _strides(shape) -> list[int]:
+    return [math.prod(shape[i + 1:]) for i in range(len(shape))]
+
+
+def _wrap(index, size: int):
+    """Negative indices count from the end, as in Python and ``index.Tensor``."""
+    index = knp.astype(index, DType.i64)
+    return knp.where(knp.less(index, 0), knp.add(index, size), index)
+
+
+def _overwrite(x, flat_index, values):
+    """``x`` (1-D or leading-axis) with ``values`` written at ``flat_index`` along axis 0."""
+    placed = knp.scatter_add(knp.zeros(x.shape, knp.dtype_of(x)), flat_index, values)
+    hits = knp.scatter_add(knp.zeros((x.shape[0],), DType.i32), flat_index, knp.full(flat_index.shape, 1, DType.i32))
+    written = knp.reshape(knp.greater(hits, 0), (x.shape[0],) + (1,) * (x.ndim - 1))
+    return knp.where(written, placed, x)
+
+
+# -- whole-slice gathers -------------------------------------------------------------------------
+
+
+@RULES.register(aten.index_select.default)
+def index_select(ctx, x, dim, index):
+    if x.ndim == 0:  # the only valid index is 0
+        return x
+    return knp.take(x, knp.reshape(index, (-1,)), axis=dim)
+
+
+@RULES.register(aten.embedding.default)
+def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return knp.take(weight, indices, axis=0)
+
+
+# -- advanced indexing ---------------------------------------------------------------------------
+
+
+class _Advanced:
+    """``x[indices]`` for ATen's ``Tensor?[] indices``: the indexed dims are moved first and
+    merged into one, addressed by a linear index of the broadcast index shape ``batch``."""
+
+    def __init__(self, x, indices):
+        indices = list(indices) + [None] * (x.ndim - len(indices))
+        self.advanced = [d for d, i in enumerate(indices) if i is not None]
+        self.rest = [d for d, i in enumerate(indices) if i is None]
+        require(all(knp.dtype_of(indices[d]).is_integer for d in self.advanced),
+                "boolean-mask indexing has a data-dependent shape")
+        self.batch = tuple(np.broadcast_shapes(*(indices[d].shape for d in self.advanced)))
+        self.sizes = [x.shape[d] for d in self.advanced]
+        self.rest_shape = [x.shape[d] for d in self.rest]
+        flat = 0
+        for d, size in zip(self.advanced, self.sizes):
+            flat = knp.add(knp.multiply(flat, size), _wrap(indices[d], size))
+        self.flat = knp.reshape(knp.broadcast_to(flat, self.batch), (-1,))
+        self.merged = knp.reshape(knp.transpose(x, self.advanced + self.rest), [math.prod(self.sizes)] + self.rest_shape)
+        # Adjacent indexed dims keep their place in the result; separated ones go first.
+        contiguous = self.advanced == list(range(self.advanced[0], self.advanced[-1] + 1))
+        self.position = self.advanced[0] if contiguous else 0
+        nb, nr = len(self.batch), len(self.rest)
+        self.to_result = [*range(nb, nb + self.position), *range(nb), *range(nb + self.position, nb + nr)]
+
+    def gather(self):
+        taken = knp.take(self.merged, self.flat, axis=0)
+        return knp.transpose(knp.reshape(taken, [*self.batch, *self.rest_shape]), self.to_result)
+
+    def scatter(self, values, accumulate: bool):
+        """The whole tensor with ``values`` put at the indexed positions."""
+        result_shape = [*self.rest_shape[: self.position], *self.batch, *self.rest_shape[self.position:]]
+        values = knp.broadcast_to(knp.astype(values, knp.dtype_of(self.merged)), result_shape)
+        values = knp.reshape(knp.transpose(values, inverse_permutation(self.to_result)), [-1, *self.rest_shape])
+        if accumulate:
+            merged = knp.scatter_add(self.merged, self.flat, values)
+        else:
+            merged = _overwrite(self.merged, self.flat, values)
+        unmerged = knp.reshape(merged, [*self.sizes, *self.rest_shape])
+        return knp.transpose(unmerged, inverse_permutation(self.advanced + self.rest))
+
+
+@RULES.register(aten.index.Tensor)
+def index(ctx, x, indices):
+    return _Advanced(x, indices).gather()
+
+
+def _masked_put(x, dim: int, mask, values, accumulate: bool):
+    """``x[..., mask, ...] = values`` for a boolean ``mask`` over dims ``dim …``: the selected
+    positions take consecutive ``values`` rows in row-major order (or one broadcast row)."""
+    rest = x.shape[dim + mask.ndim:]
+    rank = dim + 1 + len(rest)
+    values = knp.reshape(knp.astype(values, knp.dtype_of(x)), (1,) * (rank - values.ndim) + tuple(values.shape))
+    flat_mask = knp.reshape(mask, (-1,))
+    position = knp.subtract(knp.cumsum(knp.astype(flat_mask, DType.i64), 0), 1)
+    position = knp.minimum(knp.maximum(position, 0), values.shape[dim] - 1)
+    rows = knp.broadcast_to(knp.take(values, position, axis=dim), (*x.shape[:dim], flat_mask.shape[0], *rest))
+    rows = knp.reshape(rows, x.shape)
+    selected = knp.reshape(mask, (1,) * dim + tuple(mask.shape) + (1,) * len(rest))
+    if accumulate:
+        return knp.add(x, knp.where(selected, rows, knp.zeros((), knp.dtype_of(x))))
+    return knp.where(selected, rows, x)
+
+
+@RULES.register(aten.index_put.default)
+def index_put(ctx, x, indices, values, accumulate=False):
+    given = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if len(given) == 1 and knp.dtype_of(given[0][1]) is DType.bool and given[0][1].ndim:
+        return _masked_put(x, *given[0], values, accumulate)
+    return _Advanced(x, indices).scatter(values, accumulate)
+
+
+# -- elementwise gathers and scatters --------------------------------------------------------------
+
+
+def _leading(x, shape, skip: int | None = None):
+    """``x`` cut to the leading ``shape`` (ATen lets index tensors be smaller than the data)."""
+    return x[tuple(slice(None) if d == skip else slice(0, n) for d, n in enumerate(shape))]
+
+
+@RULES.register(aten.gather.default)
+def gather(ctx, x, dim, index, *, sparse_grad=False):
+    if x.ndim == 0:
+        return x
+    dim %= x.ndim
+    return knp.take_along_axis(_leading(x, index.shape, skip=dim), index, axis=dim)
+
+
+def _linear_positions(shape, dim: int, index):
+    """Flat positions in a tensor of ``shape`` of the elements ``index`` addresses along ``dim``."""
+    flat = 0
+    for a, stride in enumerate(_strides(shape)):
+        if a == dim:
+            coord = index
+        else:
+            coord = knp.reshape(knp.arange(index.shape[a]), [n if b == a else 1 for b, n in enumerate(index.shape)])
+        flat = knp.add(flat, knp.multiply(coord, stride))
+    return knp.reshape(knp.broadcast_to(flat, index.shape), (-1,))
+
+
+def _scatter(x, dim, index, src, how: str):
+    require(x.ndim > 0, "scatter into a 0-d tensor")
+    dim %= x.ndim
+    positions = _linear_positions(x.shape, dim, knp.astype(index, DType.i64))
+    flat_x = knp.reshape(x, (-1,))
+    if knp.is_traced(src) or isinstance(src, np.ndarray):
+        src = _leading(src, index.shape)
+    updates = knp.reshape(knp.broadcast_to(knp.astype(src, knp.dtype_of(x)), index.shape), (-1,))
+    if how == "add":
+        out = knp.scatter_add(flat_x, positions, updates)
+    else:
+        out = _overwrite(flat_x, positions, updates)
+    return knp.reshape(out, x.shape)
+
+
+@RULES.register(aten.scatter_add.default)
+def scatter_add(ctx, x, dim, index, src):
+    return _scatter(x, dim, index, src, "add")
+
+
+@RULES.register(aten.scatter.src, aten.scatter.value)
+def scatter(ctx, x, dim, index, src):
+    return _scatter(x, dim, index, src, "set")
+
+
+@RULES.register(aten.scatter_reduce.two)
+def scatter_reduce(ctx, x, dim, index, src, reduce, *, include_self=True):
+    """``sum`` and ``mean`` (the reductions ``scatter_add`` can express)."""
+    require(reduce in ("sum", "mean"), f"scatter_reduce with reduce={reduce!r}")
+    require(x.ndim > 0, "scatter into a 0-d tensor")
+    base = x if include_self else _scatter(x, dim, index, knp.zeros(index.shape, knp.dtype_of(x)), "set")
+    total = _scatter(base, dim, index, src, "add")
+    if reduce == "sum":
+        return total
+    ones = knp.ones(index.shape, knp.dtype_of(x))
+    count = _scatter(knp.full(x.shape, 1 if include_self else 0, knp.dtype_of(x)), dim, index, ones, "add")
+    count = knp.maximum(count, 1)
+    if knp.dtype_of(x).is_float:
+        return knp.divide(total, count)
+    return knp.floor_divide(total, count)
+
+
+@RULES.register(aten.masked_scatter.default)
+def masked_scatter(ctx, x, mask, source):
+    """Consecutive ``source`` elements go to the true positions of ``mask``, in row-major order."""
+    shape = ctx.out.shape
+    flat_mask = knp.reshape(knp.broadcast_to(mask, shape), (-1,))
+    flat_x = knp.reshape(knp.broadcast_to(x, shape), (-1,))
+    if source.size == 0:
+        return knp.reshape(flat_x, shape)
+    position = knp.subtract(knp.cumsum(knp.astype(flat_mask, DType.i64), 0), 1)
+    position = knp.minimum(knp.maximum(position, 0), source.size - 1)
+    taken = knp.take(knp.reshape(source, (-1,)), position)
+    return knp.reshape(knp.where(flat_mask, knp.astype(taken, knp.dtype_of(x)), flat_x), shape)

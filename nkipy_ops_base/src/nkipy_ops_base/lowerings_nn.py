@@ -1,0 +1,259 @@
+"""Neural-network ops: softmax family, activations, normalisations, dropout and attention.
+
+Each is one ATen op that torch computes in a single kernel, so each rule computes in opmath
+and rounds once. Fused attention (``_scaled_dot_product_flash_attention_for_cpu`` and its
+backward) is lowered here rather than decomposed: its decomposition returns the attention
+probabilities where the op returns the log-sum-exp, which the backward op would then misread.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from nkipy_core import knp
+from nkipy_core.ir import DType
+
+from .conventions import axes, require
+from .opmath import compute_dtype, opmath, upcast
+from .rules import RULES
+
+aten = torch.ops.aten
+
+
+# -- softmax -----------------------------------------------------------------------------------
+
+
+def _log_softmax(x, axis):
+    shifted = knp.subtract(x, knp.max(x, axis, keepdims=True))
+    return knp.subtract(shifted, knp.log(knp.sum(knp.exp(shifted), axis, keepdims=True)))
+
+
+def _softmax(x, axis):
+    e = knp.exp(knp.subtract(x, knp.max(x, axis, keepdims=True)))
+    return knp.divide(e, knp.sum(e, axis, keepdims=True))
+
+
+@RULES.register(aten._softmax.default)
+def softmax(ctx, x, dim, half_to_float):
+    return opmath(ctx.out_dtype, lambda v: _softmax(v, axes(dim, v.ndim)), x)
+
+
+@RULES.register(aten._log_softmax.default)
+def log_softmax(ctx, x, dim, half_to_float):
+    return opmath(ctx.out_dtype, lambda v: _log_softmax(v, axes(dim, v.ndim)), x)
+
+
+@RULES.register(aten._softmax_backward_data.default)
+def softmax_backward(ctx, grad_output, output, dim, input_dtype):
+    def fn(g, y):
+        gy = knp.multiply(g, y)
+        return knp.subtract(gy, knp.multiply(y, knp.sum(gy, axes(dim, y.ndim), keepdims=True)))
+
+    return opmath(ctx.out_dtype, fn, grad_output, output)
+
+
+@RULES.register(aten._log_softmax_backward_data.default)
+def log_softmax_backward(ctx, grad_output, output, dim, input_dtype):
+    def fn(g, y):
+        return knp.subtract(g, knp.multiply(knp.exp(y), knp.sum(g, axes(dim, y.ndim), keepdims=True)))
+
+    return opmath(ctx.out_dtype, fn, grad_output, output)
+
+
+# -- activations -------------------------------------------------------------------------------
+
+
+@RULES.register(aten.relu.default)
+def relu(ctx, x):
+    return opmath(ctx.out_dtype, lambda v: knp.maximum(v, 0), x)
+
+
+@RULES.register(aten.hardtanh.default)
+def hardtanh(ctx, x, min_val=-1, max_val=1):
+    return opmath(ctx.out_dtype, lambda v: knp.minimum(knp.maximum(v, min_val), max_val), x)
+
+
+@RULES.register(aten.leaky_relu.default)
+def leaky_relu(ctx, x, negative_slope=0.01):
+    return opmath(ctx.out_dtype, lambda v: knp.where(knp.greater(v, 0), v, knp.multiply(v, negative_slope)), x)
+
+
+@RULES.register(aten.elu.default)
+def elu(ctx, x, alpha=1, scale=1, input_scale=1):
+    def fn(v):
+        negative = knp.multiply(knp.expm1(knp.multiply(v, input_scale)), alpha * scale)
+        return knp.where(knp.less_equal(v, 0), negative, knp.multiply(v, scale))
+
+    return opmath(ctx.out_dtype, fn, x)
+
+
+@RULES.register(aten.gelu.default)
+def gelu(ctx, x, *, approximate="none"):
+    def fn(v):
+        if approximate == "tanh":
+            inner = knp.multiply(knp.add(v, knp.multiply(knp.power(v, 3), 0.044715)), math.sqrt(2 / math.pi))
+            cdf = knp.multiply(knp.add(knp.tanh(inner), 1), 0.5)
+        else:
+            cdf = knp.multiply(knp.add(knp.erf(knp.multiply(v, math.sqrt(0.5))), 1), 0.5)
+        return knp.multiply(v, cdf)
+
+    return opmath(ctx.out_dtype, fn, x)
+
+
+# -- normalisation -----------------------------------------------------------------------------
+
+
+def _moments(x, reduced):
+    """Mean and biased variance over ``reduced`` (kept as size-1 dims), two-pass."""
+    mean = knp.mean(x, reduced, keepdims=True)
+    centered = knp.subtract(x, mean)
+    return mean, knp.mean(knp.multiply(centered, centered), reduced, keepdims=True)
+
+
+def _affine(y, weight, bias, shape):
+    """``y * weight + bias`` with both (either may be ``None``) viewed as ``shape``."""
+    if weight is not None:
+        y = knp.multiply(y, knp.reshape(weight, shape))
+    if bias is not None:
+        y = knp.add(y, knp.reshape(bias, shape))
+    return y
+
+
+@RULES.register(aten.native_layer_norm.default)
+def native_layer_norm(ctx, x, normalized_shape, weight, bias, eps):
+    out, mean_t, rstd_t = ctx.out
+    compute = compute_dtype(out.dtype)
+    xs = upcast(x, out.dtype)
+    reduced = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    mean, var = _moments(xs, reduced)
+    rstd = knp.rsqrt(knp.add(var, eps))
+    y = _affine(knp.multiply(knp.subtract(xs, mean), rstd), upcast(weight, compute), upcast(bias, compute), tuple(normalized_shape))
+    return knp.astype(y, out.dtype), knp.astype(mean, mean_t.dtype), knp.astype(rstd, rstd_t.dtype)
+
+
+@RULES.register(aten.native_group_norm.default)
+def native_group_norm(ctx, x, weight, bias, N, C, HxW, group, eps):  # noqa: N803 - ATen's names
+    out, mean_t, rstd_t = ctx.out
+    compute = compute_dtype(out.dtype)
+    grouped = knp.reshape(upcast(x, out.dtype), (N, group, (C // group) * HxW))
+    mean, var = _moments(grouped, (2,))
+    rstd = knp.rsqrt(knp.add(var, eps))
+    y = knp.reshape(knp.multiply(knp.subtract(grouped, mean), rstd), x.shape)
+    y = _affine(y, upcast(weight, compute), upcast(bias, compute), (1, C) + (1,) * (x.ndim - 2))
+    stats = (N, group)
+    return knp.astype(y, out.dtype), knp.astype(knp.reshape(mean, stats), mean_t.dtype), knp.astype(knp.reshape(rstd, stats), rstd_t.dtype)
+
+
+def _batch_norm(ctx, x, weight, bias, mean, var, eps):
+    """Normalise over every dim but 1 with per-channel ``mean``/``var`` (shape ``(C,)``)."""
+    dtype = ctx.out[0].dtype
+    channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    rstd = knp.rsqrt(knp.add(var, eps))
+    y = knp.multiply(knp.subtract(upcast(x, dtype), knp.reshape(mean, channel)), knp.reshape(rstd, channel))
+    compute = compute_dtype(dtype)
+    return knp.astype(_affine(y, upcast(weight, compute), upcast(bias, compute), channel), dtype), rstd
+
+
+@RULES.register(aten._native_batch_norm_legit_no_training.default)
+def batch_norm_inference(ctx, x, weight, bias, running_mean, running_var, momentum, eps):
+    """The saved statistics are the running ones, or empty where the node says so (torch's CPU
+    kernel returns empty tensors, its meta function per-channel ones)."""
+    compute = compute_dtype(ctx.out[0].dtype)
+    mean, var = upcast(running_mean, compute), upcast(running_var, compute)
+    y, rstd = _batch_norm(ctx, x, weight, bias, mean, var, eps)
+    saved = [knp.astype(s, t.dtype) if t.shape == s.shape else knp.zeros(t.shape, t.dtype) for s, t in zip((mean, rstd), ctx.out[1:])]
+    return (y, *saved)
+
+
+def _batch_stats(ctx, x):
+    xs = upcast(x, ctx.out[0].dtype)
+    reduced = (0, *range(2, x.ndim))
+    mean, var = _moments(xs, reduced)
+    return knp.reshape(mean, (x.shape[1],)), knp.reshape(var, (x.shape[1],))
+
+
+@RULES.register(aten._native_batch_norm_legit.no_stats)
+def batch_norm_training(ctx, x, weight, bias, training, momentum, eps):
+    require(training, "batch norm without running stats needs training=True")
+    mean, var = _batch_stats(ctx, x)
+    y, rstd = _batch_norm(ctx, x, weight, bias, mean, var, eps)
+    return y, knp.astype(mean, ctx.out[1].dtype), knp.astype(rstd, ctx.out[2].dtype)
+
+
+@RULES.register(aten._native_batch_norm_legit_functional.default)
+def batch_norm_functional(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Training batch norm that also returns the updated running statistics (unbiased variance)."""
+    require(training, "functional batch norm is only produced in training")
+    mean, var = _batch_stats(ctx, x)
+    y, rstd = _batch_norm(ctx, x, weight, bias, mean, var, eps)
+    n = x.size // x.shape[1]
+    new_mean = knp.add(knp.multiply(upcast(running_mean, DType.f32), 1 - momentum), knp.multiply(mean, momentum))
+    new_var = knp.add(knp.multiply(upcast(running_var, DType.f32), 1 - momentum), knp.multiply(var, momentum * n / max(n - 1, 1)))
+    stats = [knp.astype(v, t.dtype) for v, t in zip((mean, rstd, new_mean, new_var), ctx.out[1:])]
+    return (y, *stats)
+
+
+@RULES.register(aten.native_dropout.default)
+def native_dropout(ctx, x, p, train):
+    """Only the deterministic cases: evaluation, or ``p == 0`` (the mask keeps everything)."""
+    require(train is False or p == 0, "dropout with p > 0 in training needs random numbers")
+    return x, knp.full(x.shape, True, DType.bool)
+
+
+# -- attention ---------------------------------------------------------------------------------
+
+
+def _attention_scores(q, k, is_causal, attn_mask, scale):
+    """``q kᵀ · scale`` with the causal (top-left aligned) and/or given mask applied."""
+    scores = knp.multiply(knp.matmul(q, knp.transpose(k, (0, 1, 3, 2))), scale)
+    if attn_mask is not None:  # additive; the op is called with boolean masks already converted
+        scores = knp.add(scores, knp.astype(attn_mask, knp.dtype_of(scores)))
+    if is_causal:
+        rows, cols = scores.shape[-2:]
+        keep = knp.greater_equal(knp.reshape(knp.arange(rows), (rows, 1)), knp.reshape(knp.arange(cols), (1, cols)))
+        scores = knp.where(keep, scores, -math.inf)
+    return scores
+
+
+def _check_attention(q, k, dropout_p):
+    require(dropout_p == 0, "attention dropout needs random numbers")
+    require(q.ndim == 4 and q.shape[1] == k.shape[1], "attention needs 4-D q/k/v with equal head counts")
+
+
+@RULES.register(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def sdpa_flash_cpu(ctx, query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    """Softmax attention and the log-sum-exp of each score row (what the backward consumes).
+    A row that is masked out entirely gives zeros, as torch's kernel does."""
+    _check_attention(query, key, dropout_p)
+    out_t, lse_t = ctx.out
+    scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    q, k, v = (upcast(t, out_t.dtype) for t in (query, key, value))
+    scores = _attention_scores(q, k, is_causal, attn_mask, scale)
+    row_max = knp.max(scores, -1, keepdims=True)
+    row_max = knp.where(knp.isinf(row_max), 0, row_max)
+    lse = knp.add(knp.log(knp.sum(knp.exp(knp.subtract(scores, row_max)), -1, keepdims=True)), row_max)
+    probs = knp.exp(knp.subtract(scores, knp.where(knp.isinf(lse), 0, lse)))
+    out = knp.matmul(probs, v)
+    return knp.astype(out, out_t.dtype), knp.astype(knp.squeeze(lse, -1), lse_t.dtype)
+
+
+@RULES.register(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def sdpa_flash_cpu_backward(ctx, grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None):
+    """Gradients from the recomputed probabilities ``P = exp(S - lse)``:
+    ``dV = Pᵀ dO``, ``dS = P (dO Vᵀ - rowsum(dO ∘ O))``, ``dQ = dS K · scale``, ``dK = dSᵀ Q · scale``."""
+    _check_attention(query, key, dropout_p)
+    dtype = ctx.out[0].dtype
+    scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    g, q, k, v, o = (upcast(t, dtype) for t in (grad_out, query, key, value, out))
+    lse = knp.expand_dims(knp.astype(logsumexp, compute_dtype(dtype)), -1)
+    scores = _attention_scores(q, k, is_causal, attn_mask, scale)
+    probs = knp.exp(knp.subtract(scores, knp.where(knp.isinf(lse), 0, lse)))
+    swap = (0, 1, 3, 2)
+    grad_v = knp.matmul(knp.transpose(probs, swap), g)
+    delta = knp.sum(knp.multiply(g, o), -1, keepdims=True)
+    grad_s = knp.multiply(probs, knp.subtract(knp.matmul(g, knp.transpose(v, swap)), delta))
+    grad_q = knp.multiply(knp.matmul(grad_s, k), scale)
+    grad_k = knp.multiply(knp.matmul(knp.transpose(grad_s, swap), q), scale)
+    return tuple(knp.astype(t, d.dtype) for t, d in zip((grad_q, grad_k, grad_v), ctx.out))

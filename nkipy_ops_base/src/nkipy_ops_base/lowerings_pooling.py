@@ -1,0 +1,150 @@
+"""Pooling over the trailing 2 or 3 dims, forward and backward: average, max (with the indices
+torch returns) and adaptive average.
+
+Windows come from ``windows``; the averages' divisors depend only on shapes, so they are
+computed here as constants with ATen's rules for padding and ``ceil_mode``. Max-pool indices
+are flat positions in the unpadded spatial extent, first maximum in window order; the backward
+scatters the gradient to them. Adaptive pooling multiplies by constant averaging matrices.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from nkipy_core import knp
+
+from .opmath import upcast
+from .rules import RULES
+from .windows import output_size, place_windows, window_slices
+
+aten = torch.ops.aten
+
+
+def _spatial(ctx) -> int:
+    """2 or 3: each op exists per dimensionality, named ``…2d`` or ``…3d``."""
+    return 3 if "3d" in ctx.op._schema.name else 2
+
+
+class _Pool:
+    """Geometry of a pooling op over ``x``'s trailing ``len(kernel_size)`` dims."""
+
+    def __init__(self, ctx, x, kernel_size, stride, padding, dilation=(1,), ceil_mode=False):
+        def per_dim(values):
+            values = list(values)
+            return values * spatial if len(values) == 1 else values
+
+        spatial = _spatial(ctx)
+        self.kernel = per_dim(kernel_size)
+        self.stride = per_dim(stride) if len(stride) else self.kernel
+        self.padding = per_dim(padding)
+        self.dilation = per_dim(dilation)
+        self.size = list(x.shape[-spatial:])
+        self.lead = list(x.shape[:-spatial])
+        self.out = [output_size(*g, ceil_mode) for g in zip(self.size, self.kernel, self.stride, self.padding, self.dilation)]
+        # ceil_mode's last window may run past the right padding
+        self.high = [max(p, (o - 1) * s + d * (k - 1) + 1 - n - p)
+                     for n, k, s, p, d, o in zip(self.size, self.kernel, self.stride, self.padding, self.dilation, self.out)]
+
+    def pad(self, x, value=0):
+        return knp.pad(x, [(0, 0)] * len(self.lead) + list(zip(self.padding, self.high)), value)
+
+    def windows(self, padded):
+        return window_slices(padded, self.kernel, self.stride, self.dilation, self.out)
+
+    def unpad(self, padded):
+        lead = (slice(None),) * len(self.lead)
+        return padded[lead + tuple(slice(p, p + n) for p, n in zip(self.padding, self.size))]
+
+    def place(self, pieces):
+        canvas = [p + n + h for p, n, h in zip(self.padding, self.size, self.high)]
+        return self.unpad(place_windows(pieces, canvas, self.kernel, self.stride, self.dilation))
+
+    def divisor(self, count_include_pad: bool, divisor_override) -> np.ndarray:
+        """ATen's per-window divisor: the window clipped to input plus padding, or to the input."""
+        if divisor_override:
+            return np.full(self.out, divisor_override, np.float32)
+        factors = []
+        for n, k, s, p, o in zip(self.size, self.kernel, self.stride, self.padding, self.out):
+            start = np.arange(o) * s - p
+            end = np.minimum(start + k, n + p)
+            counts = end - start if count_include_pad else np.minimum(end, n) - np.maximum(start, 0)
+            factors.append(counts)
+        return math.prod(np.ix_(*factors)).astype(np.float32)
+
+
+def _sum(arrays):
+    total = arrays[0]
+    for a in arrays[1:]:
+        total = knp.add(total, a)
+    return total
+
+
+@RULES.register(aten.avg_pool2d.default, aten.avg_pool3d.default)
+def avg_pool(ctx, x, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True, divisor_override=None):
+    pool = _Pool(ctx, x, kernel_size, stride, padding, ceil_mode=ceil_mode)
+    total = _sum(pool.windows(pool.pad(upcast(x, ctx.out_dtype))))
+    return knp.astype(knp.divide(total, pool.divisor(count_include_pad, divisor_override)), ctx.out_dtype)
+
+
+@RULES.register(aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default)
+def avg_pool_backward(ctx, grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    pool = _Pool(ctx, x, kernel_size, stride, padding, ceil_mode=ceil_mode)
+    share = knp.divide(upcast(grad_output, ctx.out_dtype), pool.divisor(count_include_pad, divisor_override))
+    return knp.astype(pool.place([share] * math.prod(pool.kernel)), ctx.out_dtype)
+
+
+def _lowest(dtype):
+    return -math.inf if dtype.is_float else np.iinfo(dtype.numpy).min
+
+
+@RULES.register(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)
+def max_pool_with_indices(ctx, x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    pool = _Pool(ctx, x, kernel_size, stride, padding, dilation, ceil_mode)
+    stacked = knp.stack(pool.windows(pool.pad(x, _lowest(knp.dtype_of(x)))), axis=-1)
+    which = knp.argmax(stacked, -1)
+    index = 0
+    for axis, (n, k, s, p, d, o) in enumerate(zip(pool.size, pool.kernel, pool.stride, pool.padding, pool.dilation, pool.out)):
+        offset = knp.remainder(knp.floor_divide(which, math.prod(pool.kernel[axis + 1:])), k)
+        start = np.reshape(np.arange(o) * s - p, [o if a == axis else 1 for a in range(len(pool.out))])
+        index = knp.add(knp.multiply(index, n), knp.add(knp.multiply(offset, d), start))
+    return knp.max(stacked, -1), index
+
+
+@RULES.register(aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default)
+def max_pool_with_indices_backward(ctx, grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """Scatter-add each output gradient to the flat input position its index names."""
+    spatial = _spatial(ctx)
+    extent = math.prod(x.shape[-spatial:])
+    planes = math.prod(x.shape[:-spatial])
+    base = knp.multiply(knp.reshape(knp.arange(planes), (planes, 1)), extent)
+    positions = knp.reshape(knp.add(knp.reshape(indices, (planes, -1)), base), (-1,))
+    grad = knp.reshape(knp.astype(grad_output, ctx.out_dtype), (-1,))
+    flat = knp.scatter_add(knp.zeros((planes * extent,), ctx.out_dtype), positions, grad)
+    return knp.reshape(flat, x.shape)
+
+
+def _averaging(size: int, out: int) -> np.ndarray:
+    """The ``(out, size)`` matrix of adaptive pooling: row ``i`` averages
+    ``[floor(i·size/out), ceil((i+1)·size/out))``."""
+    matrix = np.zeros((out, size), np.float32)
+    for i in range(out):
+        start, end = (i * size) // out, -(-((i + 1) * size) // out)
+        matrix[i, start:end] = 1 / (end - start)
+    return matrix
+
+
+@RULES.register(aten._adaptive_avg_pool2d.default)
+def adaptive_avg_pool2d(ctx, x, output_size):
+    rows, cols = (_averaging(n, o) for n, o in zip(x.shape[-2:], output_size))
+    y = knp.matmul(knp.matmul(rows, upcast(x, ctx.out_dtype)), cols.T)
+    return knp.astype(y, ctx.out_dtype)
+
+
+@RULES.register(aten._adaptive_avg_pool2d_backward.default)
+def adaptive_avg_pool2d_backward(ctx, grad_output, x):
+    rows, cols = (_averaging(n, o) for n, o in zip(x.shape[-2:], grad_output.shape[-2:]))
+    g = knp.matmul(knp.matmul(rows.T, upcast(grad_output, ctx.out_dtype)), cols)
+    return knp.astype(g, ctx.out_dtype)

@@ -1,0 +1,210 @@
+"""Shape and layout ops: views, permutations, slicing, joining, padding and scatters into slices.
+
+Kernels have value semantics, so ATen's views (``view``, ``expand``, ``permute``, ``slice``,
+``select``, ``diagonal`` …) are ordinary functions of their input here, and strides never matter.
+Indices and bounds are normalised the way ATen does (negative values wrap, slice ends clamp).
+Reflection and replication padding copy input positions computed at trace time (a ``take``
+per padded dim); their backward adds the gradient back to those positions.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import torch
+
+from nkipy_core import knp
+
+from .conventions import axes, inverse_permutation
+from .rules import RULES
+
+aten = torch.ops.aten
+
+
+def _along(rank: int, dim: int, item) -> tuple:
+    """An index tuple applying ``item`` to axis ``dim`` only."""
+    return (slice(None),) * (dim % rank) + (item,)
+
+
+def _slice_bounds(size: int, start, end, step: int) -> tuple[int, int, int]:
+    start, end, step = slice(start, end, step).indices(size)
+    return start, max(start, end), step
+
+
+@RULES.register(aten.view.default)
+def view(ctx, x, size):
+    return knp.reshape(x, ctx.out.shape)
+
+
+@RULES.register(aten.expand.default)
+def expand(ctx, x, size, *, implicit=False):
+    return knp.broadcast_to(x, ctx.out.shape)
+
+
+@RULES.register(aten.permute.default)
+def permute(ctx, x, dims):
+    return knp.transpose(x, dims)
+
+
+@RULES.register(aten.unsqueeze.default)
+def unsqueeze(ctx, x, dim):
+    return knp.expand_dims(x, dim)
+
+
+@RULES.register(aten.squeeze.dim, aten.squeeze.dims)
+def squeeze(ctx, x, dim=None):
+    return knp.squeeze(x, dim)
+
+
+@RULES.register(aten.slice.Tensor)
+def slice_(ctx, x, dim=0, start=None, end=None, step=1):
+    return x[_along(x.ndim, dim, slice(*_slice_bounds(x.shape[dim], start, end, step)))]
+
+
+@RULES.register(aten.select.int)
+def select(ctx, x, dim, index):
+    return x[_along(x.ndim, dim, index)]
+
+
+@RULES.register(aten.split_with_sizes.default)
+def split_with_sizes(ctx, x, split_sizes, dim=0):
+    offsets = [0, *itertools.accumulate(split_sizes)]
+    return tuple(x[_along(x.ndim, dim, slice(a, b))] for a, b in zip(offsets, offsets[1:]))
+
+
+@RULES.register(aten.cat.default)
+def cat(ctx, tensors, dim=0):
+    return knp.astype(knp.concatenate(tensors, axis=dim), ctx.out_dtype)
+
+
+@RULES.register(aten.flip.default)
+def flip(ctx, x, dims):
+    return knp.flip(x, axes(dims, x.ndim)) if dims else x
+
+
+@RULES.register(aten.repeat.default)
+def repeat(ctx, x, repeats):
+    """Tile: view as ``[1, d0, 1, d1, …]``, broadcast to ``[r0, d0, r1, d1, …]``, merge pairs."""
+    shape = (1,) * (len(repeats) - x.ndim) + tuple(x.shape)
+    interleaved = [n for d in shape for n in (1, d)]
+    tiled = [n for r, d in zip(repeats, shape) for n in (r, d)]
+    return knp.reshape(knp.broadcast_to(knp.reshape(x, interleaved), tiled), ctx.out.shape)
+
+
+@RULES.register(aten.constant_pad_nd.default)
+def constant_pad_nd(ctx, x, pad, value=0):
+    """``pad`` lists (before, after) pairs starting from the last dimension."""
+    pairs = [(0, 0)] * (x.ndim - len(pad) // 2) + [(pad[i], pad[i + 1]) for i in reversed(range(0, len(pad), 2))]
+    return knp.pad(x, pairs, value)
+
+
+def _diagonal_last(x, dim1: int, dim2: int) -> list[int]:
+    """The permutation moving ``dim1, dim2`` last (where the diagonal ops work)."""
+    d1, d2 = dim1 % x.ndim, dim2 % x.ndim
+    return [*(d for d in range(x.ndim) if d not in (d1, d2)), d1, d2]
+
+
+def _reflect(positions: np.ndarray, size: int) -> np.ndarray:
+    return size - 1 - np.abs(size - 1 - np.abs(positions))
+
+
+def _replicate(positions: np.ndarray, size: int) -> np.ndarray:
+    return np.clip(positions, 0, size - 1)
+
+
+def _padded_sources(x_shape, padding, source):
+    """For each padded dim (the last ``len(padding) // 2``, pairs given last dim first): the
+    dim and the input position each output position copies."""
+    for k in range(len(padding) // 2):
+        dim = len(x_shape) - 1 - k
+        low, high = padding[2 * k], padding[2 * k + 1]
+        yield dim, source(np.arange(-low, x_shape[dim] + high), x_shape[dim])
+
+
+def _index_pad(source):
+    def rule(ctx, x, padding):
+        for dim, positions in _padded_sources(x.shape, padding, source):
+            x = knp.take(x, positions, axis=dim)
+        return x
+
+    return rule
+
+
+def _index_pad_backward(source):
+    def rule(ctx, grad_output, x, padding):
+        """Each output gradient is added to the input position it was copied from."""
+        grad = grad_output
+        for dim, positions in reversed(list(_padded_sources(x.shape, padding, source))):
+            shape = [x.shape[dim] if d == dim else n for d, n in enumerate(grad.shape)]
+            grad = knp.scatter_add(knp.zeros(shape, knp.dtype_of(grad)), positions, grad, axis=dim)
+        return grad
+
+    return rule
+
+
+for _source, _ops, _backward_ops in (
+    (_reflect, (aten.reflection_pad1d, aten.reflection_pad2d, aten.reflection_pad3d),
+     (aten.reflection_pad1d_backward, aten.reflection_pad2d_backward, aten.reflection_pad3d_backward)),
+    (_replicate, (aten.replication_pad1d, aten.replication_pad2d, aten.replication_pad3d),
+     (aten.replication_pad1d_backward, aten.replication_pad2d_backward, aten.replication_pad3d_backward)),
+):
+    RULES.register(*(op.default for op in _ops))(_index_pad(_source))
+    RULES.register(*(op.default for op in _backward_ops))(_index_pad_backward(_source))
+
+
+@RULES.register(aten.diagonal.default)
+def diagonal(ctx, x, offset=0, dim1=0, dim2=1):
+    """Move ``dim1, dim2`` last, flatten them and take every ``(n2 + 1)``-th element."""
+    moved = knp.transpose(x, _diagonal_last(x, dim1, dim2))
+    n1, n2 = moved.shape[-2:]
+    flat = knp.reshape(moved, [*moved.shape[:-2], n1 * n2])
+    first = max(-offset, 0) * n2 + max(offset, 0)
+    index = knp.add(knp.multiply(knp.arange(ctx.out.shape[-1]), n2 + 1), first)
+    return knp.take(flat, index, axis=-1)
+
+
+@RULES.register(aten.diagonal_scatter.default)
+def diagonal_scatter(ctx, x, src, offset=0, dim1=0, dim2=1):
+    """Spread ``src`` along the rows (element ``k`` to row ``k + max(-offset, 0)``) and keep it
+    where ``column - row == offset``."""
+    if src.shape[-1] == 0:
+        return x
+    perm = _diagonal_last(x, dim1, dim2)
+    moved = knp.transpose(x, perm)
+    n1, n2 = moved.shape[-2:]
+    rows = knp.arange(n1)
+    on_diagonal = knp.equal(knp.subtract(knp.reshape(knp.arange(n2), (1, n2)), knp.reshape(rows, (n1, 1))), offset)
+    source = knp.minimum(knp.maximum(knp.subtract(rows, max(-offset, 0)), 0), src.shape[-1] - 1)
+    placed = knp.broadcast_to(knp.expand_dims(knp.take(knp.astype(src, knp.dtype_of(x)), source, axis=-1), -1), moved.shape)
+    return knp.transpose(knp.where(on_diagonal, placed, moved), inverse_permutation(perm))
+
+
+def _scatter_slice(x, src, dim: int, start: int, end: int, step: int):
+    """``x`` with ``x[..., start:end:step, ...] = src`` along ``dim``."""
+    dim %= x.ndim
+    src = knp.astype(src, knp.dtype_of(x))
+    if step == 1:
+        pieces = [x[_along(x.ndim, dim, slice(0, start))], src, x[_along(x.ndim, dim, slice(end, None))]]
+        return knp.concatenate([p for p in pieces if p.shape[dim]], axis=dim) if src.shape[dim] else x
+    size = x.shape[dim]
+    positions = knp.arange(size)
+    hit = knp.logical_and(
+        knp.logical_and(knp.greater_equal(positions, start), knp.less(positions, end)),
+        knp.equal(knp.remainder(knp.subtract(positions, start), step), 0),
+    )
+    source = knp.minimum(knp.maximum(knp.floor_divide(knp.subtract(positions, start), step), 0), max(src.shape[dim] - 1, 0))
+    placed = knp.take(src, source, axis=dim)
+    mask = knp.reshape(hit, [size if d == dim else 1 for d in range(x.ndim)])
+    return knp.where(mask, placed, x)
+
+
+@RULES.register(aten.slice_scatter.default)
+def slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
+    return _scatter_slice(x, src, dim, *_slice_bounds(x.shape[dim], start, end, step))
+
+
+@RULES.register(aten.select_scatter.default)
+def select_scatter(ctx, x, src, dim, index):
+    index %= x.shape[dim]
+    return _scatter_slice(x, knp.expand_dims(src, dim), dim, index, index + 1, 1)

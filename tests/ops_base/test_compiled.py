@@ -1,0 +1,133 @@
+"""Small torch programs through ``torch.compile(backend="nkipy", options={"strict": True})``.
+
+Where ``test_rules.py`` checks each rule on one ATen call, these run real user-level code through
+dynamo, AOTAutograd and the core ATen decompositions, so the graphs hold the op mixtures,
+promotions and backward formulas that models produce. ``strict`` makes any op without a rule
+an error, so each case also proves that its forward (and backward) graphs lower completely.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+_generator = torch.Generator().manual_seed(0)
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(shape, generator=_generator).to(dtype)
+
+
+def idx(high, *shape):
+    return torch.randint(0, high, shape, generator=_generator)
+
+
+def _masked_put(x, m):
+    y = x.clone()
+    y[m] = 0.0
+    return y
+
+
+def _index_put(x, i, v):
+    y = x.clone()
+    y[:, i] = v
+    return y
+
+
+def _batch_norm_train(x, w, b):
+    mean, var = torch.zeros(3), torch.ones(3)
+    out = F.batch_norm(x, mean, var, w, b, training=True, momentum=0.1)
+    return out, mean, var
+
+
+def _cnn(x, w1, b1, w2):
+    y = F.max_pool2d(F.relu(F.conv2d(x, w1, b1, padding=1)), 2)
+    y = F.conv2d(F.pad(y, (1, 1, 1, 1), mode="replicate"), w2, groups=2)
+    return F.avg_pool2d(y, 2, ceil_mode=True) + F.adaptive_avg_pool2d(y, (2, 2))
+
+
+#: name -> (function, argument factory, differentiate the float arguments too)
+PROGRAMS = {
+    "pointwise-promotion": (lambda x, n: ((x * 2 + n).sin() / (x.abs() + 1)) ** 2 - n // 2, lambda: (randn(4, 5), idx(9, 5)), True),
+    "activations": (lambda x: F.gelu(x) + F.gelu(x, approximate="tanh") + F.silu(x) + F.elu(x) + F.leaky_relu(x) + F.hardtanh(x) + F.relu(x) + F.softplus(x) + F.mish(x), lambda: (randn(6, 7),), True),
+    "softmax-family": (lambda x: torch.softmax(x, -1) * torch.log_softmax(x, 0), lambda: (randn(5, 6),), True),
+    "cross-entropy": (lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1), lambda: (randn(8, 10), idx(10, 8)), True),
+    "mse-loss": (lambda x, y: F.mse_loss(x, y) + F.l1_loss(x, y) + F.smooth_l1_loss(x, y), lambda: (randn(4, 6), randn(4, 6)), True),
+    "layer-norm": (lambda x, w, b: F.layer_norm(x, (8,), w, b), lambda: (randn(3, 5, 8), randn(8), randn(8)), True),
+    "rms-norm": (lambda x, w: F.rms_norm(x, (8,), w, eps=1e-6), lambda: (randn(3, 5, 8), randn(8)), True),
+    "group-norm": (lambda x, w, b: F.group_norm(x, 2, w, b), lambda: (randn(2, 4, 3, 3), randn(4), randn(4)), True),
+    "batch-norm-train": (_batch_norm_train, lambda: (randn(4, 3, 5), randn(3), randn(3)), True),
+    "batch-norm-eval": (lambda x: F.batch_norm(x, torch.full((3,), 0.5), torch.full((3,), 2.0), training=False), lambda: (randn(4, 3, 5),), True),
+    "embedding": (lambda w, i: F.embedding(i, w, padding_idx=0).sum(1), lambda: (randn(10, 4), idx(10, 3, 5)), True),
+    "reductions": (lambda x: x.sum(0) + x.mean(0) + x.var(0) + x.std(0, correction=0) + x.amax(0) + x.logsumexp(0) + x.norm(dim=0) + x.prod(0), lambda: (randn(5, 4),), True),
+    "arg-reductions": (lambda x: (x.argmax(1), x.max(0).indices, x.min(1).values, x.argsort(1), x.topk(2).values, x.sort(0, descending=True).values), lambda: (randn(4, 6),), False),
+    "scans": (lambda x: x.cumsum(1) + x.cumprod(0), lambda: (randn(4, 5),), True),
+    "any-all": (lambda x: ((x > 0).any(1), (x > -3).all(), x.isnan().any(), torch.count_nonzero(x > 0)), lambda: (randn(4, 5),), False),
+    "advanced-indexing": (lambda x, i, j: x[i].sum(1) + x[:, j].sum(0)[:3] + x[i, j[:3]], lambda: (randn(6, 7), idx(6, 3), idx(7, 5)), True),
+    "index-put": (_index_put, lambda: (randn(4, 6), torch.tensor([5, 0, 2]), randn(4, 3)), True),
+    "masked": (lambda x, m: _masked_put(x, m) + x.masked_fill(m, -1.0) + torch.where(m, x, x * 2), lambda: (randn(4, 5), randn(4, 5) > 0), True),
+    "gather-scatter": (lambda x, i, s: x.gather(1, i) + torch.zeros(4, 6).scatter_add(1, i, s)[:, :3] + x.index_select(0, i[:, 0] % 4)[:, :3], lambda: (randn(4, 6), idx(6, 4, 3), randn(4, 3)), True),
+    "tril-triu": (lambda x: x.tril() - x.triu(1) + torch.eye(5), lambda: (randn(5, 5),), True),
+    "shapes": (lambda x: torch.cat([x.flip(0), x.roll(2, 1)], 1).view(4, 2, -1).transpose(0, 2).reshape(-1, 4)[::2] + 0, lambda: (randn(4, 6),), True),
+    "split-stack": (lambda x: torch.stack([a * i for i, a in enumerate(x.chunk(3, 1))], 0).sum(0) + torch.stack(x.unbind(1)[:2], 1).repeat(1, 1), lambda: (randn(4, 6),), True),
+    "pad-expand": (lambda x: F.pad(x, (1, 2, 0, 1), value=0.5) + x.mean().expand(5, 9) + x.diagonal().sum(), lambda: (randn(4, 6),), True),
+    "linear-matmul": (lambda x, w, b, y: F.linear(x, w, b) @ y + torch.einsum("bij,bjk->bik", x, w.T.expand(2, 6, 5)).sum(), lambda: (randn(2, 3, 6), randn(5, 6), randn(5), randn(5, 4)), True),
+    "factories": (lambda x: x + torch.arange(6) * 0.5 + torch.linspace(-1, 1, 6) + torch.ones_like(x) * torch.full((4, 1), 2.0), lambda: (randn(4, 6),), True),
+    "casts": (lambda x: (x.to(torch.bfloat16) * 3).float() + x.long().float() + (x > 0).float() + x.double().sum().float(), lambda: (randn(4, 6) * 3,), True),
+    "dropout-eval": (lambda x: F.dropout(x, 0.0) + F.dropout(x, 0.5, training=False), lambda: (randn(4, 6),), True),
+    "sdpa-causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), lambda: (randn(2, 2, 6, 4), randn(2, 2, 6, 4), randn(2, 2, 6, 4)), True),
+    "sdpa-masks": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m) + F.scaled_dot_product_attention(q, k, v, attn_mask=m > 0, scale=0.2), lambda: (randn(2, 2, 5, 4), randn(2, 2, 7, 4), randn(2, 2, 7, 4), randn(5, 7)), True),
+    "cnn": (_cnn, lambda: (randn(2, 3, 8, 8), randn(4, 3, 3, 3), randn(4), randn(6, 2, 3, 3)), True),
+    "conv-transpose-1d-3d": (lambda x, w, v, u: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1).sum((2, 3)) + F.conv1d(x[..., 0], w[:, :, 0], dilation=2).sum(-1) + F.conv3d(v, u, padding=1).mean((1, 2, 3, 4)).reshape(2, 1), lambda: (randn(2, 4, 5, 5), randn(4, 4, 3, 3), randn(2, 2, 3, 4, 4), randn(3, 2, 2, 2, 2)), True),
+    "bf16-mlp": (lambda x, w1, w2: F.linear(F.silu(F.linear(x, w1)), w2).softmax(-1), lambda: (randn(4, 8, dtype=torch.bfloat16), randn(16, 8, dtype=torch.bfloat16), randn(8, 16, dtype=torch.bfloat16)), True),
+    "bf16-norm-attention": (lambda x: F.scaled_dot_product_attention(*[F.layer_norm(x, (8,))] * 3, is_causal=True).mean(-1), lambda: (randn(2, 3, 6, 8, dtype=torch.bfloat16),), True),
+}
+
+TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (3e-2, 3e-2), torch.int64: (0, 0), torch.bool: (0, 0)}
+
+
+def _leaves(value):
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+def _assert_close(actual, expected, what):
+    for a, e in zip(_leaves(actual), _leaves(expected), strict=True):
+        rtol, atol = TOLERANCE[e.dtype]
+        torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what}: {m}")
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_program_lowers_completely_and_matches_eager(name):
+    fn, make_args, differentiate = PROGRAMS[name]
+    args = make_args()
+    eager_args = [a.clone().requires_grad_(differentiate and a.is_floating_point()) for a in args]
+    compiled_args = [a.clone().requires_grad_(differentiate and a.is_floating_point()) for a in args]
+    expected = fn(*eager_args)
+    actual = torch.compile(fn, backend="nkipy", options={"strict": True})(*compiled_args)
+    _assert_close(actual, expected, "output")
+    if differentiate:
+        seed = torch.Generator().manual_seed(1)
+        outputs = [o for o in _leaves(expected) if o.requires_grad]
+        grads = [torch.randn(o.shape, generator=seed).to(o.dtype) for o in outputs]
+        torch.autograd.backward(outputs, grads)
+        torch.autograd.backward([o for o in _leaves(actual) if o.requires_grad], grads)
+        for i, (a, e) in enumerate(zip(compiled_args, eager_args)):
+            if e.grad is not None:
+                _assert_close(a.grad, e.grad, f"gradient of argument {i}")
+
+
+def test_a_rule_that_declines_falls_back_with_its_reason():
+    """Dropout with p > 0 in training needs random numbers: the rule declines, strict names why."""
+    fn = torch.compile(lambda x: F.dropout(x, 0.5, training=True), backend="nkipy", options={"strict": True})
+    with pytest.raises(Exception, match="dropout with p > 0 in training needs random numbers"):
+        fn(randn(4))
+
+
+def test_math_constants_survive_bf16():
+    """A bf16 tensor times a Python float computes with the unrounded scalar, as torch does."""
+    x = torch.full((3,), 3.0, dtype=torch.bfloat16)
+    fn = torch.compile(lambda v: v * math.pi, backend="nkipy", options={"strict": True})
+    assert torch.equal(fn(x), x * math.pi)

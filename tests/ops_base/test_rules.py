@@ -1,0 +1,474 @@
+"""nkipy-ops-base rules against torch eager, one ATen call per case.
+
+Each case runs the op's rule twice: on NumPy arrays (rules are then plain NumPy code) and traced
+into a kernel that is verified, simplified and executed from its generated source, as the cpu
+runtime does. Both must match torch's result in shape, dtype and value. No dynamo is involved,
+so the whole table runs in a few seconds; ``test_compiled.py`` covers the torch.compile path.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+import pytest
+import torch
+import torch.fx
+from torch.utils._pytree import tree_map
+
+from nkipy_core import LoweringContext, LoweringRegistry
+from nkipy_core.compiler import RULE, lower_subgraph
+from nkipy_core.ir import codegen
+from nkipy_core.ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
+from nkipy_ops_base.rules import RULES
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+f32, bf16, i64, i32, boolean = torch.float32, torch.bfloat16, torch.int64, torch.int32, torch.bool
+
+REGISTRY = LoweringRegistry()
+RULES.install(REGISTRY)
+
+_generator = torch.Generator().manual_seed(0)
+
+
+def t(*shape, dtype=f32, low=-2.0, high=2.0):
+    """A deterministic random tensor; integers in ``[low, high)``, bools fair coins."""
+    if dtype == boolean:
+        return torch.rand(shape, generator=_generator) < 0.5
+    if not dtype.is_floating_point:
+        return torch.randint(int(low), int(high), shape, generator=_generator, dtype=dtype)
+    return (torch.rand(shape, generator=_generator, dtype=torch.float64) * (high - low) + low).to(dtype)
+
+
+def distinct(*shape, dtype=f32):
+    """Values without ties (sorting and arg-reductions are then unambiguous)."""
+    return (torch.randperm(math.prod(shape), generator=_generator).reshape(shape) - 5).to(dtype)
+
+
+def special(dtype=f32):
+    return torch.tensor([0.0, -0.0, 1.5, -2.5, math.inf, -math.inf, math.nan, 3.0], dtype=dtype)
+
+
+def case(op, *args, id=None, tol=None, values=True, **kwargs):  # noqa: A002 - pytest's name
+    name = id or f"{op._schema.name.split('::')[-1]}.{op._overloadname}"
+    return pytest.param(op, args, kwargs, tol, values, id=name)
+
+
+def _unary_cases():
+    domains = {
+        "abs": (-2, 2), "acos": (-0.99, 0.99), "acosh": (1.0, 30.0), "asin": (-0.99, 0.99),
+        "asinh": (-30, 30), "atan": (-5, 5), "atanh": (-0.99, 0.99), "ceil": (-5, 5), "cos": (-5, 5),
+        "cosh": (-5, 5), "erf": (-3, 3), "exp": (-5, 5), "exp2": (-5, 5), "expm1": (-2, 2),
+        "floor": (-5, 5), "log": (0.01, 10), "log10": (0.01, 10), "log1p": (-0.9, 5), "log2": (0.01, 10),
+        "neg": (-2, 2), "reciprocal": (0.5, 4), "round": (-5, 5), "rsqrt": (0.01, 10), "sigmoid": (-8, 8),
+        "sign": (-2, 2), "sin": (-5, 5), "sinh": (-5, 5), "sqrt": (0, 10), "tan": (-1.4, 1.4),
+        "tanh": (-4, 4), "trunc": (-5, 5),
+    }
+    for name, (low, high) in domains.items():
+        op = getattr(aten, name).default
+        for dtype in (f32, bf16):
+            yield case(op, t(3, 5, dtype=dtype, low=low, high=high), id=f"{name}-{dtype}")
+    for name in ("abs", "neg", "sign", "floor", "trunc", "sin", "exp", "sqrt", "sigmoid", "reciprocal"):
+        yield case(getattr(aten, name).default, t(7, dtype=i64, low=0 if name == "sqrt" else -5, high=5), id=f"{name}-int")
+    yield case(aten.asinh.default, torch.tensor([1e-6, -3e-4, 1e20, -1e30]), id="asinh-extremes")
+    yield case(aten.acosh.default, torch.tensor([1.0, 1.0001, 1e20]), id="acosh-extremes")
+    yield case(aten.sinh.default, torch.tensor([1e-6, -3e-4, 0.0]), id="sinh-tiny")
+    yield case(aten.sign.default, t(6, dtype=boolean), id="sign-bool")
+
+
+def _binary_cases():
+    a, b = t(4, 5), t(4, 5, low=0.5, high=2)
+    for op in (aten.mul.Tensor, aten.maximum.default, aten.minimum.default, aten.atan2.default):
+        yield case(op, a, b)
+    yield case(aten.add.Tensor, a, t(5), alpha=2.5, id="add-alpha-broadcast")
+    yield case(aten.add.Tensor, t(4, dtype=i32, low=-9, high=9), t(4, dtype=i64), id="add-int-promote")
+    yield case(aten.add.Tensor, t(3, dtype=bf16), torch.tensor(0.1), id="add-bf16-0d-f32")
+    yield case(aten.add.Scalar, t(4, dtype=i64), 1.5, id="add-int-scalar-float")
+    yield case(aten.add.Tensor, t(4, dtype=boolean), t(4, dtype=boolean), id="add-bool")
+    yield case(aten.mul.Tensor, t(4, dtype=boolean), t(4, dtype=boolean), id="mul-bool")
+    yield case(aten.sub.Tensor, a, b, alpha=3)
+    yield case(aten.sub.Scalar, t(4, dtype=bf16), 0.1, id="sub-bf16-scalar")
+    yield case(aten.mul.Scalar, t(4, dtype=bf16), 0.1, id="mul-bf16-scalar")
+    yield case(aten.div.Tensor, a, b)
+    yield case(aten.div.Tensor, t(6, dtype=i64, low=-9, high=9), t(6, dtype=i64, low=1, high=4), id="div-int-true")
+    for mode in ("trunc", "floor"):
+        num = torch.tensor([-7, -6, -1, 0, 1, 6, 7])
+        yield case(aten.div.Tensor_mode, num, torch.tensor([2, -3, 2, 5, -2, 4, 7]), rounding_mode=mode, id=f"div-int-{mode}")
+        yield case(aten.div.Tensor_mode, a * 4, b, rounding_mode=mode, id=f"div-float-{mode}")
+        yield case(aten.div.Scalar_mode, num, -2, rounding_mode=mode, id=f"div-scalar-{mode}")
+    yield case(aten.div.Scalar, t(4, dtype=bf16), 3.0, id="div-bf16-scalar")
+    yield case(aten.pow.Tensor_Tensor, b, a)
+    yield case(aten.pow.Tensor_Scalar, a, 2)
+    yield case(aten.pow.Tensor_Scalar, t(5, dtype=i64, low=-3, high=3), 3, id="pow-int")
+    yield case(aten.pow.Tensor_Scalar, b, -0.5, id="pow-fractional")
+    yield case(aten.pow.Scalar, 2.0, a)
+    for op in (aten.remainder.Tensor, aten.fmod.Tensor):
+        yield case(op, a * 3, torch.tensor([1.5, -1.5, 2.0, -0.7, 0.3]))
+        yield case(op, torch.tensor([-7, -6, 5, 7]), torch.tensor([3, -4, -3, 2]), id=f"{op._schema.name[6:]}-int")
+    yield case(aten.remainder.Scalar, a, -1.5)
+    yield case(aten.fmod.Scalar, torch.tensor([-1e-8, -5.0, 5.0]), 3.0, id="fmod-tiny")
+    x, y = t(6, dtype=i32, low=-50, high=50), t(6, dtype=i32, low=-50, high=50)
+    p, q = t(6, dtype=boolean), t(6, dtype=boolean)
+    for name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        yield case(getattr(aten, name).Tensor, x, y)
+        yield case(getattr(aten, name).Tensor, p, q, id=f"{name}-bool")
+        yield case(getattr(aten, name).Scalar, x, 6)
+    yield case(aten.maximum.default, special(), torch.zeros(8), id="maximum-nan")
+
+
+def _predicate_cases():
+    a, b = t(3, 4, low=-2, high=2).round(), t(3, 4, low=-2, high=2).round()
+    for name in ("eq", "ne", "lt", "le", "gt", "ge"):
+        yield case(getattr(aten, name).Tensor, a, b)
+        yield case(getattr(aten, name).Scalar, a, 0.5)
+    yield case(aten.lt.Scalar, t(4, dtype=bf16), 0.1, id="lt-bf16-scalar")
+    yield case(aten.eq.Tensor, t(5, dtype=i64), t(5, dtype=f32).round(), id="eq-mixed")
+    p, q = t(6, dtype=boolean), t(6, dtype=i64, low=-1, high=2)
+    for name in ("logical_and", "logical_or", "logical_xor"):
+        yield case(getattr(aten, name).default, p, q)
+    yield case(aten.logical_not.default, q)
+    yield case(aten.bitwise_not.default, t(5, dtype=i64, low=-9, high=9))
+    yield case(aten.bitwise_not.default, p, id="bitwise_not-bool")
+    yield case(aten.isnan.default, special())
+    yield case(aten.isinf.default, special())
+    yield case(aten.isinf.default, t(4, dtype=i64), id="isinf-int")
+    yield case(aten.where.self, p, t(6), t(6, dtype=i64), id="where-promote")
+    yield case(aten.where.self, t(3, 1, dtype=boolean), t(3, 4, dtype=bf16), torch.tensor(-math.inf), id="where-broadcast")
+    yield case(aten.clamp.default, a, -0.5, 1.0)
+    yield case(aten.clamp.default, a, None, 0.25, id="clamp-max")
+    yield case(aten.clamp.default, special(), -1.0, id="clamp-min-nan")
+    yield case(aten.clamp.Tensor, a, b, None, id="clamp-tensor")
+    yield case(aten.clamp.default, t(5, dtype=i64, low=-9, high=9), -2, 3, id="clamp-int")
+    yield case(aten.round.decimals, t(6) * 10, decimals=2)
+
+
+def _creation_cases():
+    yield case(aten.full.default, [2, 3], 1.5)
+    yield case(aten.full.default, [2, 3], 7, dtype=i32, id="full-int")
+    yield case(aten.full.default, [], -math.inf, id="full-0d")
+    yield case(aten.full_like.default, t(2, 2), 3, dtype=bf16)
+    yield case(aten.fill.Scalar, t(2, 3, dtype=i64), 4)
+    yield case(aten.fill.Tensor, t(2, 3), torch.tensor(2.5, dtype=torch.float64))
+    yield case(aten.scalar_tensor.default, -math.inf)
+    yield case(aten.scalar_tensor.default, 3, dtype=i64, id="scalar_tensor-int")
+    yield case(aten.empty.memory_format, [3, 2], dtype=bf16, values=False)
+    yield case(aten.empty_strided.default, [3, 2], [1, 3], values=False)
+    yield case(aten.arange.start_step, 0, 10, 3)
+    yield case(aten.arange.start_step, 5, -4, -2, dtype=f32, id="arange-negative-step")
+    yield case(aten.arange.start_step, 0.0, 1.0, 0.1, id="arange-fractional")
+    yield case(aten.arange.start_step, 0, 64, 2, dtype=bf16, id="arange-bf16")
+    yield case(prims.iota.default, 5, start=3, step=-2, dtype=i64, device=torch.device("cpu"), requires_grad=False)
+    yield case(aten._to_copy.default, t(4, low=-3, high=3), dtype=i64, id="to_copy-f32-i64")
+    yield case(aten._to_copy.default, t(4), dtype=bf16, id="to_copy-f32-bf16")
+    yield case(aten._to_copy.default, special(), dtype=boolean, id="to_copy-f32-bool")
+    yield case(prims.convert_element_type.default, t(4, dtype=bf16), f32)
+    yield case(aten.clone.default, t(2, 3))
+    yield case(aten.alias.default, t(2, 3))
+    yield case(aten.lift_fresh_copy.default, t(2, 3))
+    yield case(aten.copy.default, t(2, 3), t(3, dtype=i64))
+
+
+def _shape_cases():
+    x = t(2, 3, 4)
+    yield case(aten.view.default, x, [4, -1])
+    yield case(aten.expand.default, t(3, 1), [2, -1, 4])
+    yield case(aten.permute.default, x, [2, -3, 1])
+    yield case(aten.unsqueeze.default, x, -1)
+    yield case(aten.squeeze.dim, t(3, 1, 2), 1)
+    yield case(aten.squeeze.dims, t(1, 3, 1), [0, 1, -1])
+    yield case(aten.squeeze.dim, torch.tensor(2.0), 0, id="squeeze-0d")
+    yield case(aten.slice.Tensor, x, 2, 1, None)
+    yield case(aten.slice.Tensor, x, -1, -3, 2**63 - 1, 2, id="slice-step-huge-end")
+    yield case(aten.slice.Tensor, x, 1, 5, 9, id="slice-empty")
+    yield case(aten.select.int, x, 1, -1)
+    yield case(aten.split_with_sizes.default, x, [1, 0, 3], -1)
+    yield case(aten.cat.default, [t(2, 3), t(1, 3, dtype=i64), t(0, 3)])
+    yield case(aten.cat.default, [t(2, 2), torch.empty(0)], 1, id="cat-legacy-empty")
+    yield case(aten.flip.default, x, [0, -1])
+    yield case(aten.repeat.default, t(2, 3), [2, 1, 3])
+    yield case(aten.constant_pad_nd.default, x, [1, 2, 0, 1], 0.5)
+    yield case(aten.constant_pad_nd.default, x, [-1, 2, 1, -2], id="pad-negative")
+    for offset, d1, d2 in ((0, 0, 1), (1, 1, 2), (-2, 2, 1), (5, 0, 1)):
+        yield case(aten.diagonal.default, t(3, 4, 5), offset, d1, d2, id=f"diagonal{offset}_{d1}{d2}")
+    for mode in ("reflection", "replication"):
+        for rank, padding in ((1, [2, 1]), (2, [1, 2, 0, 3]), (3, [1, 0, 2, 1, 1, 1])):
+            op, backward = getattr(aten, f"{mode}_pad{rank}d").default, getattr(aten, f"{mode}_pad{rank}d_backward").default
+            xp = t(2, *range(4, 4 + rank))
+            yield case(op, xp, padding)
+            yield case(backward, t(*op(xp, padding).shape), xp, padding)
+    for offset, d1, d2 in ((0, 0, 1), (1, 2, 1), (-1, 0, 2)):
+        src = torch.diagonal(t(3, 4, 5), offset, d1, d2).clone()
+        yield case(aten.diagonal_scatter.default, t(3, 4, 5), src, offset, d1, d2, id=f"diagonal_scatter{offset}_{d1}{d2}")
+    yield case(aten.slice_scatter.default, x, t(2, 3, 2), 2, 1, 3)
+    yield case(aten.slice_scatter.default, x, t(2, 2, 4), 1, 0, None, 2, id="slice_scatter-step")
+    yield case(aten.slice_scatter.default, x, t(2, 3, 4, dtype=i64), 0, id="slice_scatter-all-cast")
+    yield case(aten.select_scatter.default, x, t(2, 4), 1, -1)
+
+
+def _linalg_cases():
+    for dtype in (f32, bf16):
+        yield case(aten.mm.default, t(3, 4, dtype=dtype), t(4, 5, dtype=dtype), id=f"mm-{dtype}")
+        yield case(aten.bmm.default, t(2, 3, 4, dtype=dtype), t(2, 4, 5, dtype=dtype), id=f"bmm-{dtype}")
+        yield case(aten.addmm.default, t(5, dtype=dtype), t(3, 4, dtype=dtype), t(4, 5, dtype=dtype), id=f"addmm-{dtype}")
+    yield case(aten.addmm.default, t(3, 5), t(3, 4), t(4, 5), beta=0.5, alpha=2, id="addmm-scaled")
+    yield case(aten.addmm.default, torch.full((5,), math.nan), t(3, 4), t(4, 5), beta=0, id="addmm-beta0-nan")
+    yield case(aten.mm.default, t(3, 4, dtype=i64), t(4, 2, dtype=i64), id="mm-int")
+    yield case(aten.dot.default, t(6), t(6))
+    yield case(aten.mv.default, t(3, 6), t(6))
+
+
+def _reduction_cases():
+    x = t(3, 4, 5)
+    yield case(aten.sum.dim_IntList, x, [0, -1], True)
+    yield case(aten.sum.dim_IntList, x, None, id="sum-all")
+    yield case(aten.sum.dim_IntList, x, [], id="sum-empty-dims")
+    yield case(aten.sum.dim_IntList, t(3, 4, dtype=bf16), [1], id="sum-bf16")
+    yield case(aten.sum.dim_IntList, t(3, 4, dtype=i32), [1], id="sum-int-widens")
+    yield case(aten.sum.dim_IntList, t(3, 4, dtype=boolean), [0], id="sum-bool")
+    yield case(aten.sum.dim_IntList, x, [1], dtype=torch.float64, id="sum-dtype")
+    yield case(aten.mean.dim, x, [1], True)
+    yield case(aten.mean.dim, t(3, 8, dtype=bf16), [-1], id="mean-bf16")
+    yield case(aten.mean.default, x)
+    yield case(aten.mean.dim, t(3, 4, dtype=i64), [0], dtype=f32, id="mean-int-dtype")
+    yield case(aten.prod.dim_int, x, 1)
+    yield case(aten.prod.default, t(5, dtype=i32, low=1, high=4), id="prod-int")
+    yield case(aten.amax.default, x, [0, 2])
+    yield case(aten.amin.default, x, [], True, id="amin-all")
+    yield case(aten.max.default, special())
+    yield case(aten.min.default, t(4, dtype=i64))
+    yield case(aten.max.dim, distinct(3, 4), 1, True)
+    yield case(aten.min.dim, distinct(3, 4), 0)
+    yield case(aten.max.dim, torch.tensor([[1.0, 3.0, 3.0], [math.nan, 2.0, math.nan]]), 1, id="max-ties-nan")
+    yield case(aten.argmax.default, distinct(3, 4), 1)
+    yield case(aten.argmax.default, distinct(3, 4), None, True, id="argmax-all-keepdim")
+    yield case(aten.argmin.default, distinct(3, 4))
+    yield case(aten.any.default, t(3, 4, dtype=boolean))
+    yield case(aten.any.dim, t(3, 4, dtype=i64, low=0, high=2), 1, True)
+    yield case(aten.any.dims, t(3, 4) > 1.9, [0, 1])
+    yield case(aten.var.correction, x, [1], correction=0, keepdim=True)
+    yield case(aten.var.correction, x, None, id="var-all")
+    yield case(aten.var.correction, t(4, 6, dtype=bf16), [1], id="var-bf16")
+    yield case(aten.var.dim, x, [0, 2], False)
+    yield case(aten.cumsum.default, x, 1)
+    yield case(aten.cumsum.default, t(6, dtype=i32), 0, id="cumsum-int-widens")
+    yield case(aten.cumsum.default, t(4, 6, dtype=bf16), -1, id="cumsum-bf16")
+    yield case(aten.cumsum.default, torch.tensor(3.0), 0, id="cumsum-0d")
+    yield case(aten.cumprod.default, t(3, 4, low=0.5, high=1.5), 0)
+    for ord_ in (2, 1, 0, 3.5, math.inf, -math.inf):
+        yield case(aten.linalg_vector_norm.default, t(3, 4) * (t(3, 4) > 0), ord_, [1], id=f"vector_norm-{ord_}")
+    yield case(aten.linalg_vector_norm.default, t(3, 4, dtype=bf16), 2, None, True, dtype=f32, id="vector_norm-bf16-f32")
+
+
+def _nn_cases():
+    x = t(2, 3, 6, low=-4, high=4)
+    for dtype in (f32, bf16):
+        xd = x.to(dtype)
+        yield case(aten._softmax.default, xd, -1, False, id=f"softmax-{dtype}")
+        yield case(aten._log_softmax.default, xd, 1, False, id=f"log_softmax-{dtype}")
+    yield case(aten._softmax.default, torch.tensor([[0.0, -math.inf], [-math.inf, -math.inf]]), 1, False, id="softmax-masked")
+    out = torch.softmax(x, -1)
+    yield case(aten._softmax_backward_data.default, t(2, 3, 6), out, -1, f32)
+    yield case(aten._log_softmax_backward_data.default, t(2, 3, 6), torch.log_softmax(x, 1), 1, f32)
+    yield case(aten._softmax_backward_data.default, t(3, 6, dtype=bf16), out[0].to(bf16), -1, bf16, id="softmax_backward-bf16")
+    yield case(aten.relu.default, special())
+    yield case(aten.relu.default, t(5, dtype=i64, low=-5, high=5), id="relu-int")
+    yield case(aten.hardtanh.default, x, -0.5, 2.0)
+    yield case(aten.leaky_relu.default, x, 0.2)
+    yield case(aten.elu.default, x, 1.5, 2.0, 0.5)
+    for approximate in ("none", "tanh"):
+        for dtype in (f32, bf16):
+            yield case(aten.gelu.default, x.to(dtype), approximate=approximate, id=f"gelu-{approximate}-{dtype}")
+    yield case(aten.native_layer_norm.default, x, [6], t(6), t(6), 1e-5)
+    yield case(aten.native_layer_norm.default, x, [3, 6], None, None, 1e-5, id="layer_norm-2d-plain")
+    yield case(aten.native_layer_norm.default, x.to(bf16), [6], t(6, dtype=bf16), None, 1e-5, id="layer_norm-bf16")
+    yield case(aten.native_group_norm.default, t(2, 4, 3, 2), t(4), t(4), 2, 4, 6, 2, 1e-5)
+    bn = (t(4, 3, 5), t(3), t(3), t(3), t(3, low=0.5, high=2))
+    yield case(aten._native_batch_norm_legit_no_training.default, *bn, 0.1, 1e-5)
+    yield case(aten._native_batch_norm_legit.no_stats, bn[0], bn[1], bn[2], True, 0.1, 1e-5)
+    yield case(aten._native_batch_norm_legit_functional.default, *bn[:3], bn[3], bn[4], True, 0.1, 1e-5)
+    yield case(aten.native_dropout.default, x, 0.5, False)
+    yield case(aten.native_dropout.default, x, 0.0, True, id="native_dropout-p0")
+    q, k, v = t(2, 2, 5, 4), t(2, 2, 7, 4), t(2, 2, 7, 4)
+    sdpa = aten._scaled_dot_product_flash_attention_for_cpu.default
+    yield case(sdpa, q, k, v)
+    yield case(sdpa, q, k, v, is_causal=True, scale=0.3, id="sdpa-causal")
+    yield case(sdpa, q, k, v, attn_mask=t(2, 1, 5, 7), id="sdpa-float-mask")
+    yield case(sdpa, q.to(bf16), k.to(bf16), v.to(bf16), is_causal=True, id="sdpa-bf16")
+    sdpa_bw = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    for causal, mask in ((False, None), (True, None), (False, t(5, 7))):
+        out, lse = sdpa(q, k, v, is_causal=causal, attn_mask=mask)
+        yield case(sdpa_bw, t(2, 2, 5, 4), q, k, v, out, lse, 0.0, causal, attn_mask=mask,
+                   id=f"sdpa_backward-causal{causal}-mask{mask is not None}")
+
+
+def _conv_cases():
+    conv, conv_bw = aten.convolution.default, aten.convolution_backward.default
+    geometries = {  # x, weight, stride, padding, dilation, transposed, output_padding, groups
+        "2d-grouped-strided": (t(2, 4, 7, 8), t(6, 2, 3, 2), [2, 1], [1, 0], [1, 2], False, [0, 0], 2),
+        "1d-dilated": (t(2, 3, 9), t(5, 3, 3), [1], [2], [2], False, [0], 1),
+        "3d": (t(1, 2, 4, 5, 3), t(3, 2, 2, 3, 1), [1, 2, 1], [0, 1, 0], [1, 1, 1], False, [0, 0, 0], 1),
+        "2d-transposed": (t(2, 4, 5, 4), t(4, 3, 3, 3), [2, 2], [1, 1], [1, 1], True, [1, 0], 2),
+    }
+    for name, (x, w, *geometry) in geometries.items():
+        bias = t(w.shape[1] * geometry[-1] if geometry[3] else w.shape[0])
+        yield case(conv, x, w, bias, *geometry, id=f"convolution-{name}")
+        grad = t(*conv(x, w, bias, *geometry).shape)
+        yield case(conv_bw, grad, x, w, [bias.numel()], *geometry, [True, True, True], id=f"convolution_backward-{name}")
+    x, w = t(2, 3, 6, 6, dtype=bf16), t(4, 3, 3, 3, dtype=bf16)
+    yield case(conv, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, id="convolution-bf16-nobias")
+    yield case(conv_bw, t(2, 4, 6, 6, dtype=bf16), x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, False, False],
+               id="convolution_backward-bf16-input-only")
+
+
+def _pooling_cases():
+    x = t(2, 3, 7, 6)
+    for ceil_mode, include_pad, override in ((False, True, None), (True, False, None), (True, True, 5)):
+        geometry = ([3, 2], [2, 2], [1, 1], ceil_mode, include_pad, override)
+        name = f"ceil{ceil_mode}-pad{include_pad}-div{override}"
+        yield case(aten.avg_pool2d.default, x, *geometry, id=f"avg_pool2d-{name}")
+        grad = t(*torch.ops.aten.avg_pool2d(x, *geometry).shape)
+        yield case(aten.avg_pool2d_backward.default, grad, x, *geometry, id=f"avg_pool2d_backward-{name}")
+    yield case(aten.avg_pool2d.default, t(3, 5, 5, dtype=bf16), [2, 2], id="avg_pool2d-unbatched-bf16")
+    x3 = t(1, 2, 5, 4, 6)
+    yield case(aten.avg_pool3d.default, x3, [2, 2, 3], [1, 2, 2], [1, 0, 1])
+    yield case(aten.avg_pool3d_backward.default, t(1, 2, 6, 2, 3), x3, [2, 2, 3], [1, 2, 2], [1, 0, 1], False, True, None)
+    for ceil_mode in (False, True):
+        geometry = ([3, 3], [2, 2], [1, 1], [1, 1], ceil_mode)
+        xd = distinct(2, 3, 7, 6)
+        values, indices = aten.max_pool2d_with_indices(xd, *geometry)
+        yield case(aten.max_pool2d_with_indices.default, xd, *geometry, id=f"max_pool2d-ceil{ceil_mode}")
+        yield case(aten.max_pool2d_with_indices_backward.default, t(*values.shape), xd, *geometry, indices, id=f"max_pool2d_backward-ceil{ceil_mode}")
+    x3 = distinct(1, 2, 5, 4, 6)
+    geometry = ([2, 2, 3], [1, 2, 2], [1, 0, 1], [1, 1, 2], False)
+    values, indices = aten.max_pool3d_with_indices(x3, *geometry)
+    yield case(aten.max_pool3d_with_indices.default, x3, *geometry)
+    yield case(aten.max_pool3d_with_indices_backward.default, t(*values.shape), x3, *geometry, indices)
+    yield case(aten._adaptive_avg_pool2d.default, t(2, 3, 7, 5), [3, 4])
+    yield case(aten._adaptive_avg_pool2d_backward.default, t(2, 3, 3, 4), t(2, 3, 7, 5))
+
+
+def _indexing_cases():
+    x = t(4, 5, 6)
+    idx = torch.tensor([[3, 0], [1, 1]])
+    yield case(aten.index_select.default, x, 1, torch.tensor([4, 0, 0]))
+    yield case(aten.index_select.default, x, -1, torch.tensor(2), id="index_select-0d-index")
+    yield case(aten.embedding.default, t(10, 3), torch.tensor([[1, 9], [0, 1]]))
+    yield case(aten.index.Tensor, x, [idx])
+    yield case(aten.index.Tensor, x, [None, torch.tensor([-1, 2, 0])], id="index-negative")
+    yield case(aten.index.Tensor, x, [None, idx, torch.tensor([5, -6])], id="index-adjacent")
+    yield case(aten.index.Tensor, x, [idx, None, torch.tensor([0, 5])], id="index-separated")
+    for accumulate in (False, True):
+        yield case(aten.index_put.default, x, [None, torch.tensor([4, 0, 2])], t(3, 6), accumulate, id=f"index_put-{accumulate}")
+        yield case(aten.index_put.default, x, [torch.tensor([1, -1]), None, torch.tensor([0, 5])], t(5), accumulate,
+                   id=f"index_put-separated-{accumulate}")
+    yield case(aten.index_put.default, x, [torch.tensor([0, 2, 0])], torch.tensor(1.0), True, id="index_put-duplicates-accumulate")
+    mask = torch.tensor([[True, False, True, False, False], [False, True, True, False, True]])
+    yield case(aten.index_put.default, t(2, 5, 3), [mask], t(5, 3), id="index_put-mask-rows")
+    yield case(aten.index_put.default, t(2, 5, 3), [mask], torch.tensor(-1.0), True, id="index_put-mask-scalar-accumulate")
+    yield case(aten.index_put.default, x, [None, None, t(6) > 0], t(1), id="index_put-mask-inner")
+    yield case(aten.index_select.default, torch.tensor(3.0), 0, torch.tensor([0]), id="index_select-0d-input")
+    gather_index = torch.tensor([[0, 3, 3], [2, 1, 0]])
+    yield case(aten.gather.default, t(3, 4), 1, gather_index)
+    yield case(aten.gather.default, t(3, 4), 0, torch.tensor([[2, 0], [1, 1]]), id="gather-small-index")
+    yield case(aten.scatter_add.default, t(3, 5), 1, gather_index, t(2, 4))
+    yield case(aten.scatter_add.default, t(4, 3), 0, torch.tensor([[0, 1, 0], [0, 3, 0]]), t(2, 3), id="scatter_add-dim0")
+    yield case(aten.scatter.src, t(3, 5), 1, torch.tensor([[0, 3, 4], [2, 1, 0]]), t(2, 4))
+    yield case(aten.scatter.value, t(3, 5, dtype=i64), 0, torch.tensor([[2, 0, 1]]), 7)
+    for reduce in ("sum", "mean"):
+        for include_self in (True, False):
+            yield case(aten.scatter_reduce.two, t(3, 5), 1, gather_index, t(2, 3), reduce, include_self=include_self,
+                       id=f"scatter_reduce-{reduce}-{include_self}")
+    yield case(aten.masked_scatter.default, t(3, 4), t(4, dtype=boolean), t(20))
+
+
+def _sorting_cases():
+    x = distinct(3, 6)
+    yield case(aten.sort.default, x)
+    yield case(aten.sort.default, x, 0, True, id="sort-descending")
+    yield case(aten.sort.stable, torch.tensor([2, 1, 2, 1, 0]), stable=True, descending=True, id="sort-stable-ties")
+    yield case(aten.sort.default, t(7, dtype=i64, low=-9, high=9), id="sort-int")
+    yield case(aten.topk.default, x, 3)
+    yield case(aten.topk.default, x, 2, 0, False, id="topk-smallest")
+
+
+CASES = [
+    *_unary_cases(), *_binary_cases(), *_predicate_cases(), *_creation_cases(), *_shape_cases(),
+    *_linalg_cases(), *_reduction_cases(), *_nn_cases(), *_conv_cases(), *_pooling_cases(), *_indexing_cases(),
+    *_sorting_cases(),
+]
+
+TOLERANCE = {torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (1e-3, 1e-3), torch.float32: (1e-5, 1e-5)}
+
+
+def _outputs(value):
+    return value if isinstance(value, tuple) else (value,)
+
+
+def _types(expected):
+    types = [None if e is None else TensorType(tuple(e.shape), DType.from_torch(e.dtype)) for e in _outputs(expected)]
+    return tuple(types) if isinstance(expected, tuple) else types[0]
+
+
+def _check(got, expected, tol, values):
+    got, expected = _outputs(got), _outputs(expected)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        if e is None:  # an output the node does not ask for
+            continue
+        g = numpy_to_torch(np.asarray(g))
+        assert (tuple(g.shape), g.dtype) == (tuple(e.shape), e.dtype)
+        if values:
+            rtol, atol = tol or TOLERANCE.get(e.dtype, (0, 0))
+            torch.testing.assert_close(g, e, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def _numpy(value):
+    return torch_to_numpy(value) if isinstance(value, torch.Tensor) else value
+
+
+def _traced(op, rule, args, kwargs, expected):
+    """Lower the op as a one-node FX graph, the way the compiler lowers a fused subgraph, and
+    run the kernel's generated NumPy source."""
+    graph = torch.fx.Graph()
+    inputs = []
+
+    def placeholder(value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        node = graph.placeholder(f"arg{len(inputs)}")
+        node.meta["val"] = value
+        inputs.append(value)
+        return node
+
+    fx_args, fx_kwargs = tree_map(placeholder, (args, kwargs))
+    node = graph.call_function(op, fx_args, fx_kwargs)
+    node.meta["val"], node.meta[RULE] = expected, rule
+    if isinstance(expected, tuple):
+        wanted = [i for i, e in enumerate(expected) if e is not None]
+        graph.output(tuple(graph.call_function(operator.getitem, (node, i)) for i in wanted))
+    else:
+        graph.output(node)
+    kernel = lower_subgraph(torch.fx.GraphModule(torch.nn.Module(), graph), "case")
+    results = iter(codegen.load(codegen.generate(kernel))(*(torch_to_numpy(i) for i in inputs)))
+    if isinstance(expected, tuple):
+        return tuple(None if e is None else next(results) for e in expected)
+    return next(results)
+
+
+@pytest.mark.parametrize(("op", "args", "kwargs", "tol", "values"), CASES)
+def test_rule_matches_torch(op, args, kwargs, tol, values):
+    expected = op(*args, **kwargs)
+    if isinstance(expected, list):
+        expected = tuple(expected)
+    (rule,) = REGISTRY.rules_for(op)
+    ctx = LoweringContext(op, "case", _types(expected))
+    np_args, np_kwargs = tree_map(_numpy, (args, kwargs))
+    _check(rule.fn(ctx, *np_args, **np_kwargs), expected, tol, values)
+    _check(_traced(op, rule, args, kwargs, expected), expected, tol, values)
+
+
+def test_every_registered_overload_has_a_case():
+    tested = {REGISTRY.rules_for(p.values[0])[0].op for p in CASES}
+    assert sorted(set(REGISTRY.ops()) - tested) == []
