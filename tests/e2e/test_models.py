@@ -43,23 +43,6 @@ def _model(name: str):
     return model, model.example_input(seed=1)
 
 
-def _multi_output_ops_fuse() -> bool:
-    """Whether the core keeps a multi-output op and its consumers in one kernel (it cuts the
-    graph at the tuple's ``getitem`` nodes while ``compiler._Support`` rejects them)."""
-    kernels = []
-
-    def count(gm, inputs, config):
-        out = compile_graph(gm, inputs, config)
-        kernels.append(sum(isinstance(m, KernelCall) for m in out.children()))
-        return out
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("nkipy_core.backend.compile_graph", count)
-        torch.compile(lambda x: torch.max(x, 1).values.exp() + x[:, 0], backend="nkipy")(torch.randn(3, 4))
-    torch._dynamo.reset()
-    return kernels == [1]
-
-
 def _assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: str) -> None:
     assert actual.dtype == expected.dtype and actual.shape == expected.shape, what
     scale = expected.float().abs().max().clamp_min(1e-6)
@@ -69,7 +52,7 @@ def _assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dty
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name", ["mlp", "llama", "llama-sdpa"])
-def test_training_step_is_one_kernel_per_graph_and_matches_eager(name, dtype, graphs, request):
+def test_training_step_is_one_kernel_per_graph_and_matches_eager(name, dtype, graphs):
     model, x = _model(name)
     model, x = model.to(dtype), x.to(dtype)
     reference = copy.deepcopy(model)
@@ -89,8 +72,6 @@ def test_training_step_is_one_kernel_per_graph_and_matches_eager(name, dtype, gr
     for (param, p), q in zip(model.named_parameters(), reference.parameters()):
         _assert_close(p.grad, q.grad, dtype, f"gradient of {param}")
 
-    if name == "llama-sdpa" and not _multi_output_ops_fuse():
-        request.applymarker(pytest.mark.xfail(strict=True, reason="core bug: the partitioner cuts at getitem nodes"))
     assert [sum(isinstance(m, KernelCall) for m in gm.children()) for gm in graphs] == [1, 1]
 
 

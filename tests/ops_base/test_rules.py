@@ -345,6 +345,15 @@ def _pooling_cases():
     values, indices = aten.max_pool3d_with_indices(x3, *geometry)
     yield case(aten.max_pool3d_with_indices.default, x3, *geometry)
     yield case(aten.max_pool3d_with_indices_backward.default, t(*values.shape), x3, *geometry, indices)
+    yield case(aten.col2im.default, t(2, 3 * 6, 12), [5, 4], [2, 3], [1, 1], [1, 0], [1, 1])
+    yield case(aten.col2im.default, t(3 * 4, 6), [4, 6], [2, 2], [1, 2], [0, 0], [2, 1], id="col2im-unbatched-dilated")
+    for size, scales in (([7, 10], None), (None, [2.0, 1.5]), ([3, 2], None)):
+        yield case(aten.upsample_nearest2d.vec, t(2, 3, 4, 5), size, scales, id=f"upsample_nearest2d-{size}-{scales}")
+        for align in (False, True):
+            yield case(aten.upsample_bilinear2d.vec, t(2, 3, 4, 5), size, align, scales, id=f"upsample_bilinear2d-{size}-{scales}-{align}")
+    yield case(aten.upsample_nearest2d_backward.default, t(2, 3, 7, 10), [7, 10], [2, 3, 4, 5])
+    yield case(aten.upsample_bilinear2d_backward.default, t(2, 3, 8, 7), [8, 7], [2, 3, 4, 5], False, 2.0, 1.5)
+    yield case(aten.upsample_bilinear2d.vec, t(1, 2, 4, 4, dtype=bf16), [6, 6], True, None, id="upsample_bilinear2d-bf16")
     yield case(aten._adaptive_avg_pool2d.default, t(2, 3, 7, 5), [3, 4])
     yield case(aten._adaptive_avg_pool2d_backward.default, t(2, 3, 3, 4), t(2, 3, 7, 5))
 

@@ -166,6 +166,8 @@ RULE = "nkipy_rule"
 
 class _Support(OperatorSupportBase):
     def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        if node.target is operator.getitem:  # a result of a lowered multi-output op
+            return RULE in node.args[0].meta
         return RULE in node.meta
 
 

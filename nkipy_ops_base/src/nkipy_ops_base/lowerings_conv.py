@@ -1,5 +1,5 @@
 """Convolution, forward and backward, any number of spatial dims, grouped, strided, dilated,
-padded and transposed: ``convolution`` and ``convolution_backward``.
+padded and transposed: ``convolution`` and ``convolution_backward``; and ``col2im`` (``fold``).
 
 A convolution is a matrix product with the input's windows (``windows.im2col``); its adjoint
 puts columns back (``windows.col2im``), which gives both the input gradient and the transposed
@@ -14,9 +14,9 @@ import torch
 
 from nkipy_core import knp
 
+from . import windows
 from .opmath import compute_dtype, upcast
 from .rules import RULES
-from .windows import col2im, im2col, output_size
 
 aten = torch.ops.aten
 
@@ -34,9 +34,9 @@ def _conv(x, w, stride, padding, dilation, groups):
     """``x (N, C, *S)`` with ``w (O, C/g, *K)``: columns of the padded input times the weight."""
     n, c = x.shape[:2]
     kernel = w.shape[2:]
-    out = [output_size(s, k, st, p, d) for s, k, st, p, d in zip(x.shape[2:], kernel, stride, padding, dilation)]
+    out = [windows.output_size(s, k, st, p, d) for s, k, st, p, d in zip(x.shape[2:], kernel, stride, padding, dilation)]
     padded = knp.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
-    columns = knp.reshape(im2col(padded, kernel, stride, dilation, out), (n, groups, -1, math.prod(out)))
+    columns = knp.reshape(windows.im2col(padded, kernel, stride, dilation, out), (n, groups, -1, math.prod(out)))
     y = knp.matmul(knp.reshape(w, (groups, w.shape[0] // groups, -1)), columns)
     return knp.reshape(y, (n, w.shape[0], *out))
 
@@ -50,7 +50,7 @@ def _conv_adjoint(y, w, canvas, stride, padding, dilation, groups):
     columns = knp.matmul(weight, knp.reshape(y, (n, groups, o // groups, -1)))
     columns = knp.reshape(columns, (n, w.shape[1] * groups, math.prod(kernel), -1))
     padded = [c + 2 * p for c, p in zip(canvas, padding)]
-    full = col2im(columns, padded, kernel, stride, dilation, y.shape[2:])
+    full = windows.col2im(columns, padded, kernel, stride, dilation, y.shape[2:])
     return full[(slice(None), slice(None)) + tuple(slice(p, p + c) for p, c in zip(padding, canvas))]
 
 
@@ -60,7 +60,7 @@ def _conv_weight_grad(x, g, kernel, stride, padding, dilation, groups):
     the output gradient and ``g`` the input: the weight gradient of the adjoint)."""
     n, c = x.shape[:2]
     padded = knp.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
-    columns = knp.reshape(im2col(padded, kernel, stride, dilation, g.shape[2:]), (n, groups, -1, math.prod(g.shape[2:])))
+    columns = knp.reshape(windows.im2col(padded, kernel, stride, dilation, g.shape[2:]), (n, groups, -1, math.prod(g.shape[2:])))
     grads = knp.reshape(g, (n, groups, g.shape[1] // groups, -1))
     weight = knp.sum(knp.matmul(grads, _swap_last(columns)), 0)
     return knp.reshape(weight, (g.shape[1], c // groups, *kernel))
@@ -110,3 +110,15 @@ def convolution_backward(ctx, grad_output, x, weight, bias_sizes, stride, paddin
     if output_mask[2]:
         grads[2] = knp.sum(g, (0, *range(2, g.ndim)))
     return tuple(None if v is None else knp.astype(v, t.dtype) for v, t in zip(grads, ctx.out))
+
+
+@RULES.register(aten.col2im.default)
+def col2im(ctx, x, output_size, kernel_size, dilation, padding, stride):
+    """``(N, C·prod(kernel), L)`` columns summed back into ``(N, C, *output_size)``."""
+    batched = x if x.ndim == 3 else knp.expand_dims(x, 0)
+    grid = [windows.output_size(n, k, s, p, d) for n, k, s, p, d in zip(output_size, kernel_size, stride, padding, dilation)]
+    columns = knp.reshape(upcast(batched, ctx.out_dtype), (batched.shape[0], -1, math.prod(kernel_size), math.prod(grid)))
+    padded = [n + 2 * p for n, p in zip(output_size, padding)]
+    full = windows.col2im(columns, padded, kernel_size, stride, dilation, grid)
+    y = full[(slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in zip(padding, output_size))]
+    return knp.astype(knp.reshape(y, ctx.out.shape), ctx.out_dtype)

@@ -12,8 +12,8 @@ from . import (  # noqa: E402,F401
     lowerings_indexing,
     lowerings_linalg,
     lowerings_nn,
-    lowerings_pooling,
     lowerings_reduction,
     lowerings_shape,
     lowerings_sorting,
+    lowerings_spatial,
 )

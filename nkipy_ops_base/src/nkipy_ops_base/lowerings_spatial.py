@@ -1,10 +1,12 @@
-"""Pooling over the trailing 2 or 3 dims, forward and backward: average, max (with the indices
-torch returns) and adaptive average.
+"""Spatial ops over the trailing 2 or 3 dims, forward and backward: pooling (average, max with
+the indices torch returns, adaptive average) and resampling (nearest and bilinear upsampling).
 
 Windows come from ``windows``; the averages' divisors depend only on shapes, so they are
 computed here as constants with ATen's rules for padding and ``ceil_mode``. Max-pool indices
 are flat positions in the unpadded spatial extent, first maximum in window order; the backward
-scatters the gradient to them. Adaptive pooling multiplies by constant averaging matrices.
+scatters the gradient to them. Adaptive pooling and upsampling are linear maps along each
+spatial dim, so they multiply by constant matrices (built with ATen's index arithmetic, in f32)
+and their backward by the transposes.
 """
 
 from __future__ import annotations
@@ -136,15 +138,72 @@ def _averaging(size: int, out: int) -> np.ndarray:
     return matrix
 
 
+def _nearest(size: int, out: int, scale: float | None) -> np.ndarray:
+    """Row ``i`` picks input ``min(floor(i · size/out), size - 1)`` (``1/scale`` if given)."""
+    step = np.float32(1 / scale if scale else size / out)
+    source = np.minimum(np.floor(np.arange(out, dtype=np.float32) * step).astype(np.int64), size - 1)
+    return np.eye(size, dtype=np.float32)[source]
+
+
+def _linear(size: int, out: int, align_corners: bool, scale: float | None) -> np.ndarray:
+    """Row ``i`` mixes the two inputs around ATen's source coordinate for output ``i``."""
+    i = np.arange(out, dtype=np.float32)
+    if align_corners:
+        source = i * np.float32((size - 1) / (out - 1) if out > 1 else 0)
+    else:
+        source = np.maximum((i + np.float32(0.5)) * np.float32(1 / scale if scale else size / out) - np.float32(0.5), 0)
+    low = np.minimum(np.floor(source).astype(np.int64), size - 1)
+    high = np.minimum(low + 1, size - 1)
+    weight = (source - low).astype(np.float32)
+    matrix = np.zeros((out, size), np.float32)
+    np.add.at(matrix, (np.arange(out), low), 1 - weight)
+    np.add.at(matrix, (np.arange(out), high), weight)
+    return matrix
+
+
+def _separable(ctx, x, rows: np.ndarray, cols: np.ndarray):
+    """``rows @ x @ colsᵀ`` over the last two dims, in opmath."""
+    y = knp.matmul(knp.matmul(rows, upcast(x, ctx.out_dtype)), cols.T)
+    return knp.astype(y, ctx.out_dtype)
+
+
+def _scales(scale_factors) -> list:
+    return list(scale_factors) if scale_factors else [None, None]
+
+
 @RULES.register(aten._adaptive_avg_pool2d.default)
 def adaptive_avg_pool2d(ctx, x, output_size):
     rows, cols = (_averaging(n, o) for n, o in zip(x.shape[-2:], output_size))
-    y = knp.matmul(knp.matmul(rows, upcast(x, ctx.out_dtype)), cols.T)
-    return knp.astype(y, ctx.out_dtype)
+    return _separable(ctx, x, rows, cols)
 
 
 @RULES.register(aten._adaptive_avg_pool2d_backward.default)
 def adaptive_avg_pool2d_backward(ctx, grad_output, x):
     rows, cols = (_averaging(n, o) for n, o in zip(x.shape[-2:], grad_output.shape[-2:]))
-    g = knp.matmul(knp.matmul(rows.T, upcast(grad_output, ctx.out_dtype)), cols)
-    return knp.astype(g, ctx.out_dtype)
+    return _separable(ctx, grad_output, rows.T, cols.T)
+
+
+@RULES.register(aten.upsample_nearest2d.vec)
+def upsample_nearest2d(ctx, x, output_size, scale_factors):
+    rows, cols = (_nearest(n, o, s) for n, o, s in zip(x.shape[-2:], ctx.out.shape[-2:], _scales(scale_factors)))
+    return _separable(ctx, x, rows, cols)
+
+
+@RULES.register(aten.upsample_nearest2d_backward.default)
+def upsample_nearest2d_backward(ctx, grad_output, output_size, input_size, scales_h=None, scales_w=None):
+    rows, cols = (_nearest(n, o, s) for n, o, s in zip(input_size[-2:], output_size, (scales_h, scales_w)))
+    return _separable(ctx, grad_output, rows.T, cols.T)
+
+
+@RULES.register(aten.upsample_bilinear2d.vec)
+def upsample_bilinear2d(ctx, x, output_size, align_corners, scale_factors):
+    sizes = zip(x.shape[-2:], ctx.out.shape[-2:], _scales(scale_factors))
+    rows, cols = (_linear(n, o, align_corners, s) for n, o, s in sizes)
+    return _separable(ctx, x, rows, cols)
+
+
+@RULES.register(aten.upsample_bilinear2d_backward.default)
+def upsample_bilinear2d_backward(ctx, grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None):
+    sizes = zip(input_size[-2:], output_size, (scales_h, scales_w))
+    rows, cols = (_linear(n, o, align_corners, s) for n, o, s in sizes)
+    return _separable(ctx, grad_output, rows.T, cols.T)
