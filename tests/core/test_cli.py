@@ -1,8 +1,8 @@
 """The ``nkipy-ops`` CLI: what it lists is what the plugin manager loaded, in text and JSON.
 
 Most tests use the hermetic ``plugin_env`` (only nkipy-core's plugins plus in-process packs), so
-they pass in every tox environment. Tests marked ``needs_base`` check the real installed
-nkipy-ops-base; the ``fake_site`` tests put two real (tiny) distributions on ``sys.path`` to prove
+they pass in every tox environment (``tests/ops_base/test_cli_base.py`` checks the real installed
+nkipy-ops-base); the ``fake_site`` tests put two real (tiny) distributions on ``sys.path`` to prove
 third-party entry-point discovery, in-process and through the installed console script.
 """
 
@@ -35,7 +35,6 @@ def _installed(distribution):
 
 
 BASE_VERSION = _installed("nkipy-ops-base")
-needs_base = pytest.mark.skipif(BASE_VERSION is None, reason="nkipy-ops-base is not installed")
 
 
 def run(capsys, *argv):
@@ -312,42 +311,6 @@ def test_doctor_marks_failed_plugins_as_problems(plugin_env, capsys):
 
 
 # --------------------------------------------------------------------------- the real install
-
-
-@pytest.fixture
-def installed_plugins():
-    """The plugins actually installed in this environment, rebuilt before and after."""
-    plugins.reload()
-    yield plugins.get()
-    plugins.reload()
-
-
-@needs_base
-def test_installed_base_pack_lowers_add_tensor(installed_plugins, capsys):
-    code, out, err = run(capsys, "list")
-    assert code == 0, err
-    row = line_of(out, "aten::add.Tensor ")
-    assert row[1:4] == ["nkipy-ops-base", BASE_VERSION, "0"]
-    assert row[5].startswith("nkipy_ops_base/") and re.search(r"\.py:\d+$", row[5])
-
-    add = by(run_json(capsys, "list")["lowerings"], "op", "aten::add.Tensor")
-    assert (add["provider"], add["version"], add["plugin"]) == ("nkipy-ops-base", BASE_VERSION, "nkipy_ops_base")
-    assert add["qualname"].startswith("nkipy_ops_base.")
-
-
-@needs_base
-def test_installed_base_pack_filter_and_coverage(installed_plugins, capsys):
-    dashed = run_json(capsys, "list", "--pack", "nkipy-ops-base")["lowerings"]
-    underscored = run_json(capsys, "list", "--pack", "nkipy_ops_base")["lowerings"]
-    assert dashed == underscored and "aten::add.Tensor" in [r["op"] for r in dashed]
-    assert all(
-        "nkipy-ops-base" in [r["provider"], *(o["provider"] for o in r["overridden"])] for r in dashed
-    )
-    assert run_json(capsys, "list", "--pack", "nkipy-core")["lowerings"] == []
-
-    report = run_json(capsys, "list", "--coverage", "core-aten", "--pack", "nkipy_ops_base")
-    base_core = [r["op"] for r in dashed if torch.Tag.core in resolve_op(r["op"]).tags]
-    assert report["covered"] == len(base_core) and report["covered"] + len(report["missing"]) == report["total"]
 
 
 # --------------------------------------------------------------------------- real distributions on disk

@@ -82,6 +82,7 @@ PROGRAMS = {
     "sdpa-masks": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m) + F.scaled_dot_product_attention(q, k, v, attn_mask=m > 0, scale=0.2), lambda: (randn(2, 2, 5, 4), randn(2, 2, 7, 4), randn(2, 2, 7, 4), randn(5, 7)), True),
     "cnn": (_cnn, lambda: (randn(2, 3, 8, 8), randn(4, 3, 3, 3), randn(4), randn(6, 2, 3, 3)), True),
     "conv-transpose-1d-3d": (lambda x, w, v, u: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1).sum((2, 3)) + F.conv1d(x[..., 0], w[:, :, 0], dilation=2).sum(-1) + F.conv3d(v, u, padding=1).mean((1, 2, 3, 4)).reshape(2, 1), lambda: (randn(2, 4, 5, 5), randn(4, 4, 3, 3), randn(2, 2, 3, 4, 4), randn(3, 2, 2, 2, 2)), True),
+    "sdpa-grouped-query": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), lambda: (randn(2, 4, 6, 8), randn(2, 2, 6, 8), randn(2, 2, 6, 8)), True),
     "bf16-mlp": (lambda x, w1, w2: F.linear(F.silu(F.linear(x, w1)), w2).softmax(-1), lambda: (randn(4, 8, dtype=torch.bfloat16), randn(16, 8, dtype=torch.bfloat16), randn(8, 16, dtype=torch.bfloat16)), True),
     "bf16-norm-attention": (lambda x: F.scaled_dot_product_attention(*[F.layer_norm(x, (8,))] * 3, is_causal=True).mean(-1), lambda: (randn(2, 3, 6, 8, dtype=torch.bfloat16),), True),
 }
@@ -131,3 +132,9 @@ def test_math_constants_survive_bf16():
     x = torch.full((3,), 3.0, dtype=torch.bfloat16)
     fn = torch.compile(lambda v: v * math.pi, backend="nkipy", options={"strict": True})
     assert torch.equal(fn(x), x * math.pi)
+
+
+def test_bf16_scalar_result_keeps_its_shape():
+    x = randn(4, 6, dtype=torch.bfloat16)
+    fn = torch.compile(lambda v: F.mse_loss(v, v * 0.5), backend="nkipy", options={"strict": True})
+    _assert_close(fn(x), F.mse_loss(x, x * 0.5), "loss")

@@ -286,6 +286,7 @@ def _nn_cases():
     yield case(aten.native_group_norm.default, t(2, 4, 3, 2), t(4), t(4), 2, 4, 6, 2, 1e-5)
     bn = (t(4, 3, 5), t(3), t(3), t(3), t(3, low=0.5, high=2))
     yield case(aten._native_batch_norm_legit_no_training.default, *bn, 0.1, 1e-5)
+    yield case(aten._native_batch_norm_legit.default, *bn, False, 0.1, 1e-5)
     yield case(aten._native_batch_norm_legit.no_stats, bn[0], bn[1], bn[2], True, 0.1, 1e-5)
     yield case(aten._native_batch_norm_legit_functional.default, *bn[:3], bn[3], bn[4], True, 0.1, 1e-5)
     yield case(aten.native_dropout.default, x, 0.5, False)
@@ -295,9 +296,15 @@ def _nn_cases():
     yield case(sdpa, q, k, v)
     yield case(sdpa, q, k, v, is_causal=True, scale=0.3, id="sdpa-causal")
     yield case(sdpa, q, k, v, attn_mask=t(2, 1, 5, 7), id="sdpa-float-mask")
+    masked_row = torch.zeros(5, 7).index_fill_(0, torch.tensor([2]), -math.inf)
+    yield case(sdpa, q, k, v, attn_mask=masked_row, id="sdpa-masked-row")
     yield case(sdpa, q.to(bf16), k.to(bf16), v.to(bf16), is_causal=True, id="sdpa-bf16")
+    kv = t(2, 1, 7, 4), t(2, 1, 7, 4)
+    yield case(sdpa, q, *kv, is_causal=True, id="sdpa-grouped-query")
     sdpa_bw = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
-    for causal, mask in ((False, None), (True, None), (False, t(5, 7))):
+    out, lse = sdpa(q, *kv, is_causal=True)
+    yield case(sdpa_bw, t(2, 2, 5, 4), q, *kv, out, lse, 0.0, True, id="sdpa_backward-grouped-query")
+    for causal, mask in ((False, None), (True, None), (False, t(5, 7)), (False, masked_row)):
         out, lse = sdpa(q, k, v, is_causal=causal, attn_mask=mask)
         yield case(sdpa_bw, t(2, 2, 5, 4), q, k, v, out, lse, 0.0, causal, attn_mask=mask,
                    id=f"sdpa_backward-causal{causal}-mask{mask is not None}")
@@ -346,7 +353,7 @@ def _pooling_cases():
     yield case(aten.max_pool3d_with_indices.default, x3, *geometry)
     yield case(aten.max_pool3d_with_indices_backward.default, t(*values.shape), x3, *geometry, indices)
     yield case(aten.col2im.default, t(2, 3 * 6, 12), [5, 4], [2, 3], [1, 1], [1, 0], [1, 1])
-    yield case(aten.col2im.default, t(3 * 4, 6), [4, 6], [2, 2], [1, 2], [0, 0], [2, 1], id="col2im-unbatched-dilated")
+    yield case(aten.col2im.default, t(3 * 4, 8), [4, 6], [2, 2], [1, 2], [0, 0], [2, 1], id="col2im-unbatched-dilated")
     for size, scales in (([7, 10], None), (None, [2.0, 1.5]), ([3, 2], None)):
         yield case(aten.upsample_nearest2d.vec, t(2, 3, 4, 5), size, scales, id=f"upsample_nearest2d-{size}-{scales}")
         for align in (False, True):
@@ -460,7 +467,8 @@ def _traced(op, rule, args, kwargs, expected):
     else:
         graph.output(node)
     kernel = lower_subgraph(torch.fx.GraphModule(torch.nn.Module(), graph), "case")
-    results = iter(codegen.load(codegen.generate(kernel))(*(torch_to_numpy(i) for i in inputs)))
+    with np.errstate(all="ignore"):  # as the cpu runtime runs kernels: inf and nan are values
+        results = iter(codegen.load(codegen.generate(kernel))(*(torch_to_numpy(i) for i in inputs)))
     if isinstance(expected, tuple):
         return tuple(None if e is None else next(results) for e in expected)
     return next(results)

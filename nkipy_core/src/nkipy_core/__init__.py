@@ -31,5 +31,5 @@ __all__ = [
     "LoweringContext", "LoweringError", "LoweringRegistry", "NkipyError", "PluginConflictError",
     "PluginError", "Provenance", "RuntimeNotFoundError", "RuntimeRegistry",
     "RuleSet", "RuntimeUnavailableError", "Unsupported", "UnsupportedOpsError", "VerificationError",
-    "cache_stats", "hookimpl", "init_nkipy_backend", "knp",
+    "cache_stats", "config", "hookimpl", "init_nkipy_backend", "knp",
 ]

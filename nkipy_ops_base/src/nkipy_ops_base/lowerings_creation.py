@@ -8,6 +8,7 @@ have unspecified contents and are lowered as zeros.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from nkipy_core import knp
@@ -39,7 +40,7 @@ def scalar_tensor(ctx, s, **_):
     return knp.full((), s, ctx.out_dtype)
 
 
-@RULES.register(aten.empty.memory_format, aten.empty_strided.default)
+@RULES.register(aten.empty.memory_format, aten.empty_strided.default, aten.empty_permuted.default)
 def empty(ctx, size, *_, **__):
     return knp.zeros(ctx.out.shape, ctx.out_dtype)
 
@@ -60,6 +61,17 @@ def arange(ctx, start, end, step=1, **_):
 @RULES.register(prims.iota.default)
 def iota(ctx, length, *, start, step, **_):
     return _arange(ctx, start, step)
+
+
+@RULES.register(aten.triu_indices.default)
+def triu_indices(ctx, row, col, offset=0, **_):
+    """Coordinates of the upper triangle, row-major: a constant."""
+    return np.stack(np.triu_indices(row, offset, col)).astype(ctx.out_dtype.numpy)
+
+
+@RULES.register(aten.tril_indices.default)
+def tril_indices(ctx, row, col, offset=0, **_):
+    return np.stack(np.tril_indices(row, offset, col)).astype(ctx.out_dtype.numpy)
 
 
 @RULES.register(aten._to_copy.default, prims.convert_element_type.default)

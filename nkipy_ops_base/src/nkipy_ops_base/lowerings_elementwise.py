@@ -9,6 +9,8 @@ serves an op's ``Tensor`` and ``Scalar`` overloads alike.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from nkipy_core import knp
@@ -20,21 +22,23 @@ from .rules import RULES
 aten = torch.ops.aten
 
 
-def _arith(name: str, fn):
+def _arith(fn, op):
     def rule(ctx, *args):
         return opmath(ctx.out_dtype, fn, *args)
 
-    rule.__name__ = rule.__qualname__ = name
-    rule.__doc__ = f"``{name}`` computed in torch's opmath dtype, rounded once to the result dtype."
-    return rule
+    return _named(rule, op, "computed in torch's opmath dtype, rounded once to the result dtype")
 
 
-def _predicate(name: str, fn):
+def _predicate(fn, op):
     def rule(ctx, *args):
         return knp.astype(fn(*args), ctx.out_dtype)
 
-    rule.__name__ = rule.__qualname__ = name
-    rule.__doc__ = f"``{name}`` over the operands in their promoted dtype."
+    return _named(rule, op, "over the operands in their promoted dtype")
+
+
+def _named(rule, op, how: str):
+    rule.__name__ = rule.__qualname__ = op._schema.name.split("::")[-1]
+    rule.__doc__ = f"``{rule.__name__}`` {how}."
     return rule
 
 
@@ -56,78 +60,86 @@ def _trunc_divide(a, b):
     return knp.where(knp.logical_and(inexact, signs_differ), knp.add(q, 1), q)
 
 
-_UNARY = {
-    "abs": ((aten.abs.default,), knp.abs),
-    "acos": ((aten.acos.default,), knp.arccos),
-    "acosh": ((aten.acosh.default,), knp.arccosh),
-    "asin": ((aten.asin.default,), knp.arcsin),
-    "asinh": ((aten.asinh.default,), knp.arcsinh),
-    "atan": ((aten.atan.default,), knp.arctan),
-    "atanh": ((aten.atanh.default,), knp.arctanh),
-    "ceil": ((aten.ceil.default,), knp.ceil),
-    "cos": ((aten.cos.default,), knp.cos),
-    "cosh": ((aten.cosh.default,), knp.cosh),
-    "erf": ((aten.erf.default,), knp.erf),
-    "exp": ((aten.exp.default,), knp.exp),
-    "exp2": ((aten.exp2.default,), knp.exp2),
-    "expm1": ((aten.expm1.default,), knp.expm1),
-    "floor": ((aten.floor.default,), knp.floor),
-    "log": ((aten.log.default,), knp.log),
-    "log10": ((aten.log10.default,), knp.log10),
-    "log1p": ((aten.log1p.default,), knp.log1p),
-    "log2": ((aten.log2.default,), knp.log2),
-    "neg": ((aten.neg.default,), knp.negative),
-    "reciprocal": ((aten.reciprocal.default,), _reciprocal),
-    "round": ((aten.round.default,), knp.round),
-    "rsqrt": ((aten.rsqrt.default,), knp.rsqrt),
-    "sigmoid": ((aten.sigmoid.default,), knp.sigmoid),
-    "sign": ((aten.sign.default,), _sign),
-    "sin": ((aten.sin.default,), knp.sin),
-    "sinh": ((aten.sinh.default,), knp.sinh),
-    "sqrt": ((aten.sqrt.default,), knp.sqrt),
-    "tan": ((aten.tan.default,), knp.tan),
-    "tanh": ((aten.tanh.default,), knp.tanh),
-    "trunc": ((aten.trunc.default,), knp.trunc),
-}
+def _fmax(a, b):
+    """``maximum`` that ignores a NaN operand (NaN only if both are)."""
+    return knp.where(knp.isnan(b), a, knp.where(knp.isnan(a), b, knp.maximum(a, b)))
 
-_BINARY = {
-    "pow": ((aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar), knp.power),
-    "maximum": ((aten.maximum.default,), knp.maximum),
-    "minimum": ((aten.minimum.default,), knp.minimum),
-    "remainder": ((aten.remainder.Tensor, aten.remainder.Scalar), knp.remainder),
-    "fmod": ((aten.fmod.Tensor, aten.fmod.Scalar), knp.fmod),
-    "atan2": ((aten.atan2.default,), knp.arctan2),
-    "bitwise_and": ((aten.bitwise_and.Tensor, aten.bitwise_and.Scalar), knp.bitwise_and),
-    "bitwise_or": ((aten.bitwise_or.Tensor, aten.bitwise_or.Scalar), knp.bitwise_or),
-    "bitwise_xor": ((aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar), knp.bitwise_xor),
-}
 
-_PREDICATES = {
-    "eq": ((aten.eq.Tensor, aten.eq.Scalar), knp.equal),
-    "ne": ((aten.ne.Tensor, aten.ne.Scalar), knp.not_equal),
-    "lt": ((aten.lt.Tensor, aten.lt.Scalar), knp.less),
-    "le": ((aten.le.Tensor, aten.le.Scalar), knp.less_equal),
-    "gt": ((aten.gt.Tensor, aten.gt.Scalar), knp.greater),
-    "ge": ((aten.ge.Tensor, aten.ge.Scalar), knp.greater_equal),
-    "logical_and": ((aten.logical_and.default,), knp.logical_and),
-    "logical_or": ((aten.logical_or.default,), knp.logical_or),
-    "logical_xor": ((aten.logical_xor.default,), knp.logical_xor),
-    "logical_not": ((aten.logical_not.default,), knp.logical_not),
-    "bitwise_not": ((aten.bitwise_not.default,), knp.bitwise_not),
-    "isnan": ((aten.isnan.default,), knp.isnan),
-    "isinf": ((aten.isinf.default,), knp.isinf),
-}
+def _fmin(a, b):
+    return knp.where(knp.isnan(b), a, knp.where(knp.isnan(a), b, knp.minimum(a, b)))
+
+
+def _hypot(a, b):
+    """``sqrt(a² + b²)`` as ``big · sqrt(1 + (small/big)²)``, which does not overflow early;
+    infinite if either operand is, even with a NaN (as C's ``hypot``)."""
+    a, b = knp.abs(a), knp.abs(b)
+    big, small = knp.maximum(a, b), knp.minimum(a, b)
+    ratio = knp.divide(small, knp.where(knp.equal(big, 0), 1, big))
+    result = knp.multiply(big, knp.sqrt(knp.add(1, knp.multiply(ratio, ratio))))
+    return knp.where(knp.logical_or(knp.isinf(a), knp.isinf(b)), math.inf, result)
+
+
+#: (knp function, overloads it lowers); the rule is named after the ATen op
+_UNARY = [
+    (knp.abs, aten.abs.default), (knp.arccos, aten.acos.default), (knp.arccosh, aten.acosh.default),
+    (knp.arcsin, aten.asin.default), (knp.arcsinh, aten.asinh.default), (knp.arctan, aten.atan.default),
+    (knp.arctanh, aten.atanh.default), (knp.ceil, aten.ceil.default), (knp.cos, aten.cos.default),
+    (knp.cosh, aten.cosh.default), (knp.erf, aten.erf.default), (knp.exp, aten.exp.default),
+    (knp.exp2, aten.exp2.default), (knp.expm1, aten.expm1.default), (knp.floor, aten.floor.default),
+    (knp.log, aten.log.default), (knp.log10, aten.log10.default), (knp.log1p, aten.log1p.default),
+    (knp.log2, aten.log2.default), (knp.negative, aten.neg.default), (_reciprocal, aten.reciprocal.default),
+    (knp.round, aten.round.default), (knp.rsqrt, aten.rsqrt.default), (knp.sigmoid, aten.sigmoid.default),
+    (_sign, aten.sign.default), (knp.sin, aten.sin.default), (knp.sinh, aten.sinh.default),
+    (knp.sqrt, aten.sqrt.default), (knp.tan, aten.tan.default), (knp.tanh, aten.tanh.default),
+    (knp.trunc, aten.trunc.default),
+]
+
+_BINARY = [
+    (knp.power, aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar),
+    (knp.maximum, aten.maximum.default),
+    (knp.minimum, aten.minimum.default),
+    (_fmax, aten.fmax.default),
+    (_fmin, aten.fmin.default),
+    (_hypot, aten.hypot.default),
+    (knp.remainder, aten.remainder.Tensor, aten.remainder.Scalar),
+    (knp.fmod, aten.fmod.Tensor, aten.fmod.Scalar),
+    (knp.arctan2, aten.atan2.default),
+    (knp.bitwise_and, aten.bitwise_and.Tensor, aten.bitwise_and.Scalar),
+    (knp.bitwise_or, aten.bitwise_or.Tensor, aten.bitwise_or.Scalar),
+    (knp.bitwise_xor, aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar),
+]
+
+_PREDICATES = [
+    (knp.equal, aten.eq.Tensor, aten.eq.Scalar),
+    (knp.not_equal, aten.ne.Tensor, aten.ne.Scalar),
+    (knp.less, aten.lt.Tensor, aten.lt.Scalar),
+    (knp.less_equal, aten.le.Tensor, aten.le.Scalar),
+    (knp.greater, aten.gt.Tensor, aten.gt.Scalar),
+    (knp.greater_equal, aten.ge.Tensor, aten.ge.Scalar),
+    (knp.logical_and, aten.logical_and.default),
+    (knp.logical_or, aten.logical_or.default),
+    (knp.logical_xor, aten.logical_xor.default),
+    (knp.logical_not, aten.logical_not.default),
+    (knp.bitwise_not, aten.bitwise_not.default),
+    (knp.isnan, aten.isnan.default),
+    (knp.isinf, aten.isinf.default),
+]
 
 for _table, _factory in ((_UNARY, _arith), (_BINARY, _arith), (_PREDICATES, _predicate)):
-    for _name, (_ops, _fn) in _table.items():
-        RULES.register(*_ops)(_factory(_name, _fn))
+    for _fn, *_ops in _table:
+        RULES.register(*_ops)(_factory(_fn, _ops[0]))
+
+
+def _scaled(fn, alpha):
+    """``fn(a, alpha * b)``, the ``alpha`` form of ``add`` and ``sub``."""
+    return lambda a, b: fn(a, b if alpha == 1 else knp.multiply(b, alpha))
 
 
 @RULES.register(aten.add.Tensor, aten.add.Scalar)
 def add(ctx, x, other, alpha=1):
     if ctx.out_dtype is DType.bool:  # torch adds booleans as `or`
         return knp.logical_or(x, other)
-    return opmath(ctx.out_dtype, lambda a, b: knp.add(a, b if alpha == 1 else knp.multiply(b, alpha)), x, other)
+    return opmath(ctx.out_dtype, _scaled(knp.add, alpha), x, other)
 
 
 @RULES.register(aten.mul.Tensor, aten.mul.Scalar)
@@ -139,7 +151,7 @@ def mul(ctx, x, other):
 
 @RULES.register(aten.sub.Tensor, aten.sub.Scalar)
 def sub(ctx, x, other, alpha=1):
-    return opmath(ctx.out_dtype, lambda a, b: knp.subtract(a, b if alpha == 1 else knp.multiply(b, alpha)), x, other)
+    return opmath(ctx.out_dtype, _scaled(knp.subtract, alpha), x, other)
 
 
 _ROUNDING = {None: knp.divide, "trunc": _trunc_divide, "floor": knp.floor_divide}

@@ -1,13 +1,14 @@
 """Gathers and scatters: ``index_select``, ``gather``, ``embedding``, advanced indexing
-(``index.Tensor``, ``index_put``), ``scatter``/``scatter_add``/``scatter_reduce`` and
-``masked_scatter``.
+(``index.Tensor``, ``index_put``), ``scatter``/``scatter_add``/``scatter_reduce``, ``put``,
+``masked_scatter``; and searching sorted sequences.
 
 Everything is expressed with the ``take``, ``take_along_axis`` and ``scatter_add`` primitives.
 Multi-dimensional and elementwise scatters address a flattened tensor with linear indices. A
 scatter that overwrites (``index_put`` without ``accumulate``, ``scatter``) places the sum of
 the values written to each position; ATen leaves the result undefined when indices repeat, and
 for distinct indices this is exact. ``index_put`` with one boolean mask (``x[mask] = v``) is a
-``where``; reading with a boolean mask has a data-dependent shape and is declined.
+``where``; reading with a boolean mask has a data-dependent shape and is declined. Searching
+sorted sequences (``bucketize``, ``searchsorted``) counts the boundaries below each value.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from nkipy_core import knp
 from nkipy_core.ir import DType
 
 from .conventions import inverse_permutation, require
+from .opmath import is_array
 from .rules import RULES
 
 aten = torch.ops.aten
@@ -34,6 +36,13 @@ def _wrap(index, size: int):
     """Negative indices count from the end, as in Python and ``index.Tensor``."""
     index = knp.astype(index, DType.i64)
     return knp.where(knp.less(index, 0), knp.add(index, size), index)
+
+
+def _rank_in_mask(flat_mask, limit: int):
+    """For each element of a 1-D mask, how many true elements precede it, clipped to
+    ``[0, limit)``: which of ``limit`` consecutive values a true position receives."""
+    position = knp.subtract(knp.cumsum(knp.astype(flat_mask, DType.i64), 0), 1)
+    return knp.minimum(knp.maximum(position, 0), limit - 1)
 
 
 def _overwrite(x, flat_index, values):
@@ -115,8 +124,7 @@ def _masked_put(x, dim: int, mask, values, accumulate: bool):
     rank = dim + 1 + len(rest)
     values = knp.reshape(knp.astype(values, knp.dtype_of(x)), (1,) * (rank - values.ndim) + tuple(values.shape))
     flat_mask = knp.reshape(mask, (-1,))
-    position = knp.subtract(knp.cumsum(knp.astype(flat_mask, DType.i64), 0), 1)
-    position = knp.minimum(knp.maximum(position, 0), values.shape[dim] - 1)
+    position = _rank_in_mask(flat_mask, values.shape[dim])
     rows = knp.broadcast_to(knp.take(values, position, axis=dim), (*x.shape[:dim], flat_mask.shape[0], *rest))
     rows = knp.reshape(rows, x.shape)
     selected = knp.reshape(mask, (1,) * dim + tuple(mask.shape) + (1,) * len(rest))
@@ -166,7 +174,7 @@ def _scatter(x, dim, index, src, how: str):
     dim %= x.ndim
     positions = _linear_positions(x.shape, dim, knp.astype(index, DType.i64))
     flat_x = knp.reshape(x, (-1,))
-    if knp.is_traced(src) or isinstance(src, np.ndarray):
+    if is_array(src):
         src = _leading(src, index.shape)
     updates = knp.reshape(knp.broadcast_to(knp.astype(src, knp.dtype_of(x)), index.shape), (-1,))
     if how == "add":
@@ -203,6 +211,16 @@ def scatter_reduce(ctx, x, dim, index, src, reduce, *, include_self=True):
     return knp.floor_divide(total, count)
 
 
+@RULES.register(aten.put.default)
+def put(ctx, x, index, source, accumulate=False):
+    """``x.flatten()[index] = source`` (negative indices wrap), then ``x``'s shape again."""
+    flat_x = knp.reshape(x, (-1,))
+    positions = _wrap(knp.reshape(index, (-1,)), flat_x.shape[0])
+    updates = knp.reshape(knp.astype(source, knp.dtype_of(x)), (-1,))
+    out = knp.scatter_add(flat_x, positions, updates) if accumulate else _overwrite(flat_x, positions, updates)
+    return knp.reshape(out, x.shape)
+
+
 @RULES.register(aten.masked_scatter.default)
 def masked_scatter(ctx, x, mask, source):
     """Consecutive ``source`` elements go to the true positions of ``mask``, in row-major order."""
@@ -211,7 +229,34 @@ def masked_scatter(ctx, x, mask, source):
     flat_x = knp.reshape(knp.broadcast_to(x, shape), (-1,))
     if source.size == 0:
         return knp.reshape(flat_x, shape)
-    position = knp.subtract(knp.cumsum(knp.astype(flat_mask, DType.i64), 0), 1)
-    position = knp.minimum(knp.maximum(position, 0), source.size - 1)
-    taken = knp.take(knp.reshape(source, (-1,)), position)
+    taken = knp.take(knp.reshape(source, (-1,)), _rank_in_mask(flat_mask, source.size))
     return knp.reshape(knp.where(flat_mask, knp.astype(taken, knp.dtype_of(x)), flat_x), shape)
+
+
+# -- searching sorted sequences --------------------------------------------------------------------
+
+
+def _insertion_points(ctx, boundaries, values, right: bool):
+    """How many boundaries lie below each value (``<``, or ``<=`` if ``right``): its insertion
+    point. ``boundaries`` is 1-D, or sorted along its last dim with ``values``' leading dims.
+    NaN sorts last, as in torch."""
+    values = knp.asarray(values)
+    if boundaries.ndim == 1:
+        edges = knp.reshape(boundaries, (1,) * values.ndim + tuple(boundaries.shape))
+    else:
+        edges = knp.expand_dims(boundaries, -2)
+    below = (knp.less_equal if right else knp.less)(edges, knp.expand_dims(values, -1))
+    count = knp.sum(below, -1)
+    count = knp.where(knp.isnan(values), boundaries.shape[-1], count)
+    return knp.astype(count, ctx.out_dtype)
+
+
+@RULES.register(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def bucketize(ctx, x, boundaries, *, out_int32=False, right=False):
+    return _insertion_points(ctx, boundaries, x, right)
+
+
+@RULES.register(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def searchsorted(ctx, sorted_sequence, x, *, out_int32=False, right=False, side=None, sorter=None):
+    require(sorter is None, "searchsorted with a sorter permutation")
+    return _insertion_points(ctx, sorted_sequence, x, right or side == "right")

@@ -156,6 +156,14 @@ def _batch_norm(ctx, x, weight, bias, mean, var, eps):
     return knp.astype(_affine(y, upcast(weight, compute), upcast(bias, compute), channel), dtype), rstd
 
 
+@RULES.register(aten._native_batch_norm_legit.default)
+def batch_norm_legit(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Evaluation only: in training this op updates the running statistics in place (functional
+    graphs hold ``_native_batch_norm_legit_functional`` instead)."""
+    require(not training, "batch norm training that updates running statistics in place")
+    return batch_norm_inference(ctx, x, weight, bias, running_mean, running_var, momentum, eps)
+
+
 @RULES.register(aten._native_batch_norm_legit_no_training.default)
 def batch_norm_inference(ctx, x, weight, bias, running_mean, running_var, momentum, eps):
     """The saved statistics are the running ones, or empty where the node says so (torch's CPU
@@ -189,8 +197,9 @@ def batch_norm_functional(ctx, x, weight, bias, running_mean, running_var, train
     mean, var = _batch_stats(ctx, x)
     y, rstd = _batch_norm(ctx, x, weight, bias, mean, var, eps)
     n = x.size // x.shape[1]
-    new_mean = knp.add(knp.multiply(upcast(running_mean, DType.f32), 1 - momentum), knp.multiply(mean, momentum))
-    new_var = knp.add(knp.multiply(upcast(running_var, DType.f32), 1 - momentum), knp.multiply(var, momentum * n / max(n - 1, 1)))
+    stat = compute_dtype(ctx.out[3].dtype)
+    new_mean = knp.add(knp.multiply(upcast(running_mean, stat), 1 - momentum), knp.multiply(mean, momentum))
+    new_var = knp.add(knp.multiply(upcast(running_var, stat), 1 - momentum), knp.multiply(var, momentum * n / max(n - 1, 1)))
     stats = [knp.astype(v, t.dtype) for v, t in zip((mean, rstd, new_mean, new_var), ctx.out[1:])]
     return (y, *stats)
 
@@ -217,24 +226,44 @@ def _attention_scores(q, k, is_causal, attn_mask, scale):
     return scores
 
 
-def _check_attention(q, k, dropout_p):
+def _check_attention(q, k, dropout_p) -> int:
+    """How many query heads share each key/value head (grouped-query attention)."""
     require(dropout_p == 0, "attention dropout needs random numbers")
-    require(q.ndim == 4 and q.shape[1] == k.shape[1], "attention needs 4-D q/k/v with equal head counts")
+    require(q.ndim == 4 and q.shape[1] % k.shape[1] == 0, "attention needs 4-D q/k/v, query heads a multiple of kv heads")
+    return q.shape[1] // k.shape[1]
+
+
+def _repeat_heads(t, group: int):
+    """``(B, Hkv, S, E)`` to ``(B, Hkv·group, S, E)``: query head ``h`` reads kv head ``h // group``."""
+    if group == 1:
+        return t
+    b, h, s, e = t.shape
+    return knp.reshape(knp.broadcast_to(knp.expand_dims(t, 2), (b, h, group, s, e)), (b, h * group, s, e))
+
+
+def _sum_heads(t, group: int):
+    """The adjoint of ``_repeat_heads``: gradients of the query heads sharing a kv head add up."""
+    if group == 1:
+        return t
+    b, h, s, e = t.shape
+    return knp.sum(knp.reshape(t, (b, h // group, group, s, e)), 2)
 
 
 @RULES.register(aten._scaled_dot_product_flash_attention_for_cpu.default)
 def sdpa_flash_cpu(ctx, query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
     """Softmax attention and the log-sum-exp of each score row (what the backward consumes).
-    A row that is masked out entirely gives zeros, as torch's kernel does."""
-    _check_attention(query, key, dropout_p)
+    A row that is masked out entirely gives zeros and a log-sum-exp of 0, as torch's kernel does."""
+    group = _check_attention(query, key, dropout_p)
     out_t, lse_t = ctx.out
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
-    q, k, v = (upcast(t, out_t.dtype) for t in (query, key, value))
+    q = upcast(query, out_t.dtype)
+    k, v = (_repeat_heads(upcast(t, out_t.dtype), group) for t in (key, value))
     scores = _attention_scores(q, k, is_causal, attn_mask, scale)
     row_max = knp.max(scores, -1, keepdims=True)
     row_max = knp.where(knp.isinf(row_max), 0, row_max)
     lse = knp.add(knp.log(knp.sum(knp.exp(knp.subtract(scores, row_max)), -1, keepdims=True)), row_max)
-    probs = knp.exp(knp.subtract(scores, knp.where(knp.isinf(lse), 0, lse)))
+    lse = knp.where(knp.isinf(lse), 0, lse)
+    probs = knp.exp(knp.subtract(scores, lse))
     out = knp.matmul(probs, v)
     return knp.astype(out, out_t.dtype), knp.astype(knp.squeeze(lse, -1), lse_t.dtype)
 
@@ -243,17 +272,19 @@ def sdpa_flash_cpu(ctx, query, key, value, dropout_p=0.0, is_causal=False, *, at
 def sdpa_flash_cpu_backward(ctx, grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None):
     """Gradients from the recomputed probabilities ``P = exp(S - lse)``:
     ``dV = Pᵀ dO``, ``dS = P (dO Vᵀ - rowsum(dO ∘ O))``, ``dQ = dS K · scale``, ``dK = dSᵀ Q · scale``."""
-    _check_attention(query, key, dropout_p)
+    group = _check_attention(query, key, dropout_p)
     dtype = ctx.out[0].dtype
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
-    g, q, k, v, o = (upcast(t, dtype) for t in (grad_out, query, key, value, out))
+    g, q, o = (upcast(t, dtype) for t in (grad_out, query, out))
+    k, v = (_repeat_heads(upcast(t, dtype), group) for t in (key, value))
     lse = knp.expand_dims(knp.astype(logsumexp, compute_dtype(dtype)), -1)
     scores = _attention_scores(q, k, is_causal, attn_mask, scale)
-    probs = knp.exp(knp.subtract(scores, knp.where(knp.isinf(lse), 0, lse)))
+    probs = knp.exp(knp.subtract(scores, lse))
     swap = (0, 1, 3, 2)
     grad_v = knp.matmul(knp.transpose(probs, swap), g)
     delta = knp.sum(knp.multiply(g, o), -1, keepdims=True)
     grad_s = knp.multiply(probs, knp.subtract(knp.matmul(g, knp.transpose(v, swap)), delta))
     grad_q = knp.multiply(knp.matmul(grad_s, k), scale)
-    grad_k = knp.multiply(knp.matmul(knp.transpose(grad_s, swap), q), scale)
+    grad_k = _sum_heads(knp.multiply(knp.matmul(knp.transpose(grad_s, swap), q), scale), group)
+    grad_v = _sum_heads(grad_v, group)
     return tuple(knp.astype(t, d.dtype) for t, d in zip((grad_q, grad_k, grad_v), ctx.out))

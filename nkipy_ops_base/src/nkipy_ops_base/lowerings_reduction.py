@@ -1,5 +1,5 @@
-"""Reductions and scans: sums, means, products, extrema (with their indices), ``any``, ``var``,
-``cumsum`` and ``cumprod``.
+"""Reductions and scans: sums, means, products, extrema (with their indices), ``any``, variance,
+vector norms, ``cumsum`` and ``cumprod``.
 
 ATen spells "all dimensions" as ``dim=None`` or ``dim=[]``; ``conventions.axes`` turns either into
 explicit axes. Half floats accumulate in f32 and round once (the ``reduce`` primitive and
@@ -47,6 +47,15 @@ def amin(ctx, x, dim=(), keepdim=False):
     return knp.min(x, axes(dim, x.ndim), keepdim)
 
 
+def _argreduce(fn, x, dim, keepdim):
+    """Index of the first extreme along ``dim`` (of the flattened tensor if ``None``)."""
+    if x.ndim == 0:
+        return knp.zeros((), torch.int64)
+    if dim is None and keepdim:
+        return knp.reshape(fn(x), (1,) * x.ndim)
+    return fn(x, dim, keepdim)
+
+
 @RULES.register(aten.max.dim)
 def max_dim(ctx, x, dim, keepdim=False):
     return knp.max(x, axes(dim, x.ndim), keepdim), _argreduce(knp.argmax, x, dim, keepdim)
@@ -55,14 +64,6 @@ def max_dim(ctx, x, dim, keepdim=False):
 @RULES.register(aten.min.dim)
 def min_dim(ctx, x, dim, keepdim=False):
     return knp.min(x, axes(dim, x.ndim), keepdim), _argreduce(knp.argmin, x, dim, keepdim)
-
-
-def _argreduce(fn, x, dim, keepdim):
-    if x.ndim == 0:
-        return knp.zeros((), torch.int64)
-    if dim is None and keepdim:
-        return knp.reshape(fn(x), (1,) * x.ndim)
-    return fn(x, dim, keepdim)
 
 
 @RULES.register(aten.argmax.default)
@@ -80,27 +81,31 @@ def any_(ctx, x, dim=None, keepdim=False):
     return knp.astype(knp.any(x, axes(dim, x.ndim), keepdim), ctx.out_dtype)
 
 
-def _var(ctx, x, dim, correction, keepdim):
-    """``sum((x - mean)²) / max(N - correction, 0)``, two-pass in opmath."""
+def _var_mean(ctx, x, dim, correction, keepdim):
+    """``sum((x - mean)²) / max(N - correction, 0)`` and the mean, two-pass in opmath."""
     dtype = ctx.out_dtype
     x = upcast(x, dtype)
     reduced = axes(dim, x.ndim)
-    count = 1
-    for a in reduced:
-        count *= x.shape[a]
-    centered = knp.subtract(x, knp.mean(x, reduced, keepdims=True))
-    total = knp.sum(knp.multiply(centered, centered), reduced, keepdim)
-    return knp.astype(knp.divide(total, max(count - correction, 0)), dtype)
+    count = math.prod(x.shape[a] for a in reduced)
+    mean = knp.mean(x, reduced, keepdims=True)
+    centered = knp.subtract(x, mean)
+    var = knp.divide(knp.sum(knp.multiply(centered, centered), reduced, keepdim), max(count - correction, 0))
+    return knp.astype(var, dtype), knp.astype(mean if keepdim else knp.squeeze(mean, reduced), dtype)
 
 
 @RULES.register(aten.var.correction)
 def var(ctx, x, dim=None, *, correction=None, keepdim=False):
-    return _var(ctx, x, dim, 1 if correction is None else correction, keepdim)
+    return _var_mean(ctx, x, dim, 1 if correction is None else correction, keepdim)[0]
 
 
 @RULES.register(aten.var.dim)
 def var_dim(ctx, x, dim, unbiased=True, keepdim=False):
-    return _var(ctx, x, dim, int(unbiased), keepdim)
+    return _var_mean(ctx, x, dim, int(unbiased), keepdim)[0]
+
+
+@RULES.register(aten.var_mean.correction)
+def var_mean(ctx, x, dim=None, *, correction=None, keepdim=False):
+    return _var_mean(ctx, x, dim, 1 if correction is None else correction, keepdim)
 
 
 @RULES.register(aten.cumsum.default)

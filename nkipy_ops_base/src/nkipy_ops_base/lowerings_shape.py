@@ -99,12 +99,6 @@ def constant_pad_nd(ctx, x, pad, value=0):
     return knp.pad(x, pairs, value)
 
 
-def _diagonal_last(x, dim1: int, dim2: int) -> list[int]:
-    """The permutation moving ``dim1, dim2`` last (where the diagonal ops work)."""
-    d1, d2 = dim1 % x.ndim, dim2 % x.ndim
-    return [*(d for d in range(x.ndim) if d not in (d1, d2)), d1, d2]
-
-
 def _reflect(positions: np.ndarray, size: int) -> np.ndarray:
     return size - 1 - np.abs(size - 1 - np.abs(positions))
 
@@ -122,17 +116,13 @@ def _padded_sources(x_shape, padding, source):
         yield dim, source(np.arange(-low, x_shape[dim] + high), x_shape[dim])
 
 
-def _index_pad(source):
+def _index_pad(mode: str, source):
     def rule(ctx, x, padding):
         for dim, positions in _padded_sources(x.shape, padding, source):
             x = knp.take(x, positions, axis=dim)
         return x
 
-    return rule
-
-
-def _index_pad_backward(source):
-    def rule(ctx, grad_output, x, padding):
+    def backward(ctx, grad_output, x, padding):
         """Each output gradient is added to the input position it was copied from."""
         grad = grad_output
         for dim, positions in reversed(list(_padded_sources(x.shape, padding, source))):
@@ -140,17 +130,21 @@ def _index_pad_backward(source):
             grad = knp.scatter_add(knp.zeros(shape, knp.dtype_of(grad)), positions, grad, axis=dim)
         return grad
 
-    return rule
+    rule.__name__ = rule.__qualname__ = f"{mode}_pad"
+    backward.__name__ = backward.__qualname__ = f"{mode}_pad_backward"
+    for rank in (1, 2, 3):
+        RULES.register(getattr(aten, f"{mode}_pad{rank}d").default)(rule)
+        RULES.register(getattr(aten, f"{mode}_pad{rank}d_backward").default)(backward)
 
 
-for _source, _ops, _backward_ops in (
-    (_reflect, (aten.reflection_pad1d, aten.reflection_pad2d, aten.reflection_pad3d),
-     (aten.reflection_pad1d_backward, aten.reflection_pad2d_backward, aten.reflection_pad3d_backward)),
-    (_replicate, (aten.replication_pad1d, aten.replication_pad2d, aten.replication_pad3d),
-     (aten.replication_pad1d_backward, aten.replication_pad2d_backward, aten.replication_pad3d_backward)),
-):
-    RULES.register(*(op.default for op in _ops))(_index_pad(_source))
-    RULES.register(*(op.default for op in _backward_ops))(_index_pad_backward(_source))
+_index_pad("reflection", _reflect)
+_index_pad("replication", _replicate)
+
+
+def _diagonal_last(x, dim1: int, dim2: int) -> list[int]:
+    """The permutation moving ``dim1, dim2`` last (where the diagonal ops work)."""
+    d1, d2 = dim1 % x.ndim, dim2 % x.ndim
+    return [*(d for d in range(x.ndim) if d not in (d1, d2)), d1, d2]
 
 
 @RULES.register(aten.diagonal.default)
@@ -183,17 +177,19 @@ def diagonal_scatter(ctx, x, src, offset=0, dim1=0, dim2=1):
 def _scatter_slice(x, src, dim: int, start: int, end: int, step: int):
     """``x`` with ``x[..., start:end:step, ...] = src`` along ``dim``."""
     dim %= x.ndim
+    if src.shape[dim] == 0:
+        return x
     src = knp.astype(src, knp.dtype_of(x))
     if step == 1:
         pieces = [x[_along(x.ndim, dim, slice(0, start))], src, x[_along(x.ndim, dim, slice(end, None))]]
-        return knp.concatenate([p for p in pieces if p.shape[dim]], axis=dim) if src.shape[dim] else x
+        return knp.concatenate([p for p in pieces if p.shape[dim]], axis=dim)
     size = x.shape[dim]
     positions = knp.arange(size)
     hit = knp.logical_and(
         knp.logical_and(knp.greater_equal(positions, start), knp.less(positions, end)),
         knp.equal(knp.remainder(knp.subtract(positions, start), step), 0),
     )
-    source = knp.minimum(knp.maximum(knp.floor_divide(knp.subtract(positions, start), step), 0), max(src.shape[dim] - 1, 0))
+    source = knp.minimum(knp.maximum(knp.floor_divide(knp.subtract(positions, start), step), 0), src.shape[dim] - 1)
     placed = knp.take(src, source, axis=dim)
     mask = knp.reshape(hit, [size if d == dim else 1 for d in range(x.ndim)])
     return knp.where(mask, placed, x)

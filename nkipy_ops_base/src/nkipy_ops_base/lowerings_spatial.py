@@ -117,8 +117,16 @@ def max_pool_with_indices(ctx, x, kernel_size, stride=(), padding=(0,), dilation
 
 @RULES.register(aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default)
 def max_pool_with_indices_backward(ctx, grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    return _scatter_to_indices(ctx, grad_output, x, indices, _spatial(ctx))
+
+
+@RULES.register(aten.adaptive_max_pool2d_backward.default)
+def adaptive_max_pool2d_backward(ctx, grad_output, x, indices):
+    return _scatter_to_indices(ctx, grad_output, x, indices, 2)
+
+
+def _scatter_to_indices(ctx, grad_output, x, indices, spatial: int):
     """Scatter-add each output gradient to the flat input position its index names."""
-    spatial = _spatial(ctx)
     extent = math.prod(x.shape[-spatial:])
     planes = math.prod(x.shape[:-spatial])
     base = knp.multiply(knp.reshape(knp.arange(planes), (planes, 1)), extent)
@@ -126,6 +134,30 @@ def max_pool_with_indices_backward(ctx, grad_output, x, kernel_size, stride, pad
     grad = knp.reshape(knp.astype(grad_output, ctx.out_dtype), (-1,))
     flat = knp.scatter_add(knp.zeros((planes * extent,), ctx.out_dtype), positions, grad)
     return knp.reshape(flat, x.shape)
+
+
+def _adaptive_windows(size: int, out: int) -> np.ndarray:
+    """``(out, longest window)`` input positions of adaptive pooling's windows
+    ``[floor(i·size/out), ceil((i+1)·size/out))``, short windows repeating their last position."""
+    starts = [(i * size) // out for i in range(out)]
+    ends = [-(-((i + 1) * size) // out) for i in range(out)]
+    longest = max(e - s for s, e in zip(starts, ends))
+    return np.array([[min(s + j, e - 1) for j in range(longest)] for s, e in zip(starts, ends)])
+
+
+@RULES.register(aten.adaptive_max_pool2d.default)
+def adaptive_max_pool2d(ctx, x, output_size):
+    """Max over each window and its flat input position (first maximum in window order; the
+    repeated positions padding short windows come last and cannot win a tie)."""
+    rows, cols = (_adaptive_windows(n, o) for n, o in zip(x.shape[-2:], output_size))
+    (oh, lh), (ow, lw) = rows.shape, cols.shape
+    windows = knp.take(knp.take(x, rows, axis=-2), cols, axis=-1)  # (..., oh, lh, ow, lw)
+    lead = list(range(x.ndim - 2))
+    windows = knp.reshape(knp.transpose(windows, [*lead, x.ndim - 2, x.ndim, x.ndim - 1, x.ndim + 1]), (*x.shape[:-2], oh, ow, lh * lw))
+    which = knp.argmax(windows, -1, keepdims=True)
+    flat = (rows[:, None, :, None] * x.shape[-1] + cols[None, :, None, :]).reshape(oh, ow, lh * lw)
+    positions = knp.take_along_axis(knp.broadcast_to(flat, windows.shape), which, -1)
+    return knp.max(windows, -1), knp.squeeze(positions, -1)
 
 
 def _averaging(size: int, out: int) -> np.ndarray:

@@ -54,7 +54,6 @@ import contextlib
 import logging
 import math
 import re
-import sys
 import tempfile
 import time
 import warnings

@@ -1,0 +1,68 @@
+"""`nkipy-ops` against the real nkipy-ops-base installation (tox `base` environment)."""
+
+import json
+import re
+from importlib.metadata import version
+
+import pytest
+import torch
+
+from nkipy_core import plugins
+from nkipy_core.cli import main
+from nkipy_core.registry import resolve_op
+
+BASE_VERSION = version("nkipy-ops-base")
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def run_json(capsys, *argv):
+    code, out, err = run(capsys, *argv, "--format", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def line_of(text, start):
+    return next(line for line in text.splitlines() if line.startswith(start)).split()
+
+
+def by(rows, key, value):
+    return next(r for r in rows if r[key] == value)
+
+
+@pytest.fixture
+def installed_plugins():
+    """The plugins actually installed in this environment, rebuilt before and after."""
+    plugins.reload()
+    yield plugins.get()
+    plugins.reload()
+
+
+def test_installed_base_pack_lowers_add_tensor(installed_plugins, capsys):
+    code, out, err = run(capsys, "list")
+    assert code == 0, err
+    row = line_of(out, "aten::add.Tensor ")
+    assert row[1:4] == ["nkipy-ops-base", BASE_VERSION, "0"]
+    assert row[5].startswith("nkipy_ops_base/") and re.search(r"\.py:\d+$", row[5])
+
+    add = by(run_json(capsys, "list")["lowerings"], "op", "aten::add.Tensor")
+    assert (add["provider"], add["version"], add["plugin"]) == ("nkipy-ops-base", BASE_VERSION, "nkipy_ops_base")
+    assert add["qualname"].startswith("nkipy_ops_base.")
+
+
+def test_installed_base_pack_filter_and_coverage(installed_plugins, capsys):
+    dashed = run_json(capsys, "list", "--pack", "nkipy-ops-base")["lowerings"]
+    underscored = run_json(capsys, "list", "--pack", "nkipy_ops_base")["lowerings"]
+    assert dashed == underscored and "aten::add.Tensor" in [r["op"] for r in dashed]
+    assert all(
+        "nkipy-ops-base" in [r["provider"], *(o["provider"] for o in r["overridden"])] for r in dashed
+    )
+    assert run_json(capsys, "list", "--pack", "nkipy-core")["lowerings"] == []
+
+    report = run_json(capsys, "list", "--coverage", "core-aten", "--pack", "nkipy_ops_base")
+    base_core = [r["op"] for r in dashed if torch.Tag.core in resolve_op(r["op"]).tags]
+    assert report["covered"] == len(base_core) and report["covered"] + len(report["missing"]) == report["total"]
