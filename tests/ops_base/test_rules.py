@@ -116,6 +116,10 @@ def _binary_cases():
         yield case(getattr(aten, name).Tensor, p, q, id=f"{name}-bool")
         yield case(getattr(aten, name).Scalar, x, 6)
     yield case(aten.maximum.default, special(), torch.zeros(8), id="maximum-nan")
+    for op in (aten.fmax.default, aten.fmin.default, aten.hypot.default):
+        yield case(op, special(), special().flip(0))
+    yield case(aten.hypot.default, torch.tensor([3e30, 0.0, -4.0]), torch.tensor([4e30, 0.0, 3.0]), id="hypot-large")
+    yield case(aten.fmax.default, t(5, dtype=i64), t(5, dtype=i64), id="fmax-int")
 
 
 def _predicate_cases():
@@ -155,6 +159,9 @@ def _creation_cases():
     yield case(aten.scalar_tensor.default, 3, dtype=i64, id="scalar_tensor-int")
     yield case(aten.empty.memory_format, [3, 2], dtype=bf16, values=False)
     yield case(aten.empty_strided.default, [3, 2], [1, 3], values=False)
+    yield case(aten.empty_permuted.default, [3, 2, 4], [0, 2, 1], values=False)
+    yield case(aten.triu_indices.default, 4, 5, 1)
+    yield case(aten.tril_indices.default, 5, 3, -1, dtype=i32)
     yield case(aten.arange.start_step, 0, 10, 3)
     yield case(aten.arange.start_step, 5, -4, -2, dtype=f32, id="arange-negative-step")
     yield case(aten.arange.start_step, 0.0, 1.0, 0.1, id="arange-fractional")
@@ -217,6 +224,16 @@ def _linalg_cases():
     yield case(aten.mm.default, t(3, 4, dtype=i64), t(4, 2, dtype=i64), id="mm-int")
     yield case(aten.dot.default, t(6), t(6))
     yield case(aten.mv.default, t(3, 6), t(6))
+    yield case(aten.addmv.default, t(3), t(3, 6), t(6), beta=2, alpha=0.5)
+    x1, x2 = t(2, 4, 3), t(2, 5, 3)
+    x2[0, 1] = x1[0, 2]  # a zero distance
+    for p in (2.0, 1.0, 0.0, 3.0, 0.5, math.inf):
+        dist = aten._cdist_forward(x1, x2, p, None)
+        yield case(aten._cdist_forward.default, x1, x2, p, None, id=f"cdist-{p}")
+        yield case(aten._cdist_backward.default, t(2, 4, 5), x1, x2, p, dist, id=f"cdist_backward-{p}")
+        rows = torch.cat([x1[0], x1[0, :1]])  # a repeated row
+        yield case(aten._pdist_forward.default, rows, p, id=f"pdist-{p}")
+        yield case(aten._pdist_backward.default, t(10), rows, p, aten._pdist_forward(rows, p), id=f"pdist_backward-{p}")
 
 
 def _reduction_cases():
@@ -251,6 +268,8 @@ def _reduction_cases():
     yield case(aten.var.correction, x, None, id="var-all")
     yield case(aten.var.correction, t(4, 6, dtype=bf16), [1], id="var-bf16")
     yield case(aten.var.dim, x, [0, 2], False)
+    yield case(aten.var_mean.correction, x, [1], correction=0)
+    yield case(aten.var_mean.correction, t(4, 6, dtype=bf16), None, keepdim=True, id="var_mean-bf16-all")
     yield case(aten.cumsum.default, x, 1)
     yield case(aten.cumsum.default, t(6, dtype=i32), 0, id="cumsum-int-widens")
     yield case(aten.cumsum.default, t(4, 6, dtype=bf16), -1, id="cumsum-bf16")
@@ -284,6 +303,17 @@ def _nn_cases():
     yield case(aten.native_layer_norm.default, x, [3, 6], None, None, 1e-5, id="layer_norm-2d-plain")
     yield case(aten.native_layer_norm.default, x.to(bf16), [6], t(6, dtype=bf16), None, 1e-5, id="layer_norm-bf16")
     yield case(aten.native_group_norm.default, t(2, 4, 3, 2), t(4), t(4), 2, 4, 6, 2, 1e-5)
+    for dtype, weight, mask in ((f32, t(3, 6), [True, True, True]), (bf16, None, [True, False, False])):
+        xl = t(2, 5, 3, 6, dtype=dtype)
+        w = None if weight is None else weight.to(dtype)
+        _, mean, rstd = aten.native_layer_norm(xl, [3, 6], w, None, 1e-5)
+        yield case(aten.native_layer_norm_backward.default, t(2, 5, 3, 6, dtype=dtype), xl, [3, 6], mean, rstd, w, w, mask,
+                   id=f"layer_norm_backward-{dtype}")
+    xg = t(2, 4, 3, 2)
+    _, mean, rstd = aten.native_group_norm(xg, t(4), t(4), 2, 4, 6, 2, 1e-5)
+    yield case(aten.native_group_norm_backward.default, t(2, 4, 3, 2), xg, mean, rstd, t(4), 2, 4, 6, 2, [True, True, True])
+    yield case(aten.native_group_norm_backward.default, t(2, 4, 3, 2), xg, mean, rstd, None, 2, 4, 6, 2, [True, False, False],
+               id="group_norm_backward-no-weight")
     bn = (t(4, 3, 5), t(3), t(3), t(3), t(3, low=0.5, high=2))
     yield case(aten._native_batch_norm_legit_no_training.default, *bn, 0.1, 1e-5)
     yield case(aten._native_batch_norm_legit.default, *bn, False, 0.1, 1e-5)
@@ -362,6 +392,14 @@ def _pooling_cases():
     yield case(aten.upsample_bilinear2d_backward.default, t(2, 3, 8, 7), [8, 7], [2, 3, 4, 5], False, 2.0, 1.5)
     yield case(aten.upsample_bilinear2d.vec, t(1, 2, 4, 4, dtype=bf16), [6, 6], True, None, id="upsample_bilinear2d-bf16")
     yield case(aten._adaptive_avg_pool2d.default, t(2, 3, 7, 5), [3, 4])
+    yield case(aten.adaptive_avg_pool1d.default, t(2, 3, 7), [3])
+    yield case(aten._adaptive_avg_pool3d.default, t(2, 5, 4, 6), [2, 3, 4])
+    yield case(aten._adaptive_avg_pool3d_backward.default, t(2, 2, 3, 4), t(2, 5, 4, 6))
+    yield case(aten.avg_pool1d.default, t(2, 3, 9), [3], [2], [1], True, False)
+    xd = distinct(2, 3, 7, 5)
+    values, indices = aten.adaptive_max_pool2d(xd, [3, 4])
+    yield case(aten.adaptive_max_pool2d.default, xd, [3, 4])
+    yield case(aten.adaptive_max_pool2d_backward.default, t(*values.shape), xd, indices)
     yield case(aten._adaptive_avg_pool2d_backward.default, t(2, 3, 3, 4), t(2, 3, 7, 5))
 
 
@@ -371,6 +409,10 @@ def _indexing_cases():
     yield case(aten.index_select.default, x, 1, torch.tensor([4, 0, 0]))
     yield case(aten.index_select.default, x, -1, torch.tensor(2), id="index_select-0d-index")
     yield case(aten.embedding.default, t(10, 3), torch.tensor([[1, 9], [0, 1]]))
+    tokens = torch.tensor([[1, 9, 1], [0, 1, 3]])
+    yield case(aten.embedding_dense_backward.default, t(2, 3, 4), tokens, 10, -1, False)
+    yield case(aten.embedding_dense_backward.default, t(2, 3, 4), tokens, 10, 1, True, id="embedding_backward-padding-freq")
+    yield case(aten.embedding_dense_backward.default, t(2, 3, 4, dtype=bf16), tokens, 10, 0, False, id="embedding_backward-bf16")
     yield case(aten.index.Tensor, x, [idx])
     yield case(aten.index.Tensor, x, [None, torch.tensor([-1, 2, 0])], id="index-negative")
     yield case(aten.index.Tensor, x, [None, idx, torch.tensor([5, -6])], id="index-adjacent")
@@ -397,6 +439,14 @@ def _indexing_cases():
             yield case(aten.scatter_reduce.two, t(3, 5), 1, gather_index, t(2, 3), reduce, include_self=include_self,
                        id=f"scatter_reduce-{reduce}-{include_self}")
     yield case(aten.masked_scatter.default, t(3, 4), t(4, dtype=boolean), t(20))
+    yield case(aten.put.default, t(3, 4), torch.tensor([[0, -1], [5, 7]]), t(2, 2))
+    yield case(aten.put.default, t(3, 4), torch.tensor([0, 11, 0]), t(3), True, id="put-accumulate")
+    boundaries, values = torch.tensor([0.0, 1, 1, 2]), torch.tensor([[math.nan, -1, 1], [1.5, 3, math.inf]])
+    yield case(aten.bucketize.Tensor, values, boundaries)
+    yield case(aten.bucketize.Tensor, values, boundaries, right=True, out_int32=True, id="bucketize-right-int32")
+    yield case(aten.bucketize.Scalar, 1, boundaries)
+    yield case(aten.searchsorted.Tensor, torch.tensor([[0.0, 1], [2, 3]]), torch.tensor([[0.5, 2], [2.5, 9]]), side="right")
+    yield case(aten.searchsorted.Scalar, boundaries, 1.0)
 
 
 def _sorting_cases():

@@ -34,7 +34,7 @@ def _conv(x, w, stride, padding, dilation, groups):
     """``x (N, C, *S)`` with ``w (O, C/g, *K)``: columns of the padded input times the weight."""
     n, c = x.shape[:2]
     kernel = w.shape[2:]
-    out = [windows.output_size(s, k, st, p, d) for s, k, st, p, d in zip(x.shape[2:], kernel, stride, padding, dilation)]
+    out = [windows.output_size(*g) for g in zip(x.shape[2:], kernel, stride, padding, dilation)]
     padded = knp.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
     columns = knp.reshape(windows.im2col(padded, kernel, stride, dilation, out), (n, groups, -1, math.prod(out)))
     y = knp.matmul(knp.reshape(w, (groups, w.shape[0] // groups, -1)), columns)
@@ -60,7 +60,8 @@ def _conv_weight_grad(x, g, kernel, stride, padding, dilation, groups):
     the output gradient and ``g`` the input: the weight gradient of the adjoint)."""
     n, c = x.shape[:2]
     padded = knp.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
-    columns = knp.reshape(windows.im2col(padded, kernel, stride, dilation, g.shape[2:]), (n, groups, -1, math.prod(g.shape[2:])))
+    columns = windows.im2col(padded, kernel, stride, dilation, g.shape[2:])
+    columns = knp.reshape(columns, (n, groups, -1, math.prod(g.shape[2:])))
     grads = knp.reshape(g, (n, groups, g.shape[1] // groups, -1))
     weight = knp.sum(knp.matmul(grads, _swap_last(columns)), 0)
     return knp.reshape(weight, (g.shape[1], c // groups, *kernel))
@@ -74,7 +75,9 @@ def _transposed_extent(size, kernel, stride, padding, dilation, output_padding):
 @RULES.register(aten.convolution.default)
 def convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     spatial = weight.ndim - 2
-    stride, padding, dilation, output_padding = (_per_dim(v, spatial) for v in (stride, padding, dilation, output_padding))
+    stride, padding, dilation, output_padding = (
+        _per_dim(v, spatial) for v in (stride, padding, dilation, output_padding)
+    )
     dtype = ctx.out_dtype
     x, w = upcast(x, dtype), upcast(weight, dtype)
     if transposed:
@@ -88,7 +91,9 @@ def convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, out
 
 
 @RULES.register(aten.convolution_backward.default)
-def convolution_backward(ctx, grad_output, x, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask):
+def convolution_backward(
+    ctx, grad_output, x, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
+):
     """Input, weight and bias gradients (``None`` where ``output_mask`` is false). A transposed
     convolution is the adjoint of a convolution, so the two swap roles."""
     spatial = weight.ndim - 2
@@ -116,7 +121,7 @@ def convolution_backward(ctx, grad_output, x, weight, bias_sizes, stride, paddin
 def col2im(ctx, x, output_size, kernel_size, dilation, padding, stride):
     """``(N, C·prod(kernel), L)`` columns summed back into ``(N, C, *output_size)``."""
     batched = x if x.ndim == 3 else knp.expand_dims(x, 0)
-    grid = [windows.output_size(n, k, s, p, d) for n, k, s, p, d in zip(output_size, kernel_size, stride, padding, dilation)]
+    grid = [windows.output_size(*g) for g in zip(output_size, kernel_size, stride, padding, dilation)]
     columns = knp.reshape(upcast(batched, ctx.out_dtype), (batched.shape[0], -1, math.prod(kernel_size), math.prod(grid)))
     padded = [n + 2 * p for n, p in zip(output_size, padding)]
     full = windows.col2im(columns, padded, kernel_size, stride, dilation, grid)

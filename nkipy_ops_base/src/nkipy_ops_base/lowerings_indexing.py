@@ -68,6 +68,21 @@ def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sp
     return knp.take(weight, indices, axis=0)
 
 
+@RULES.register(aten.embedding_dense_backward.default)
+def embedding_dense_backward(ctx, grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """Rows of the gradient added to the weight rows they were read from; the ``padding_idx``
+    row gets none, and with ``scale_grad_by_freq`` each is divided by its index's frequency."""
+    flat = knp.reshape(knp.astype(indices, DType.i64), (-1,))
+    grad = knp.reshape(grad_output, (flat.shape[0], -1))
+    if padding_idx >= 0:
+        grad = knp.where(knp.expand_dims(knp.equal(flat, padding_idx), -1), 0, grad)
+    if scale_grad_by_freq:
+        counts = knp.scatter_add(knp.zeros((num_weights,), DType.i64), flat, knp.ones(flat.shape, DType.i64))
+        grad = knp.divide(grad, knp.expand_dims(knp.take(counts, flat), -1))
+    grad = knp.astype(grad, ctx.out_dtype)
+    return knp.scatter_add(knp.zeros(ctx.out.shape, ctx.out_dtype), flat, grad)
+
+
 # -- advanced indexing ---------------------------------------------------------------------------
 
 
@@ -88,7 +103,8 @@ class _Advanced:
         for d, size in zip(self.advanced, self.sizes):
             flat = knp.add(knp.multiply(flat, size), _wrap(indices[d], size))
         self.flat = knp.reshape(knp.broadcast_to(flat, self.batch), (-1,))
-        self.merged = knp.reshape(knp.transpose(x, self.advanced + self.rest), [math.prod(self.sizes)] + self.rest_shape)
+        moved = knp.transpose(x, self.advanced + self.rest)
+        self.merged = knp.reshape(moved, [math.prod(self.sizes)] + self.rest_shape)
         # Adjacent indexed dims keep their place in the result; separated ones go first.
         contiguous = self.advanced == list(range(self.advanced[0], self.advanced[-1] + 1))
         self.position = self.advanced[0] if contiguous else 0

@@ -1,16 +1,23 @@
-"""Matrix products: ``mm``, ``bmm``, ``addmm``, ``addmv``, ``dot``, ``mv``.
+"""Matrix products (``mm``, ``bmm``, ``addmm``, ``addmv``, ``dot``, ``mv``) and pairwise
+distances (``cdist``, ``pdist``, forward and backward).
 
-All are ``knp.matmul`` in torch's opmath: half floats multiply and accumulate in f32 and round
-once, which is what torch's CPU GEMMs do. ``addmm`` and ``addmv`` ignore ``self`` when
-``beta == 0`` (so NaNs in it do not propagate), as ATen documents.
+Products are ``knp.matmul`` in torch's opmath: half floats multiply and accumulate in f32 and
+round once, which is what torch's CPU GEMMs do. ``addmm`` and ``addmv`` ignore ``self`` when
+``beta == 0`` (so NaNs in it do not propagate), as ATen documents. Distances are p-norms of
+explicit differences (torch may use a matrix-product form for large Euclidean ones; the direct
+form is at least as accurate).
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
 from nkipy_core import knp
 
+from .lowerings_reduction import p_norm
 from .opmath import opmath
 from .rules import RULES
 
@@ -33,3 +40,60 @@ def addmm(ctx, bias, mat, other, *, beta=1, alpha=1):
         return knp.add(c if beta == 1 else knp.multiply(c, beta), product)
 
     return opmath(ctx.out_dtype, fn, bias, mat, other)
+
+
+def _norm_grad(diff, dist, p):
+    """``d ||diff||_p / d diff`` (zero where the distance is zero), as ATen's distance backward."""
+    safe = knp.where(knp.equal(dist, 0), 1, dist)
+    if p == 0:
+        return knp.zeros(diff.shape, knp.dtype_of(diff))
+    if p == 1:
+        grad = knp.sign(diff)
+    elif p == 2:
+        grad = knp.divide(diff, safe)
+    elif p == math.inf:
+        grad = knp.multiply(knp.sign(diff), knp.equal(knp.abs(diff), dist))
+    else:
+        ratio = knp.power(knp.divide(knp.abs(diff), safe), p - 1)
+        grad = knp.where(knp.equal(diff, 0), 0, knp.multiply(knp.sign(diff), ratio))
+    return knp.where(knp.equal(dist, 0), 0, grad)
+
+
+def _pairs(x1, x2):
+    """``x1[..., i, :] - x2[..., j, :]`` for all ``i, j``: ``(..., P, R, M)``."""
+    return knp.subtract(knp.expand_dims(x1, -2), knp.expand_dims(x2, -3))
+
+
+@RULES.register(aten._cdist_forward.default)
+def cdist(ctx, x1, x2, p, compute_mode=None):
+    return opmath(ctx.out_dtype, lambda a, b: p_norm(_pairs(a, b), p, (-1,)), x1, x2)
+
+
+@RULES.register(aten._cdist_backward.default)
+def cdist_backward(ctx, grad, x1, x2, p, dist):
+    """The gradient for ``x1`` (autograd calls it again with the operands swapped for ``x2``)."""
+    def fn(g, a, b, d):
+        weights = knp.multiply(knp.expand_dims(g, -1), _norm_grad(_pairs(a, b), knp.expand_dims(d, -1), p))
+        return knp.sum(weights, -2)
+
+    return opmath(ctx.out_dtype, fn, grad, x1, x2, dist)
+
+
+@RULES.register(aten._pdist_forward.default)
+def pdist(ctx, x, p=2.0):
+    """Distances between rows ``i < j``, in row-major pair order."""
+    first, second = np.triu_indices(x.shape[0], 1)
+    return opmath(ctx.out_dtype, lambda v: p_norm(knp.subtract(knp.take(v, first), knp.take(v, second)), p, (-1,)), x)
+
+
+@RULES.register(aten._pdist_backward.default)
+def pdist_backward(ctx, grad, x, p, dist):
+    first, second = np.triu_indices(x.shape[0], 1)
+
+    def fn(g, v, d):
+        diff = knp.subtract(knp.take(v, first), knp.take(v, second))
+        pair = knp.multiply(knp.expand_dims(g, -1), _norm_grad(diff, knp.expand_dims(d, -1), p))
+        zeros = knp.zeros(v.shape, knp.dtype_of(v))
+        return knp.subtract(knp.scatter_add(zeros, first, pair), knp.scatter_add(zeros, second, pair))
+
+    return opmath(ctx.out_dtype, fn, grad, x, dist)

@@ -1,4 +1,5 @@
-"""Neural-network ops: softmax family, activations, normalisations, dropout and attention.
+"""Neural-network ops: softmax family, activations, normalisations (layer and group norm with
+their backward, batch norm), dropout and attention (grouped-query too), forward and backward.
 
 Each is one ATen op that torch computes in a single kernel, so each rule computes in opmath
 and rounds once. Fused attention (``_scaled_dot_product_flash_attention_for_cpu`` and its
@@ -129,7 +130,8 @@ def native_layer_norm(ctx, x, normalized_shape, weight, bias, eps):
     reduced = tuple(range(x.ndim - len(normalized_shape), x.ndim))
     mean, var = _moments(xs, reduced)
     rstd = knp.rsqrt(knp.add(var, eps))
-    y = _affine(knp.multiply(knp.subtract(xs, mean), rstd), upcast(weight, compute), upcast(bias, compute), tuple(normalized_shape))
+    xhat = knp.multiply(knp.subtract(xs, mean), rstd)
+    y = _affine(xhat, upcast(weight, compute), upcast(bias, compute), tuple(normalized_shape))
     return knp.astype(y, out.dtype), knp.astype(mean, mean_t.dtype), knp.astype(rstd, rstd_t.dtype)
 
 
@@ -143,7 +145,54 @@ def native_group_norm(ctx, x, weight, bias, N, C, HxW, group, eps):  # noqa: N80
     y = knp.reshape(knp.multiply(knp.subtract(grouped, mean), rstd), x.shape)
     y = _affine(y, upcast(weight, compute), upcast(bias, compute), (1, C) + (1,) * (x.ndim - 2))
     stats = (N, group)
-    return knp.astype(y, out.dtype), knp.astype(knp.reshape(mean, stats), mean_t.dtype), knp.astype(knp.reshape(rstd, stats), rstd_t.dtype)
+    mean, rstd = knp.reshape(mean, stats), knp.reshape(rstd, stats)
+    return knp.astype(y, out.dtype), knp.astype(mean, mean_t.dtype), knp.astype(rstd, rstd_t.dtype)
+
+
+def _normalized_grad(g, xhat, rstd, reduced):
+    """Gradient through ``xhat = (x - mean) · rstd`` with the statistics over ``reduced``:
+    ``rstd · (g - mean(g) - xhat · mean(g · xhat))``."""
+    mean_g = knp.mean(g, reduced, keepdims=True)
+    mean_gx = knp.mean(knp.multiply(g, xhat), reduced, keepdims=True)
+    return knp.multiply(rstd, knp.subtract(knp.subtract(g, mean_g), knp.multiply(xhat, mean_gx)))
+
+
+def _norm_backward(ctx, grad_out, x, mean, rstd, weight, reduced, affine_shape, output_mask):
+    """``(grad_input, grad_weight, grad_bias)`` of ``xhat · weight + bias``, where ``x``, ``mean``
+    and ``rstd`` are already shaped so that statistics broadcast over ``reduced`` and the affine
+    parameters over every other axis (viewed as ``affine_shape``)."""
+    compute = compute_dtype(knp.dtype_of(grad_out))
+    g, xs = knp.astype(grad_out, compute), knp.astype(x, compute)
+    xhat = knp.multiply(knp.subtract(xs, knp.astype(mean, compute)), knp.astype(rstd, compute))
+    param_axes = tuple(a for a in range(xs.ndim) if affine_shape[a] == 1)
+    grads = [None, None, None]
+    if output_mask[0]:
+        gw = g if weight is None else knp.multiply(g, knp.reshape(knp.astype(weight, compute), affine_shape))
+        grads[0] = _normalized_grad(gw, xhat, knp.astype(rstd, compute), reduced)
+    if output_mask[1]:
+        grads[1] = knp.sum(knp.multiply(g, xhat), param_axes)
+    if output_mask[2]:
+        grads[2] = knp.sum(g, param_axes)
+    return [v if v is None else knp.astype(v, t.dtype) for v, t in zip(grads, ctx.out)]
+
+
+@RULES.register(aten.native_layer_norm_backward.default)
+def native_layer_norm_backward(ctx, grad_out, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    batch = x.ndim - len(normalized_shape)
+    reduced = tuple(range(batch, x.ndim))
+    affine_shape = (1,) * batch + tuple(normalized_shape)
+    grads = _norm_backward(ctx, grad_out, x, mean, rstd, weight, reduced, affine_shape, output_mask)
+    return tuple(v if v is None else knp.reshape(v, t.shape) for v, t in zip(grads, ctx.out))
+
+
+@RULES.register(aten.native_group_norm_backward.default)
+def native_group_norm_backward(ctx, grad_out, x, mean, rstd, weight, N, C, HxW, group, output_mask):  # noqa: N803
+    """Viewed as ``(N, group, C/group, HxW)``: statistics per ``(N, group)``, parameters per channel."""
+    grouped = (N, group, C // group, HxW)
+    stats = (N, group, 1, 1)
+    grads = _norm_backward(ctx, knp.reshape(grad_out, grouped), knp.reshape(x, grouped), knp.reshape(mean, stats),
+                           knp.reshape(rstd, stats), weight, (2, 3), (1, group, C // group, 1), output_mask)
+    return tuple(v if v is None else knp.reshape(v, t.shape) for v, t in zip(grads, ctx.out))
 
 
 def _batch_norm(ctx, x, weight, bias, mean, var, eps):
@@ -171,7 +220,10 @@ def batch_norm_inference(ctx, x, weight, bias, running_mean, running_var, moment
     compute = compute_dtype(ctx.out[0].dtype)
     mean, var = upcast(running_mean, compute), upcast(running_var, compute)
     y, rstd = _batch_norm(ctx, x, weight, bias, mean, var, eps)
-    saved = [knp.astype(s, t.dtype) if t.shape == s.shape else knp.zeros(t.shape, t.dtype) for s, t in zip((mean, rstd), ctx.out[1:])]
+    saved = [
+        knp.astype(s, t.dtype) if t.shape == s.shape else knp.zeros(t.shape, t.dtype)
+        for s, t in zip((mean, rstd), ctx.out[1:])
+    ]
     return (y, *saved)
 
 
@@ -198,8 +250,11 @@ def batch_norm_functional(ctx, x, weight, bias, running_mean, running_var, train
     y, rstd = _batch_norm(ctx, x, weight, bias, mean, var, eps)
     n = x.size // x.shape[1]
     stat = compute_dtype(ctx.out[3].dtype)
-    new_mean = knp.add(knp.multiply(upcast(running_mean, stat), 1 - momentum), knp.multiply(mean, momentum))
-    new_var = knp.add(knp.multiply(upcast(running_var, stat), 1 - momentum), knp.multiply(var, momentum * n / max(n - 1, 1)))
+    unbiased = knp.multiply(var, n / max(n - 1, 1))
+    new_mean, new_var = (
+        knp.add(knp.multiply(upcast(running, stat), 1 - momentum), knp.multiply(batch, momentum))
+        for running, batch in ((running_mean, mean), (running_var, unbiased))
+    )
     stats = [knp.astype(v, t.dtype) for v, t in zip((mean, rstd, new_mean, new_var), ctx.out[1:])]
     return (y, *stats)
 
@@ -229,7 +284,7 @@ def _attention_scores(q, k, is_causal, attn_mask, scale):
 def _check_attention(q, k, dropout_p) -> int:
     """How many query heads share each key/value head (grouped-query attention)."""
     require(dropout_p == 0, "attention dropout needs random numbers")
-    require(q.ndim == 4 and q.shape[1] % k.shape[1] == 0, "attention needs 4-D q/k/v, query heads a multiple of kv heads")
+    require(q.ndim == 4 and q.shape[1] % k.shape[1] == 0, "attention needs 4-D q/k/v, query heads a multiple of kv")
     return q.shape[1] // k.shape[1]
 
 
@@ -269,7 +324,9 @@ def sdpa_flash_cpu(ctx, query, key, value, dropout_p=0.0, is_causal=False, *, at
 
 
 @RULES.register(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
-def sdpa_flash_cpu_backward(ctx, grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None):
+def sdpa_flash_cpu_backward(
+    ctx, grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None
+):
     """Gradients from the recomputed probabilities ``P = exp(S - lse)``:
     ``dV = Pᵀ dO``, ``dS = P (dO Vᵀ - rowsum(dO ∘ O))``, ``dQ = dS K · scale``, ``dK = dSᵀ Q · scale``."""
     group = _check_attention(query, key, dropout_p)

@@ -1,10 +1,10 @@
 """Reductions and scans: sums, means, products, extrema (with their indices), ``any``, variance,
 vector norms, ``cumsum`` and ``cumprod``.
 
-ATen spells "all dimensions" as ``dim=None`` or ``dim=[]``; ``conventions.axes`` turns either into
-explicit axes. Half floats accumulate in f32 and round once (the ``reduce`` primitive and
-``knp.mean`` do this), integer and bool sums and products widen to i64 as in torch; the result is
-cast to ``ctx.out_dtype``, which also covers an explicit ``dtype=`` argument.
+ATen spells "all dimensions" as ``dim=None`` or ``dim=[]``; ``conventions.axes`` turns either
+into explicit axes. Half floats accumulate in f32 and round once (the ``reduce`` primitive and
+``knp.mean`` do this), integer and bool sums and products widen to i64 as in torch; the result
+is cast to ``ctx.out_dtype``, which also covers an explicit ``dtype=`` argument.
 """
 
 from __future__ import annotations
@@ -118,16 +118,20 @@ def cumprod(ctx, x, dim, *, dtype=None):
     return knp.cumprod(x, dim, dtype=ctx.out_dtype) if x.ndim else knp.astype(x, ctx.out_dtype)
 
 
+def p_norm(v, ord, reduced, keepdim=False):  # noqa: A002 - ATen's name
+    """``(sum |v|^ord)^(1/ord)`` over ``reduced``, with ATen's special orders: 0 counts nonzeros,
+    ±inf are the largest/smallest magnitudes."""
+    if ord == 0:
+        return knp.astype(knp.sum(knp.not_equal(v, 0), reduced, keepdim), knp.dtype_of(v))
+    if ord in (math.inf, -math.inf):
+        return (knp.max if ord > 0 else knp.min)(knp.abs(v), reduced, keepdim)
+    if ord == 1:
+        return knp.sum(knp.abs(v), reduced, keepdim)
+    if ord == 2:
+        return knp.sqrt(knp.sum(knp.multiply(v, v), reduced, keepdim))
+    return knp.power(knp.sum(knp.power(knp.abs(v), ord), reduced, keepdim), 1 / ord)
+
+
 @RULES.register(aten.linalg_vector_norm.default)
 def vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002 - ATen's name
-    def fn(v):
-        reduced = axes(dim, v.ndim)
-        if ord == 0:
-            return knp.sum(knp.not_equal(v, 0), reduced, keepdim)
-        if ord in (math.inf, -math.inf):
-            return (knp.max if ord > 0 else knp.min)(knp.abs(v), reduced, keepdim)
-        if ord == 2:
-            return knp.sqrt(knp.sum(knp.multiply(v, v), reduced, keepdim))
-        return knp.power(knp.sum(knp.power(knp.abs(v), ord), reduced, keepdim), 1 / ord)
-
-    return opmath(ctx.out_dtype, fn, x)
+    return opmath(ctx.out_dtype, lambda v: p_norm(v, ord, axes(dim, v.ndim), keepdim), x)

@@ -170,7 +170,8 @@ def diagonal_scatter(ctx, x, src, offset=0, dim1=0, dim2=1):
     rows = knp.arange(n1)
     on_diagonal = knp.equal(knp.subtract(knp.reshape(knp.arange(n2), (1, n2)), knp.reshape(rows, (n1, 1))), offset)
     source = knp.minimum(knp.maximum(knp.subtract(rows, max(-offset, 0)), 0), src.shape[-1] - 1)
-    placed = knp.broadcast_to(knp.expand_dims(knp.take(knp.astype(src, knp.dtype_of(x)), source, axis=-1), -1), moved.shape)
+    placed = knp.take(knp.astype(src, knp.dtype_of(x)), source, axis=-1)
+    placed = knp.broadcast_to(knp.expand_dims(placed, -1), moved.shape)
     return knp.transpose(knp.where(on_diagonal, placed, moved), inverse_permutation(perm))
 
 

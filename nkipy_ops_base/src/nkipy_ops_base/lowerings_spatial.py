@@ -1,17 +1,19 @@
-"""Spatial ops over the trailing 2 or 3 dims, forward and backward: pooling (average, max with
-the indices torch returns, adaptive average) and resampling (nearest and bilinear upsampling).
+"""Spatial ops over the trailing 1, 2 or 3 dims, forward and backward: pooling (average, max and
+adaptive max with the indices torch returns, adaptive average) and resampling (nearest and
+bilinear upsampling).
 
 Windows come from ``windows``; the averages' divisors depend only on shapes, so they are
 computed here as constants with ATen's rules for padding and ``ceil_mode``. Max-pool indices
 are flat positions in the unpadded spatial extent, first maximum in window order; the backward
-scatters the gradient to them. Adaptive pooling and upsampling are linear maps along each
-spatial dim, so they multiply by constant matrices (built with ATen's index arithmetic, in f32)
-and their backward by the transposes.
+scatters the gradient to them. Adaptive average pooling and upsampling are linear maps along
+each spatial dim, so they multiply by constant matrices (built with ATen's index arithmetic, in
+f32) and their backward by the transposes.
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import torch
@@ -26,8 +28,8 @@ aten = torch.ops.aten
 
 
 def _spatial(ctx) -> int:
-    """2 or 3: each op exists per dimensionality, named ``…2d`` or ``…3d``."""
-    return 3 if "3d" in ctx.op._schema.name else 2
+    """1, 2 or 3: each op exists per dimensionality, named ``…1d``, ``…2d`` or ``…3d``."""
+    return int(re.search(r"(\d)d", ctx.op._schema.name).group(1))
 
 
 class _Pool:
@@ -45,10 +47,10 @@ class _Pool:
         self.dilation = per_dim(dilation)
         self.size = list(x.shape[-spatial:])
         self.lead = list(x.shape[:-spatial])
-        self.out = [output_size(*g, ceil_mode) for g in zip(self.size, self.kernel, self.stride, self.padding, self.dilation)]
+        geometry = list(zip(self.size, self.kernel, self.stride, self.padding, self.dilation))
+        self.out = [output_size(*g, ceil_mode) for g in geometry]
         # ceil_mode's last window may run past the right padding
-        self.high = [max(p, (o - 1) * s + d * (k - 1) + 1 - n - p)
-                     for n, k, s, p, d, o in zip(self.size, self.kernel, self.stride, self.padding, self.dilation, self.out)]
+        self.high = [max(p, (o - 1) * s + d * (k - 1) + 1 - n - p) for (n, k, s, p, d), o in zip(geometry, self.out)]
 
     def pad(self, x, value=0):
         return knp.pad(x, [(0, 0)] * len(self.lead) + list(zip(self.padding, self.high)), value)
@@ -84,15 +86,19 @@ def _sum(arrays):
     return total
 
 
-@RULES.register(aten.avg_pool2d.default, aten.avg_pool3d.default)
-def avg_pool(ctx, x, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True, divisor_override=None):
+@RULES.register(aten.avg_pool1d.default, aten.avg_pool2d.default, aten.avg_pool3d.default)
+def avg_pool(
+    ctx, x, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True, divisor_override=None
+):
     pool = _Pool(ctx, x, kernel_size, stride, padding, ceil_mode=ceil_mode)
     total = _sum(pool.windows(pool.pad(upcast(x, ctx.out_dtype))))
     return knp.astype(knp.divide(total, pool.divisor(count_include_pad, divisor_override)), ctx.out_dtype)
 
 
 @RULES.register(aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default)
-def avg_pool_backward(ctx, grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+def avg_pool_backward(
+    ctx, grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+):
     pool = _Pool(ctx, x, kernel_size, stride, padding, ceil_mode=ceil_mode)
     share = knp.divide(upcast(grad_output, ctx.out_dtype), pool.divisor(count_include_pad, divisor_override))
     return knp.astype(pool.place([share] * math.prod(pool.kernel)), ctx.out_dtype)
@@ -108,7 +114,8 @@ def max_pool_with_indices(ctx, x, kernel_size, stride=(), padding=(0,), dilation
     stacked = knp.stack(pool.windows(pool.pad(x, _lowest(knp.dtype_of(x)))), axis=-1)
     which = knp.argmax(stacked, -1)
     index = 0
-    for axis, (n, k, s, p, d, o) in enumerate(zip(pool.size, pool.kernel, pool.stride, pool.padding, pool.dilation, pool.out)):
+    geometry = zip(pool.size, pool.kernel, pool.stride, pool.padding, pool.dilation, pool.out)
+    for axis, (n, k, s, p, d, o) in enumerate(geometry):
         offset = knp.remainder(knp.floor_divide(which, math.prod(pool.kernel[axis + 1:])), k)
         start = np.reshape(np.arange(o) * s - p, [o if a == axis else 1 for a in range(len(pool.out))])
         index = knp.add(knp.multiply(index, n), knp.add(knp.multiply(offset, d), start))
@@ -153,7 +160,8 @@ def adaptive_max_pool2d(ctx, x, output_size):
     (oh, lh), (ow, lw) = rows.shape, cols.shape
     windows = knp.take(knp.take(x, rows, axis=-2), cols, axis=-1)  # (..., oh, lh, ow, lw)
     lead = list(range(x.ndim - 2))
-    windows = knp.reshape(knp.transpose(windows, [*lead, x.ndim - 2, x.ndim, x.ndim - 1, x.ndim + 1]), (*x.shape[:-2], oh, ow, lh * lw))
+    windows = knp.transpose(windows, [*lead, x.ndim - 2, x.ndim, x.ndim - 1, x.ndim + 1])
+    windows = knp.reshape(windows, (*x.shape[:-2], oh, ow, lh * lw))
     which = knp.argmax(windows, -1, keepdims=True)
     flat = (rows[:, None, :, None] * x.shape[-1] + cols[None, :, None, :]).reshape(oh, ow, lh * lw)
     positions = knp.take_along_axis(knp.broadcast_to(flat, windows.shape), which, -1)
@@ -193,9 +201,14 @@ def _linear(size: int, out: int, align_corners: bool, scale: float | None) -> np
     return matrix
 
 
-def _separable(ctx, x, rows: np.ndarray, cols: np.ndarray):
-    """``rows @ x @ colsᵀ`` over the last two dims, in opmath."""
-    y = knp.matmul(knp.matmul(rows, upcast(x, ctx.out_dtype)), cols.T)
+def _separable(ctx, x, matrices):
+    """Each ``(out, in)`` matrix applied along its trailing dim of ``x`` (the last matrix to the
+    last dim), in opmath."""
+    y = upcast(x, ctx.out_dtype)
+    for k, matrix in enumerate(matrices):
+        swap = list(range(y.ndim))
+        swap[y.ndim - len(matrices) + k], swap[-1] = swap[-1], swap[y.ndim - len(matrices) + k]
+        y = knp.transpose(knp.matmul(knp.transpose(y, swap), matrix.T), swap)
     return knp.astype(y, ctx.out_dtype)
 
 
@@ -203,39 +216,40 @@ def _scales(scale_factors) -> list:
     return list(scale_factors) if scale_factors else [None, None]
 
 
-@RULES.register(aten._adaptive_avg_pool2d.default)
-def adaptive_avg_pool2d(ctx, x, output_size):
-    rows, cols = (_averaging(n, o) for n, o in zip(x.shape[-2:], output_size))
-    return _separable(ctx, x, rows, cols)
+@RULES.register(aten.adaptive_avg_pool1d.default, aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)
+def adaptive_avg_pool(ctx, x, output_size):
+    sizes = x.shape[-len(output_size):]
+    return _separable(ctx, x, [_averaging(n, o) for n, o in zip(sizes, output_size)])
 
 
-@RULES.register(aten._adaptive_avg_pool2d_backward.default)
-def adaptive_avg_pool2d_backward(ctx, grad_output, x):
-    rows, cols = (_averaging(n, o) for n, o in zip(x.shape[-2:], grad_output.shape[-2:]))
-    return _separable(ctx, grad_output, rows.T, cols.T)
+@RULES.register(aten._adaptive_avg_pool2d_backward.default, aten._adaptive_avg_pool3d_backward.default)
+def adaptive_avg_pool_backward(ctx, grad_output, x):
+    spatial = _spatial(ctx)
+    sizes = zip(x.shape[-spatial:], grad_output.shape[-spatial:])
+    return _separable(ctx, grad_output, [_averaging(n, o).T for n, o in sizes])
 
 
 @RULES.register(aten.upsample_nearest2d.vec)
 def upsample_nearest2d(ctx, x, output_size, scale_factors):
-    rows, cols = (_nearest(n, o, s) for n, o, s in zip(x.shape[-2:], ctx.out.shape[-2:], _scales(scale_factors)))
-    return _separable(ctx, x, rows, cols)
+    sizes = zip(x.shape[-2:], ctx.out.shape[-2:], _scales(scale_factors))
+    return _separable(ctx, x, [_nearest(n, o, s) for n, o, s in sizes])
 
 
 @RULES.register(aten.upsample_nearest2d_backward.default)
 def upsample_nearest2d_backward(ctx, grad_output, output_size, input_size, scales_h=None, scales_w=None):
-    rows, cols = (_nearest(n, o, s) for n, o, s in zip(input_size[-2:], output_size, (scales_h, scales_w)))
-    return _separable(ctx, grad_output, rows.T, cols.T)
+    sizes = zip(input_size[-2:], output_size, (scales_h, scales_w))
+    return _separable(ctx, grad_output, [_nearest(n, o, s).T for n, o, s in sizes])
 
 
 @RULES.register(aten.upsample_bilinear2d.vec)
 def upsample_bilinear2d(ctx, x, output_size, align_corners, scale_factors):
     sizes = zip(x.shape[-2:], ctx.out.shape[-2:], _scales(scale_factors))
-    rows, cols = (_linear(n, o, align_corners, s) for n, o, s in sizes)
-    return _separable(ctx, x, rows, cols)
+    return _separable(ctx, x, [_linear(n, o, align_corners, s) for n, o, s in sizes])
 
 
 @RULES.register(aten.upsample_bilinear2d_backward.default)
-def upsample_bilinear2d_backward(ctx, grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None):
+def upsample_bilinear2d_backward(
+    ctx, grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None
+):
     sizes = zip(input_size[-2:], output_size, (scales_h, scales_w))
-    rows, cols = (_linear(n, o, align_corners, s) for n, o, s in sizes)
-    return _separable(ctx, grad_output, rows.T, cols.T)
+    return _separable(ctx, grad_output, [_linear(n, o, align_corners, s).T for n, o, s in sizes])

@@ -45,12 +45,14 @@ def interleave_zeros(x, axis: int, stride: int):
     if stride == 1 or x.shape[axis] == 0:
         return x
     axis %= x.ndim
-    spread = knp.concatenate([knp.expand_dims(x, axis + 1), knp.zeros((*x.shape[: axis + 1], stride - 1, *x.shape[axis + 1:]), knp.dtype_of(x))], axis=axis + 1)
+    zeros = knp.zeros((*x.shape[: axis + 1], stride - 1, *x.shape[axis + 1:]), knp.dtype_of(x))
+    spread = knp.concatenate([knp.expand_dims(x, axis + 1), zeros], axis=axis + 1)
     merged = knp.reshape(spread, (*x.shape[:axis], x.shape[axis] * stride, *x.shape[axis + 1:]))
     return merged[(slice(None),) * axis + (slice(0, (x.shape[axis] - 1) * stride + 1),)]
 
 
-def place_windows(pieces: Sequence, canvas: Sequence[int], kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]):
+def place_windows(pieces: Sequence, canvas: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
+                  dilation: Sequence[int]):
     """The adjoint of ``window_slices``: the sum over offsets of each piece put back where its
     slice was read, on zeros of trailing shape ``canvas``."""
     total = None
@@ -71,7 +73,8 @@ def im2col(x, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[i
     return knp.reshape(columns, (*x.shape[:2], math.prod(kernel), math.prod(out)))
 
 
-def col2im(columns, canvas: Sequence[int], kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out: Sequence[int]):
+def col2im(columns, canvas: Sequence[int], kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int],
+           out: Sequence[int]):
     """The adjoint of ``im2col``: ``(N, C, prod(kernel), prod(out))`` back to ``(N, C, *canvas)``."""
     n, c = columns.shape[:2]
     pieces = [knp.reshape(columns[:, :, k], (n, c, *out)) for k in range(math.prod(kernel))]
