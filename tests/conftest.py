@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from nkipy_core import config
+from nkipy_core import compiler, config
 
 
 @pytest.fixture(autouse=True)
@@ -15,3 +15,18 @@ def _isolated_backend(tmp_path, monkeypatch):
     yield
     config.reset()
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def graphs(monkeypatch):
+    """The graphs ``compile_graph`` returned, in order (forward, then backward), to count
+    kernels and the nodes left on CPU."""
+    seen = []
+
+    def spy(gm, inputs, cfg):
+        out = compiler.compile_graph(gm, inputs, cfg)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr("nkipy_core.backend.compile_graph", spy)
+    return seen

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 from fixture_packs import arithmetic_rules, declining_rules, pack
+from nkipy_cli import by, line_of, run, run_json, section
 
 from nkipy_core import PluginConflictError, hookimpl, plugins
-from nkipy_core.cli import core_aten_ops, main
+from nkipy_core.cli import core_aten_ops
 from nkipy_core.registry import resolve_op
 from nkipy_core.runtime.cpu import CpuRuntime
 
@@ -35,38 +36,6 @@ def _installed(distribution):
 
 
 BASE_VERSION = _installed("nkipy-ops-base")
-
-
-def run(capsys, *argv):
-    """``nkipy-ops *argv`` in-process: (exit code, stdout, stderr)."""
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def run_json(capsys, *argv):
-    code, out, err = run(capsys, *argv, "--format", "json")
-    assert code == 0, err
-    return json.loads(out)
-
-
-def line_of(text, start):
-    """The table row that starts with ``start`` (a row, not a substring anywhere)."""
-    rows = [line for line in text.splitlines() if line.startswith(start)]
-    assert len(rows) == 1, f"expected one row starting with {start!r} in:\n{text}"
-    return rows[0].split()
-
-
-def section(text, title):
-    """The block of output under a ``Title (n)`` heading, up to the next blank line."""
-    match = re.search(rf"^{title} \(\d+\)\n(.*?)(?:\n\n|\Z)", text, re.M | re.S)
-    assert match, f"no {title!r} section in:\n{text}"
-    return match.group(1)
-
-
-def by(rows, key, value):
-    (row,) = [r for r in rows if r[key] == value]
-    return row
 
 
 def failing_plugin(message):

@@ -8,26 +8,12 @@ from fixture_packs import arithmetic_rules, pack, wrong_shape_rules
 from torch._dynamo.exc import BackendCompilerFailed
 
 from nkipy_core import FallbackWarning, UnsupportedOpsError, VerificationError, cache_stats
-from nkipy_core.compiler import KernelCall, compile_graph
+from nkipy_core.compiler import KernelCall
 
 
 @pytest.fixture
 def arithmetic(plugin_env):
     return plugin_env.add(pack(arithmetic_rules()), "arith", "arith-pack", "1.0")
-
-
-@pytest.fixture
-def graphs(monkeypatch):
-    """The graphs compile_graph returned, to count kernels and CPU nodes."""
-    seen = []
-
-    def spy(gm, inputs, cfg):
-        out = compile_graph(gm, inputs, cfg)
-        seen.append(out)
-        return out
-
-    monkeypatch.setattr("nkipy_core.backend.compile_graph", spy)
-    return seen
 
 
 def kernels(gm):

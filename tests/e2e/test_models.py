@@ -15,25 +15,11 @@ import pytest
 import torch
 
 from nkipy_core import FallbackWarning
-from nkipy_core.compiler import KernelCall, compile_graph
+from nkipy_core.compiler import KernelCall
 from nkipy_core.testing.models import LlamaBlock, QuickStartMLP
 
 #: max |compiled - eager| relative to max |eager|; bf16 graphs round at other places than eager
 TOLERANCE = {torch.float32: 2e-5, torch.bfloat16: 3e-2}
-
-
-@pytest.fixture
-def graphs(monkeypatch):
-    """The graphs ``compile_graph`` produced, in order (forward, then backward)."""
-    seen = []
-
-    def spy(gm, inputs, config):
-        out = compile_graph(gm, inputs, config)
-        seen.append(out)
-        return out
-
-    monkeypatch.setattr("nkipy_core.backend.compile_graph", spy)
-    return seen
 
 
 def _model(name: str):

@@ -1,37 +1,17 @@
 """`nkipy-ops` against the real nkipy-ops-base installation (tox `base` environment)."""
 
-import json
 import re
 from importlib.metadata import version
 
 import pytest
 import torch
 
+from nkipy_cli import by, line_of, run, run_json
+
 from nkipy_core import plugins
-from nkipy_core.cli import main
 from nkipy_core.registry import resolve_op
 
 BASE_VERSION = version("nkipy-ops-base")
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def run_json(capsys, *argv):
-    code, out, err = run(capsys, *argv, "--format", "json")
-    assert code == 0, err
-    return json.loads(out)
-
-
-def line_of(text, start):
-    return next(line for line in text.splitlines() if line.startswith(start)).split()
-
-
-def by(rows, key, value):
-    return next(r for r in rows if r[key] == value)
 
 
 @pytest.fixture
