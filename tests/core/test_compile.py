@@ -145,3 +145,16 @@ def test_kernel_outputs_do_not_alias_inputs(arithmetic):
     a.add_(1)
     torch.testing.assert_close(b, x)
     assert cache_stats["compiled_kernels"] >= 1
+
+
+def test_sdpa_training_without_any_pack_has_correct_gradients(plugin_env):
+    """torch's export-only decomposition of CPU flash attention must not reach training graphs."""
+    from nkipy_core.testing.models import LlamaBlock
+
+    model = LlamaBlock(sdpa=True)
+    x = model.example_input().requires_grad_()
+    x_ref = x.detach().clone().requires_grad_()
+    with pytest.warns(FallbackWarning, match="aten::_scaled_dot_product_flash_attention_for_cpu.default runs on CPU"):
+        torch.compile(model, backend="nkipy")(x).sum().backward()
+    model(x_ref).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-5)

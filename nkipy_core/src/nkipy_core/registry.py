@@ -178,6 +178,13 @@ class DecompositionRegistry:
         return dict(table.values())
 
 
+#: core ATen decompositions that are wrong inside a training graph. The CPU flash-attention
+#: decomposition (meant for export) returns the attention probabilities where the op returns the
+#: log-sum-exp that its backward reads, so gradients would be silently wrong; inductor excludes it
+#: too. Without a lowering the op simply runs on CPU.
+_EXCLUDED = frozenset({"aten::_scaled_dot_product_flash_attention_for_cpu.default"})
+
+
 @functools.cache
 def _core_aten_table() -> dict[str, tuple[Any, Callable[..., Any]]]:
     """torch's core ATen decompositions by op name (building it takes ~0.2 s: done once)."""
@@ -186,7 +193,7 @@ def _core_aten_table() -> dict[str, tuple[Any, Callable[..., Any]]]:
     return {
         op_name(op): (op, fn)
         for op, fn in core_aten_decompositions().items()
-        if isinstance(op, torch._ops.OpOverload)
+        if isinstance(op, torch._ops.OpOverload) and op_name(op) not in _EXCLUDED
     }
 
 
