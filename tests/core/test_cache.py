@@ -138,3 +138,41 @@ def test_editing_a_rule_invalidates_its_cached_kernels(plugin_env, tmp_path):
     torch._dynamo.reset()
     plugin_env.add(_exp_pack(3), "edited", "edited-pack", "1.0")
     torch.testing.assert_close(torch.compile(torch.exp, backend="nkipy", options=opts)(x), torch.exp(x) * 3)
+
+
+HELPER_PROGRAM = textwrap.dedent("""
+    import sys, torch
+    sys.path.insert(0, sys.argv[2])
+    import helperpack
+    from nkipy_core import plugins
+    plugins.register(helperpack, "helperpack", "helper-pack", "1.0")
+    plugins.reload()
+    x = torch.ones(3)
+    out = torch.compile(torch.exp, backend="nkipy", options={"nkipy_cache": sys.argv[1]})(x)
+    print(round(float(out[0] / torch.exp(x[0])), 3))
+""")
+
+
+def test_editing_a_helper_of_a_rule_invalidates_its_cached_kernels(tmp_path):
+    """The rule is unchanged; a constant in another module of its package changes."""
+    package = tmp_path / "src" / "helperpack"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(textwrap.dedent("""
+        import torch
+        from nkipy_core import hookimpl, knp
+        from .consts import FACTOR
+
+        @hookimpl
+        def nkipy_register_lowerings(registry):
+            registry.register(torch.ops.aten.exp.default, lambda ctx, x: knp.exp(x) * FACTOR, priority=1000)
+    """))
+    outputs = []
+    for factor in (2, 3):
+        (package / "consts.py").write_text(f"FACTOR = {factor}\n")
+        proc = subprocess.run(
+            [sys.executable, "-c", HELPER_PROGRAM, str(tmp_path / "c"), str(tmp_path / "src")],
+            capture_output=True, text=True, timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+        outputs.append(proc.stdout.split()[-1])
+    assert outputs == ["2.0", "3.0"]

@@ -30,7 +30,7 @@ from .ir.printer import format_kernel
 from .ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
 from .ir.verify import verify
 from .lowering import invoke, output_types, tensor_type
-from .registry import LoweringRule, op_name
+from .registry import LoweringRule, op_name, source_digest
 from .runtime.base import CompileOptions, Signature
 
 log = logging.getLogger("nkipy.compiler")
@@ -93,9 +93,10 @@ def _choose_rule(node: torch.fx.Node, rules: list[LoweringRule], strict: bool) -
 
 
 def _versions_key() -> str:
-    """The installed plugin distributions and versions: part of every cache key."""
+    """The installed plugin distributions and versions, and the core's own sources (its
+    primitives and codegen define what a kernel computes): part of every cache key."""
     providers = sorted(f"{s.name}={s.provenance}" for s in plugins.get().statuses if s.ok)
-    return digest("versions", _core_version(), torch.__version__, *providers)
+    return digest("versions", _core_version(), source_digest("nkipy_core"), torch.__version__, *providers)
 
 
 def _plan_key(gm: torch.fx.GraphModule, registry, runtime_name: str) -> str:

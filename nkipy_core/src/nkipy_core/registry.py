@@ -9,7 +9,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -79,12 +81,31 @@ class LoweringRule:
 
     @property
     def fingerprint(self) -> str:
-        """Identity of the rule's code, so editing a rule (e.g. in an editable install)
-        invalidates cached kernels even when the pack's version is unchanged."""
-        return f"{self.qualname}@{self.provenance}#{_code_digest(self.fn)}"
+        """Identity of the rule, its code and the sources of its package (the helpers and
+        tables it may use), so editing a pack in an editable install invalidates the kernels
+        it built even when the pack's version is unchanged."""
+        return f"{self.qualname}@{self.provenance}#{_code_digest(self.fn)}:{source_digest(self.fn.__module__)}"
+
+
+@functools.cache
+def source_digest(module_name: str) -> str:
+    """Digest of the Python sources of the top-level package (or lone module) holding
+    ``module_name``; ``-`` for code without files. Computed once per process."""
+    top = sys.modules.get(module_name.split(".")[0])
+    file = getattr(top, "__file__", None)
+    if file is None:
+        return "-"
+    path = Path(file)
+    files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.relative_to(path.parent).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _code_digest(fn: Callable[..., Any]) -> str:
+    """Digest of a function's bytecode and constants (rules built by ``exec`` have no file)."""
     code = getattr(fn, "__code__", None)
     if code is None:
         return "?"
