@@ -137,9 +137,13 @@ def _operands(*xs: ArrayLike, dtype: DType | None = None) -> list[Array]:
 # -- elementwise ------------------------------------------------------------------------------
 
 
+def _as_float(dtype: DType) -> DType:
+    """``dtype`` if it is a float, else torch's default float type (what int math promotes to)."""
+    return dtype if dtype.is_float else DType.from_torch(torch.get_default_dtype())
+
+
 def _float_dtype(x: ArrayLike) -> DType:
-    d = result_type(x)
-    return d if d.is_float else DType.from_torch(torch.get_default_dtype())
+    return _as_float(result_type(x))
 
 
 def _unary_float(prim: str):
@@ -279,8 +283,8 @@ def isinf(x: ArrayLike) -> Array:
 def _binary(prim: str, *, true_divide: bool = False, logical: bool = False):
     def fn(a: ArrayLike, b: ArrayLike) -> Array:
         dtype = result_type(a, b)
-        if true_divide and not dtype.is_float:
-            dtype = DType.from_torch(torch.get_default_dtype())
+        if true_divide:
+            dtype = _as_float(dtype)
         if logical:
             a, b = astype(a, DType.bool), astype(b, DType.bool)
             dtype = DType.bool
