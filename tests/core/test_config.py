@@ -78,3 +78,16 @@ def test_unwritable_cache_directory(plugin_env, tmp_path):
     blocker.write_text("not a directory")
     with pytest.raises(BackendCompilerFailed, match=r"CacheError: the nkipy kernel cache directory .* is not writable .*Pass a writable directory as init_nkipy_backend\(nkipy_cache=...\)"):
         torch.compile(lambda a: a + 1, backend="nkipy", options={"nkipy_cache": str(blocker / "cache")})(torch.ones(2))
+
+
+def test_rank_and_world_size_come_from_torch_distributed_first(plugin_env, monkeypatch):
+    import torch.distributed as dist
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setenv("RANK", "5")  # must lose against the initialised process group
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        cfg = init_nkipy_backend()
+        assert (cfg.rank, cfg.world_size) == (0, 1)
+    finally:
+        dist.destroy_process_group()
