@@ -141,13 +141,14 @@ def _restore_plan(stored: dict[str, str] | None, nodes, registry) -> dict[str, L
 
 
 def _report_fallbacks(gm: torch.fx.GraphModule, decisions: dict[str, Any], strict: bool) -> None:
+    """One warning per op left on CPU (glue ops and ``getitem`` excepted); strict: one error."""
     fallbacks: dict[str, str] = {}
     for node in gm.graph.nodes:
         decision = decisions.get(node.name)
         if isinstance(decision, str):
             fallbacks.setdefault(op_name(node.target), decision)
-        elif node.op == "call_function" and node.target is not operator.getitem and node.name not in decisions:
-            if not isinstance(node.target, torch._ops.OpOverload) and node.target not in _GLUE:
+        elif node.op == "call_function" and not isinstance(node.target, torch._ops.OpOverload):
+            if node.target is not operator.getitem:
                 fallbacks.setdefault(getattr(node.target, "__name__", str(node.target)), "not an ATen op")
     if not fallbacks:
         return
