@@ -22,7 +22,8 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from . import plugins
 from .cache import STATS, KernelCache, digest
 from .config import Config, select_runtime
-from .errors import LoweringError, Unsupported, UnsupportedOpsError, VerificationError
+from .device import memory
+from .errors import ConfigurationError, LoweringError, Unsupported, UnsupportedOpsError, VerificationError
 from .ir import codegen
 from .ir.builder import KernelBuilder, Traced
 from .ir.passes import simplify
@@ -31,7 +32,7 @@ from .ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
 from .ir.verify import verify
 from .lowering import invoke, output_types, tensor_type
 from .registry import LoweringRule, op_name, source_digest
-from .runtime.base import CompileOptions, Signature
+from .runtime.base import CompileOptions, DeviceArray, Signature
 
 log = logging.getLogger("nkipy.compiler")
 
@@ -200,21 +201,47 @@ def lower_subgraph(sub: torch.fx.GraphModule, name: str):
 
 
 class KernelCall(torch.nn.Module):
-    """Stands in for a fused subgraph: moves tensors to the runtime, runs the kernel, brings them back."""
+    """Stands in for a fused subgraph: runs its compiled kernel on the runtime.
 
-    def __init__(self, name: str, executable: Any, runtime: Any, tuple_output: bool, entry: str):
+    ``nkipy`` tensors are passed as the device arrays they already are; CPU tensors are staged
+    to the device and back. Outputs stay on the device when the graph produced them there.
+    """
+
+    def __init__(self, name: str, executable: Any, runtime: Any, tuple_output: bool, entry: str, on_device: Sequence[bool]):
         super().__init__()
         self.kernel_name = name
         self.executable = executable
         self.runtime = runtime
         self.tuple_output = tuple_output
         self.entry = entry
+        self.on_device = tuple(on_device)
 
     def forward(self, *args: torch.Tensor):
         runtime = self.runtime
-        buffers = [runtime.to_device(torch_to_numpy(a)) for a in args]
-        outputs = tuple(numpy_to_torch(runtime.to_host(b)) for b in self.executable(*buffers))
+        inputs, staged = [], []
+        for a in args:
+            if memory.is_nkipy(a):
+                if memory.runtime() is not runtime:
+                    raise ConfigurationError(
+                        f"nkipy tensors live in the {memory.runtime().name!r} runtime's memory but "
+                        f"this function was compiled for {runtime.name!r}; use one runtime per process"
+                    )
+                inputs.append(memory.array(a))
+            else:
+                array = DeviceArray.contiguous(runtime.allocate(a.nbytes), tensor_type(a))
+                runtime.to_device(torch_to_numpy(a), array)
+                inputs.append(array)
+                staged.append(array)
+        results = runtime.run(self.executable, inputs)
+        for array in staged:
+            runtime.free(array.buffer)
+        outputs = tuple(memory.wrap(r) if dev else self._fetch(r) for r, dev in zip(results, self.on_device))
         return outputs if self.tuple_output else outputs[0]
+
+    def _fetch(self, result: DeviceArray) -> torch.Tensor:
+        host = self.runtime.to_host(result)
+        self.runtime.free(result.buffer)
+        return numpy_to_torch(host)
 
     def extra_repr(self) -> str:
         return f"{self.kernel_name}, runtime={self.runtime.name}, cache={self.entry}"
@@ -226,10 +253,23 @@ def _subgraph_key(sub: torch.fx.GraphModule, base: str) -> str:
     return digest("subgraph", base, sub.code, *metas, *rules)
 
 
-def _compile_subgraph(sub, name, config, runtime, cache, base_key) -> KernelCall:
+def compile_kernel(sub: torch.fx.GraphModule, name: str, config: Config, runtime, on_device: bool | None = None) -> KernelCall:
+    """Lower, compile and cache one supported subgraph (each node's rule in ``node.meta[RULE]``).
+
+    Outputs land on the ``nkipy`` device when ``on_device`` says so, else where the graph's
+    example values were (the inputs' device for graphs traced by dynamo).
+    """
+    cache = KernelCache(config.nkipy_cache)
+    base_key = digest(_versions_key(), runtime.name, config.additional_compiler_args)
     options = CompileOptions(config.additional_compiler_args, config.rank, config.world_size)
     fx_key = _subgraph_key(sub, base_key)
-    tuple_output = isinstance(next(iter(sub.graph.find_nodes(op="output"))).args[0], (tuple, list))
+    result = next(iter(sub.graph.find_nodes(op="output"))).args[0]
+    tuple_output = isinstance(result, (tuple, list))
+    results = result if tuple_output else [result]
+    if on_device is None:
+        devices = [memory.is_nkipy(n.meta.get("val")) for n in results]
+    else:
+        devices = [on_device] * len(results)
     indexed = cache.get_index(fx_key)
     if indexed is not None:
         loaded = cache.load(indexed["kernel"])
@@ -240,7 +280,7 @@ def _compile_subgraph(sub, name, config, runtime, cache, base_key) -> KernelCall
             )
             executable = runtime.load(artifacts, signature, options)
             log.debug("kernel %s loaded from cache entry %s without lowering", name, indexed["kernel"])
-            return KernelCall(name, executable, runtime, tuple_output, indexed["kernel"])
+            return KernelCall(name, executable, runtime, tuple_output, indexed["kernel"], devices)
     kernel = lower_subgraph(sub, name)
     ir_text = format_kernel(kernel, with_origin=False)
     kernel_key = digest("kernel", ir_text, runtime.name, options.compiler_args, _versions_key())
@@ -266,7 +306,7 @@ def _compile_subgraph(sub, name, config, runtime, cache, base_key) -> KernelCall
         }
         cache.store(kernel_key, files, executable.artifacts(), meta)
     cache.put_index(fx_key, {"kernel": kernel_key})
-    return KernelCall(name, executable, runtime, tuple_output, kernel_key)
+    return KernelCall(name, executable, runtime, tuple_output, kernel_key, devices)
 
 
 def _parse_type(text: str) -> TensorType:
@@ -293,12 +333,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
             node.meta[RULE] = decisions[node.name]
     partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
     fused = partitioner.fuse_partitions(partitioner.propose_partitions(), prefix="nkipy_kernel_")
-    base_key = digest(_versions_key(), runtime.name, config.additional_compiler_args)
     for node in list(fused.graph.nodes):
         if node.op == "call_module" and node.target.startswith("nkipy_kernel_"):
             sub = getattr(fused, node.target)
-            call = _compile_subgraph(sub, node.target, config, runtime, cache, base_key)
-            setattr(fused, node.target, call)
+            setattr(fused, node.target, compile_kernel(sub, node.target, config, runtime))
     fused.recompile()
     log.info("compiled a graph into %d kernel(s)", sum(isinstance(m, KernelCall) for m in fused.children()))
     return fused

@@ -33,6 +33,11 @@ class RuntimeUnavailableError(NkipyError):
     """The runtime is registered but cannot run on this machine."""
 
 
+class DeviceError(NkipyError, RuntimeError):
+    """The ``nkipy`` device was used wrongly: tensors on two devices in one eager op, a device
+    index that does not exist. A ``RuntimeError`` too, like torch's own device errors."""
+
+
 class CacheError(NkipyError):
     """The kernel cache directory cannot be used."""
 

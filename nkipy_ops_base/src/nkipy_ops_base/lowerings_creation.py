@@ -30,6 +30,11 @@ def full_like(ctx, x, fill_value, **_):
     return knp.full(ctx.out.shape, fill_value, ctx.out_dtype)
 
 
+@RULES.register(aten.zero.default)
+def zero(ctx, x):
+    return knp.zeros(ctx.out.shape, ctx.out_dtype)
+
+
 @RULES.register(aten.fill.Tensor)
 def fill_tensor(ctx, x, value):
     return knp.broadcast_to(knp.astype(value, ctx.out_dtype), ctx.out.shape)

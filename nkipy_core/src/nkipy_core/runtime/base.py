@@ -13,7 +13,7 @@ import attrs
 import numpy as np
 
 from ..ir.graph import Kernel
-from ..ir.types import TensorType
+from ..ir.types import DType, TensorType
 
 
 @attrs.frozen
@@ -37,13 +37,72 @@ class Signature:
         return cls(kernel.input_types, kernel.output_types)
 
 
+@attrs.frozen
+class DeviceArray:
+    """A tensor's place in device memory: a runtime buffer and a strided layout into it.
+
+    This is what a device tensor means to a runtime: ``buffer`` is whatever the runtime's
+    ``allocate`` returned (opaque to everyone else); ``shape``, ``strides`` and ``offset`` are in
+    elements, as in torch, so views of one buffer are distinct arrays without any copy.
+    """
+
+    buffer: Any
+    dtype: DType
+    shape: tuple[int, ...] = attrs.field(converter=tuple)
+    strides: tuple[int, ...] = attrs.field(converter=tuple)
+    offset: int = 0
+
+    @classmethod
+    def contiguous(cls, buffer: Any, type_: TensorType) -> DeviceArray:
+        strides, step = [], 1
+        for size in reversed(type_.shape):
+            strides.insert(0, step)
+            step *= max(size, 1)
+        return cls(buffer, type_.dtype, type_.shape, strides)
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(self.shape, self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.type.size * self.dtype.numpy.itemsize
+
+
+@attrs.define
+class DeviceStats:
+    """What a runtime counts about its memory and its host<->device traffic.
+
+    Transfers are counted per call of ``to_device``/``to_host``; tests use the counters to prove
+    that data stays on the device between kernels.
+    """
+
+    allocated: int = 0
+    max_allocated: int = 0
+    host_to_device: int = 0
+    host_to_device_bytes: int = 0
+    device_to_host: int = 0
+    device_to_host_bytes: int = 0
+
+    def allocate(self, nbytes: int) -> None:
+        self.allocated += nbytes
+        self.max_allocated = max(self.max_allocated, self.allocated)
+
+    def free(self, nbytes: int) -> None:
+        self.allocated -= nbytes
+
+    def transfers(self) -> dict[str, int]:
+        return {
+            "host_to_device": self.host_to_device, "host_to_device_bytes": self.host_to_device_bytes,
+            "device_to_host": self.device_to_host, "device_to_host_bytes": self.device_to_host_bytes,
+        }
+
+
 @runtime_checkable
 class Executable(Protocol):
-    """A compiled kernel. Called with device buffers, returns device buffers."""
+    """A compiled kernel, run by its runtime's ``run`` on device arrays."""
 
     signature: Signature
-
-    def __call__(self, *buffers: Any) -> Sequence[Any]: ...
 
     def artifacts(self) -> Mapping[str, bytes]:
         """Files that ``Runtime.load`` needs to rebuild this executable in a new process."""
@@ -65,10 +124,28 @@ class Runtime(Protocol):
 
     def load(self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions) -> Executable: ...
 
-    def allocate(self, type_: TensorType) -> Any: ...
+    # -- device memory: the only code that knows what a buffer is ------------------------
 
-    def to_device(self, array: np.ndarray) -> Any: ...
+    stats: DeviceStats
 
-    def to_host(self, buffer: Any) -> np.ndarray: ...
+    def allocate(self, nbytes: int) -> Any:
+        """A new device buffer of ``nbytes`` bytes (contents undefined)."""
+        ...
 
     def free(self, buffer: Any) -> None: ...
+
+    def to_device(self, host: np.ndarray, dst: DeviceArray) -> None:
+        """Copy a host array of ``dst``'s shape and dtype into ``dst`` (one counted transfer)."""
+        ...
+
+    def to_host(self, src: DeviceArray) -> np.ndarray:
+        """A new host array holding ``src`` (one counted transfer)."""
+        ...
+
+    def copy(self, src: DeviceArray, dst: DeviceArray) -> None:
+        """Device-to-device copy between arrays of one shape and dtype; no host transfer."""
+        ...
+
+    def run(self, executable: Executable, inputs: Sequence[DeviceArray]) -> list[DeviceArray]:
+        """Run a kernel on device arrays; its outputs are new contiguous device arrays."""
+        ...

@@ -15,7 +15,7 @@ from ..hookspecs import hookimpl
 from ..ir import codegen
 from ..ir.graph import Kernel
 from ..ir.types import TensorType
-from .base import CompileOptions, Signature
+from .base import CompileOptions, DeviceArray, DeviceStats, Signature
 
 SOURCE = "kernel.py"
 
@@ -26,26 +26,23 @@ class CpuExecutable:
         self.signature = signature
         self._fn = codegen.load(source, filename=f"<nkipy cpu kernel {hash(source) & 0xFFFF:04x}>")
 
-    def __call__(self, *buffers: np.ndarray) -> Sequence[np.ndarray]:
+    def __call__(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
         with np.errstate(all="ignore"):
-            outputs = self._fn(*buffers)
-        # A kernel may return an input or a read-only broadcast view; callers own what we return.
-        return tuple(
-            np.array(o, copy=True) if _borrowed(o, buffers) else np.asarray(o) for o in outputs
-        )
+            return self._fn(*arrays)
 
     def artifacts(self) -> Mapping[str, bytes]:
         return {SOURCE: self.source.encode()}
 
 
-def _borrowed(out: np.ndarray, inputs: Sequence[np.ndarray]) -> bool:
-    out = np.asarray(out)
-    return not out.flags.writeable or any(np.may_share_memory(out, i) for i in inputs)
-
-
 class CpuRuntime:
+    """Device memory is host memory here, but only this class knows it: a buffer is a flat
+    ``uint8`` array and a ``DeviceArray`` is a strided NumPy view into it."""
+
     name = "cpu"
     priority = 0
+
+    def __init__(self) -> None:
+        self.stats = DeviceStats()
 
     def available(self) -> tuple[bool, str]:
         return True, ""
@@ -56,17 +53,49 @@ class CpuRuntime:
     def load(self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions) -> CpuExecutable:
         return CpuExecutable(artifacts[SOURCE].decode(), signature)
 
-    def allocate(self, type_: TensorType) -> np.ndarray:
-        return np.empty(type_.shape, dtype=type_.dtype.numpy)
+    # -- device memory ---------------------------------------------------------------------
 
-    def to_device(self, array: np.ndarray) -> np.ndarray:
-        return array
-
-    def to_host(self, buffer: np.ndarray) -> np.ndarray:
+    def allocate(self, nbytes: int) -> np.ndarray:
+        buffer = np.empty(nbytes, dtype=np.uint8)
+        self.stats.allocate(nbytes)
         return buffer
 
     def free(self, buffer: np.ndarray) -> None:
-        """Host memory is garbage-collected."""
+        self.stats.free(buffer.nbytes)
+
+    def to_device(self, host: np.ndarray, dst: DeviceArray) -> None:
+        self.stats.host_to_device += 1
+        self.stats.host_to_device_bytes += dst.nbytes
+        np.copyto(_view(dst), host, casting="no")
+
+    def to_host(self, src: DeviceArray) -> np.ndarray:
+        self.stats.device_to_host += 1
+        self.stats.device_to_host_bytes += src.nbytes
+        return _view(src).copy()
+
+    def copy(self, src: DeviceArray, dst: DeviceArray) -> None:
+        np.copyto(_view(dst), _view(src), casting="no")
+
+    def run(self, executable: CpuExecutable, inputs: Sequence[DeviceArray]) -> list[DeviceArray]:
+        outputs = executable(*(_view(a) for a in inputs))
+        return [self._adopt(np.asarray(o), t) for o, t in zip(outputs, executable.signature.outputs)]
+
+    def _adopt(self, result: np.ndarray, type_: TensorType) -> DeviceArray:
+        """Make a kernel result a device buffer: its own memory if it owns it, else a copy
+        (a kernel may return an input or a read-only broadcast view)."""
+        result = result.astype(type_.dtype.numpy, copy=False).reshape(type_.shape)
+        if not (result.flags.c_contiguous and result.flags.writeable and result.base is None):
+            result = np.ascontiguousarray(result).copy()
+        self.stats.allocate(result.nbytes)
+        return DeviceArray.contiguous(result.reshape(-1).view(np.uint8), type_)
+
+
+def _view(array: DeviceArray) -> np.ndarray:
+    dtype = array.dtype.numpy
+    return np.ndarray(
+        array.shape, dtype, buffer=array.buffer, offset=array.offset * dtype.itemsize,
+        strides=tuple(s * dtype.itemsize for s in array.strides),
+    )
 
 
 @hookimpl

@@ -1,0 +1,109 @@
+"""The ATen kernels of the ``nkipy`` device (dispatch key PrivateUse1), registered from Python.
+
+A few ops are the device's own business and are implemented here: allocation (``empty``,
+``empty_strided``, ``resize_``), copies across and within the device (``_copy_from``, which
+torch's ``copy_`` and ``.to()`` reach), and reading one value (``item``). Everything else goes
+through one boxed fallback:
+
+* view ops and ``set_`` only compute sizes/strides over a storage, so torch's own CPU kernels
+  are redispatched to; they never read data and produce ``nkipy`` views of the same buffer;
+* ``_foreach_*`` ops go to torch's CPU reference kernels too, which loop over per-tensor ATen
+  calls that come back to this device one by one (optimizers pick the foreach path here);
+* every other op runs eagerly through the op packs (``eager.run``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import memory
+
+_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_library: tuple[torch.library.Library, ...] | None = None
+_redispatch: dict[torch._ops.OpOverload, bool] = {}
+
+
+def install() -> None:
+    global _library
+    if _library is not None:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    for name, kernel in (
+        ("empty.memory_format", _empty),
+        ("empty_strided", _empty_strided),
+        ("resize_", _resize),
+        ("_copy_from", _copy_from),
+        ("_copy_from_and_resize", _copy_from_and_resize),
+        ("_local_scalar_dense", _item),
+    ):
+        lib.impl(name, kernel, "PrivateUse1")
+    fallback = torch.library.Library("_", "IMPL")  # torch takes fallbacks on the global namespace
+    fallback.fallback(_fallback, "PrivateUse1")
+    _library = (lib, fallback)
+
+
+def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    memory.check_index(memory.device_index(device))
+    dtype = dtype or torch.get_default_dtype()
+    if memory_format in (None, torch.contiguous_format, torch.preserve_format):
+        return memory.empty(size, dtype)
+    strides = torch.empty(size, dtype=dtype, device="meta", memory_format=memory_format).stride()
+    return memory.empty(size, dtype, strides)
+
+
+def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    memory.check_index(memory.device_index(device))
+    return memory.empty(size, dtype or torch.get_default_dtype(), stride)
+
+
+def _resize(self, size, *, memory_format=None):
+    memory.resize(self, size)
+    return self
+
+
+def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    """``dst.copy_(src)`` where at least one side is on the device: broadcast, cast, move."""
+    if src.shape != dst.shape:
+        src = src.expand(dst.shape)
+    if not memory.is_nkipy(dst):
+        dst.copy_(memory.to_host(src))
+    elif not memory.is_nkipy(src):
+        memory.write(dst, src.to(dst.dtype).contiguous())
+    else:
+        if src.dtype != dst.dtype:
+            from . import eager
+
+            src = eager.run(torch.ops.aten._to_copy.default, (src,), {"dtype": dst.dtype})
+        memory.runtime().copy(memory.array(src), memory.array(dst))
+    return dst
+
+
+def _copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    if dst.shape != src.shape:
+        dst.resize_(src.shape)
+    return _copy_from(src, dst)
+
+
+def _item(self: torch.Tensor):
+    return memory.to_host(self).item()
+
+
+def _redispatched(op: torch._ops.OpOverload) -> bool:
+    """Ops whose CPU kernels only touch metadata or loop over other ATen calls."""
+    answer = _redispatch.get(op)
+    if answer is None:
+        schema = op._schema
+        view = not schema.is_mutable and any(
+            r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
+        )
+        answer = view or schema.name == "aten::set_" or schema.name.startswith("aten::_foreach_")
+        _redispatch[op] = answer
+    return answer
+
+
+def _fallback(op: torch._ops.OpOverload, *args, **kwargs):
+    if _redispatched(op):
+        return op.redispatch(_CPU, *args, **kwargs)
+    from . import eager
+
+    return eager.run(op, args, kwargs)

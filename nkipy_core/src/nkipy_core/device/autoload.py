@@ -1,0 +1,23 @@
+"""The ``torch.backends`` entry point: registers the ``nkipy`` device inside ``import torch``.
+
+Torch calls this while it is still importing, in every process of the user's environment, and
+turns any exception into a failed ``import torch``. So it imports nothing heavy, scans no plugins
+and never raises: a failure is logged and leaves torch without the device.
+``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` skips it; ``import nkipy_core`` registers the device then.
+"""
+
+from __future__ import annotations
+
+import logging
+
+
+def autoload() -> None:
+    try:
+        from .registration import register
+
+        register()
+    except Exception as exc:  # noqa: BLE001 - raising here would break `import torch` itself
+        logging.getLogger("nkipy").warning(
+            "the nkipy device was not registered (%s: %s); `import nkipy_core` shows the full error",
+            type(exc).__name__, exc,
+        )

@@ -1,0 +1,297 @@
+"""Eager ATen ops on ``nkipy`` tensors, through the same op packs and runtime as compiled graphs.
+
+An op some installed pack lowers becomes a one-node graph, lowered by that pack's rule into a
+single-op kernel and compiled once per op, argument shapes, dtypes and non-tensor arguments
+(kept in memory and in the on-disk kernel cache). In-place and ``out=`` ops run their functional
+op and copy the result into place on the device. An op no pack lowers runs on CPU: a
+``FallbackWarning`` names it once (strict mode raises) and the result comes back to the device.
+Random fills run on CPU by design, without a warning: they draw from torch's CPU generator so
+that seeded device runs reproduce CPU runs.
+"""
+
+from __future__ import annotations
+
+import operator
+import warnings
+from typing import Any
+
+import torch
+import torch.fx
+from torch.utils._pytree import tree_map
+
+from .. import plugins
+from ..config import Config, current, select_runtime
+from ..errors import DeviceError, UnsupportedOpsError
+from ..registry import LoweringRule, op_name
+from . import memory
+
+#: random fills: drawn on CPU on purpose (see the module docstring)
+_HOST_OPS = frozenset({
+    "bernoulli", "bernoulli_", "cauchy_", "exponential_", "geometric_", "log_normal_", "multinomial",
+    "normal", "normal_", "rand", "randint", "randn", "random_", "randperm", "uniform_",
+})
+
+
+class _Kernels:
+    """What each eager call signature runs, for one configuration: a compiled single-op kernel,
+    a ``_Decomposition``, or the reason the op runs on CPU."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.entries: dict[tuple, Any] = {}
+        self.warned: set[str] = set()
+        loaded = plugins.get(strict=config.strict)
+        self.rules = loaded.lowerings
+        self.decompositions = loaded.decompositions.table(loaded.lowerings.ops())
+        self.decomposing: set[torch._ops.OpOverload] = set()
+
+
+class _Decomposition:
+    """An op no pack lowers, run as its ATen decomposition: each op of it comes back to the
+    device (and to the packs) on its own. An op met again inside its own decomposition runs on
+    CPU instead of recursing."""
+
+    def __init__(self, op: torch._ops.OpOverload, fn):
+        self.op, self.fn = op, fn
+
+    def __call__(self, args: tuple, kwargs: dict, state: _Kernels) -> Any:
+        if self.op in state.decomposing:
+            return _on_cpu(self.op, args, kwargs, "its decomposition calls it again", state)
+        state.decomposing.add(self.op)
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            state.decomposing.discard(self.op)
+
+
+_kernels: _Kernels | None = None
+
+
+def _state() -> _Kernels:
+    global _kernels
+    config = current()
+    if _kernels is None or _kernels.config is not config:
+        _kernels = _Kernels(config)
+    return _kernels
+
+
+def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+    tensors: list[torch.Tensor] = []
+    key = (op, _signature(args, tensors), _signature(tuple(kwargs.items()), tensors))
+    _check_devices(op, tensors)
+    state = _state()
+    entry = state.entries.get(key)
+    if entry is None:
+        if op._schema.is_mutable:
+            return _mutating(op, args, kwargs, state)
+        entry = state.entries[key] = _build(op, args, kwargs, state)
+    if isinstance(entry, str):
+        return _on_cpu(op, args, kwargs, entry, state)
+    if isinstance(entry, _Decomposition):
+        return entry(args, kwargs, state)
+    return entry(*tensors)
+
+
+def _base_name(op: torch._ops.OpOverload) -> str:
+    return op._schema.name.split("::")[1]
+
+
+def _signature(value: Any, tensors: list[torch.Tensor]) -> Any:
+    """A hashable key of ATen arguments (tensors by shape, dtype and device); collects tensors."""
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return (tuple(value.shape), value.dtype, value.device.type)
+    if isinstance(value, (list, tuple)):
+        return tuple(_signature(v, tensors) for v in value)
+    return (type(value), value)
+
+
+def _check_devices(op: torch._ops.OpOverload, tensors: list[torch.Tensor]) -> None:
+    """All tensors on the device, except 0-dim CPU tensors (scalars), as torch allows for CUDA."""
+    for t in tensors:
+        if t.device.type != memory.NAME and t.dim() != 0:
+            raise DeviceError(
+                f"{op_name(op)} got tensors on nkipy and on {t.device}; an eager op runs on one "
+                f"device. Move the {t.device} tensor with .to('nkipy') (or the nkipy ones with "
+                ".cpu())."
+            )
+
+
+# -- single-op kernels ------------------------------------------------------------------------
+
+
+def _build(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> Any:
+    """The compiled kernel for this call's signature, else the op's decomposition, else the
+    reason it runs on CPU."""
+    decision = _kernel(op, args, kwargs, state.rules, state.config)
+    if isinstance(decision, str) and op in state.decompositions:
+        return _Decomposition(op, state.decompositions[op])
+    return decision
+
+
+def _kernel(op: torch._ops.OpOverload, args: tuple, kwargs: dict, rules, config: Config) -> Any:
+    from .. import compiler
+
+    if _base_name(op) in _HOST_OPS:
+        return "random numbers come from torch's CPU generator"
+    graph = torch.fx.Graph()
+    count = iter(range(1 << 30))
+
+    def placeholder(x):
+        if isinstance(x, torch.Tensor):
+            node = graph.placeholder(f"arg{next(count)}")
+            node.meta["val"] = torch.empty(x.shape, dtype=x.dtype, device="meta")
+            return node
+        return torch.device("meta") if isinstance(x, torch.device) else x
+
+    node_args, node_kwargs = tree_map(placeholder, (args, kwargs))
+    meta = tree_map(lambda n: n.meta["val"] if isinstance(n, torch.fx.Node) else n, (node_args, node_kwargs))
+    try:
+        value = op(*meta[0], **meta[1])
+    except NotImplementedError:
+        return "torch has no shape function for it (its output shape depends on the data)"
+    node = graph.call_function(op, tuple(node_args), node_kwargs)
+    node.meta["val"] = value
+    if isinstance(value, torch.Tensor):
+        graph.output(node)
+    elif isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
+        outputs = []
+        for i, v in enumerate(value):
+            item = graph.call_function(operator.getitem, (node, i))
+            item.meta["val"] = v
+            outputs.append(item)
+        graph.output(tuple(outputs))
+    else:
+        return "it does not return tensors"
+    decision = compiler._choose_rule(node, rules.rules_for(op), config.strict)
+    if not isinstance(decision, LoweringRule):
+        return decision
+    node.meta[compiler.RULE] = decision
+    sub = torch.fx.GraphModule(torch.nn.Module(), graph)
+    name = "eager_" + op_name(op).replace(".", "_")
+    return compiler.compile_kernel(sub, name, config, select_runtime(config), on_device=True)
+
+
+# -- in-place and out= ops ----------------------------------------------------------------------
+
+
+_functionals: dict[torch._ops.OpOverload, torch._ops.OpOverload | None] = {}
+
+
+def _functional(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The functional op a mutating op computes (``add_.Tensor`` -> ``add.Tensor``, ``add.out``
+    -> ``add.Tensor``), or ``None``."""
+    if op in _functionals:
+        return _functionals[op]
+    schema = op._schema
+    base = schema.name.split("::")[1]
+    written = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
+    if base.endswith("_") and written == {"self"}:
+        packet, wanted = getattr(torch.ops.aten, base[:-1], None), schema.arguments
+    elif written and all(a.kwarg_only for a in schema.arguments if a.name in written):
+        packet = getattr(torch.ops.aten, base, None)
+        wanted = [a for a in schema.arguments if a.name not in written]
+    else:
+        packet, wanted = None, []
+    found = None
+    for name in packet.overloads() if packet is not None else ():
+        candidate = getattr(packet, name)
+        if not candidate._schema.is_mutable and _same_arguments(candidate._schema.arguments, wanted):
+            found = candidate
+            break
+    _functionals[op] = found
+    return found
+
+
+def _same_arguments(a: list, b: list) -> bool:
+    return [(x.name, x.type) for x in a] == [(x.name, x.type) for x in b]
+
+
+def _mutating(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> Any:
+    functional = _functional(op)
+    if functional is None:
+        return _on_cpu(op, args, kwargs, "no functional form of it is known", state)
+    if not op._schema.name.endswith("_"):  # out=
+        outs = {a.name: kwargs[a.name] for a in op._schema.arguments if a.alias_info and a.alias_info.is_write}
+        rest = {k: v for k, v in kwargs.items() if k not in outs}
+        results = run(functional, args, rest)
+        results = results if isinstance(results, (tuple, list)) else (results,)
+        for out, result in zip(outs.values(), results):
+            _store(op, out, result, resize=True)
+        return tuple(outs.values()) if len(outs) > 1 else next(iter(outs.values()))
+    self = args[0]
+    _store(op, self, run(functional, args, kwargs), resize=False)
+    return self
+
+
+def _store(op, dst: torch.Tensor, result: torch.Tensor, resize: bool) -> None:
+    """Write a functional result into an in-place target (same shape) or an ``out=`` tensor
+    (resized as torch does), with torch's casting rule."""
+    if not torch.can_cast(result.dtype, dst.dtype):
+        raise RuntimeError(
+            f"{op_name(op)}: result type {result.dtype} can't be cast to the desired output type "
+            f"{dst.dtype}"
+        )
+    if dst.shape != result.shape:
+        if not resize:
+            raise RuntimeError(
+                f"{op_name(op)}: output with shape {list(dst.shape)} doesn't match the broadcast "
+                f"shape {list(result.shape)}"
+            )
+        dst.resize_(result.shape)
+    dst.copy_(result)
+
+
+# -- CPU fallback -------------------------------------------------------------------------------
+
+
+def _on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict, why: str, state: _Kernels) -> Any:
+    """Run ``op`` on CPU copies; write mutated arguments back and return results on the device."""
+    name = op_name(op)
+    if _base_name(op) not in _HOST_OPS:
+        if state.config.strict:
+            raise UnsupportedOpsError([f"{name} ({why}; eager on nkipy)"])
+        if name not in state.warned:
+            state.warned.add(name)
+            from ..compiler import FallbackWarning
+
+            warnings.warn(
+                f"nkipy: {name} runs on CPU: {why}; its result comes back to the nkipy device",
+                FallbackWarning, stacklevel=3,
+            )
+    moved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def to_cpu(x):
+        if memory.is_nkipy(x):
+            host = memory.to_host(x)
+            moved[id(host)] = (x, host)
+            return host
+        if isinstance(x, torch.device) and x.type == memory.NAME:
+            return torch.device("cpu")
+        return x
+
+    host_args, host_kwargs = tree_map(to_cpu, (args, kwargs))
+    result = op(*host_args, **host_kwargs)
+    if op._schema.is_mutable:
+        for device, host in moved.values():
+            if _is_written(op, host, host_args, host_kwargs):
+                device.copy_(host)
+
+    def to_device(x):
+        if isinstance(x, torch.Tensor) and x.device.type == "cpu":
+            original = moved.get(id(x))
+            return original[0] if original is not None else memory.from_host(x)
+        return x
+
+    return tree_map(to_device, result)
+
+
+def _is_written(op, host: torch.Tensor, args: tuple, kwargs: dict) -> bool:
+    for i, a in enumerate(op._schema.arguments):
+        if a.alias_info is None or not a.alias_info.is_write:
+            continue
+        value = kwargs.get(a.name) if a.kwarg_only or i >= len(args) else args[i]
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if any(v is host for v in values):
+            return True
+    return False

@@ -1,0 +1,170 @@
+"""Device tensors: torch tensors on the ``nkipy`` device whose storage is a runtime buffer.
+
+A tensor on ``nkipy`` is an ordinary torch tensor (PrivateUse1 dispatch key, sizes, strides,
+storage offset) whose storage holds no host pointer. The runtime buffer behind it hangs off the
+storage object, so views, ``detach``, ``nn.Parameter`` and autograd, which all share the storage,
+share the buffer too; the buffer is freed when torch frees the storage. Only the runtime knows
+what a buffer is: this module hands it ``DeviceArray`` descriptions and never touches the bytes.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+
+import torch
+
+from ..errors import DeviceError, RuntimeNotFoundError, RuntimeUnavailableError
+from ..ir.types import DType, numpy_to_torch, torch_to_numpy
+from ..runtime.base import DeviceArray
+
+NAME = "nkipy"
+_ATTR = "_nkipy_allocation"
+_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+_runtime = None
+
+
+def runtime():
+    """The runtime that owns device memory: chosen at first use, then fixed for the process
+    (tensors already allocated cannot move to another runtime)."""
+    global _runtime
+    if _runtime is None:
+        from ..config import current, select_runtime
+
+        try:
+            _runtime = select_runtime(current())
+        except (RuntimeNotFoundError, RuntimeUnavailableError) as exc:
+            raise type(exc)(f"the nkipy device cannot be used: {exc}") from None
+    return _runtime
+
+
+def is_nkipy(t: object) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == NAME
+
+
+class _Allocation:
+    """A runtime buffer owned by one torch storage; freed with it."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self, storage: torch.UntypedStorage, buffer):
+        self.buffer = buffer
+        weakref.finalize(storage, runtime().free, buffer)
+
+
+_next_address = 1 << 44
+
+
+def _storage(buffer, nbytes: int) -> torch.UntypedStorage:
+    """A torch storage standing for ``buffer``. Torch wants a data pointer (it keys storages by
+    it, e.g. in ``torch.save``); it gets a unique address that is never dereferenced: no kernel
+    of this device reads storage memory, and torch's own CPU kernels are only used for views."""
+    global _next_address
+    address, _next_address = _next_address, _next_address + ((nbytes + 127) // 64) * 64
+    storage = torch._C._construct_storage_from_data_pointer(address, torch.device(NAME, 0), nbytes)
+    setattr(storage, _ATTR, _Allocation(storage, buffer))
+    return storage
+
+
+def device_index(device: torch.device | str | int | None) -> int | None:
+    if device is None or isinstance(device, int):
+        return device
+    return torch.device(device).index
+
+
+def check_index(index: int | None) -> None:
+    if index is not None and not 0 <= index < device_count():
+        raise DeviceError(
+            f"nkipy:{index} does not exist: this process sees {device_count()} nkipy device(s) "
+            f"(nkipy:0 .. nkipy:{device_count() - 1}). Each process drives one device; pick the "
+            "core per process with NEURON_RT_VISIBLE_CORES or torchrun, then use 'nkipy'."
+        )
+
+
+def device_count() -> int:
+    return getattr(runtime(), "device_count", 1)
+
+
+def set_layout(t: torch.Tensor, storage: torch.UntypedStorage, shape: Sequence[int], strides: Sequence[int], offset: int = 0) -> None:
+    """Point ``t`` at ``storage`` with this layout; torch's CPU ``set_`` kernel only writes
+    metadata (and checks the layout fits the storage)."""
+    torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+        _CPU, t, storage, offset, list(shape), list(strides)
+    )
+
+
+def contiguous_strides(shape: Sequence[int]) -> list[int]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.insert(0, step)
+        step *= max(size, 1)
+    return strides
+
+
+def _span(shape: Sequence[int], strides: Sequence[int], offset: int, itemsize: int) -> int:
+    """Bytes a layout reaches into its storage (torch's computeStorageNbytes)."""
+    if any(size == 0 for size in shape):
+        return 0
+    return (offset + 1 + sum((size - 1) * stride for size, stride in zip(shape, strides))) * itemsize
+
+
+def _tensor(buffer, nbytes: int, dtype: torch.dtype, shape, strides, offset: int = 0) -> torch.Tensor:
+    t = torch._C._acc.create_empty_tensor([0], dtype)
+    set_layout(t, _storage(buffer, nbytes), shape, strides, offset)
+    return t
+
+
+def empty(shape: Sequence[int], dtype: torch.dtype, strides: Sequence[int] | None = None) -> torch.Tensor:
+    """A new device tensor with its own buffer (contents undefined)."""
+    strides = contiguous_strides(shape) if strides is None else strides
+    nbytes = _span(shape, strides, 0, dtype.itemsize)
+    return _tensor(runtime().allocate(nbytes), nbytes, dtype, shape, strides)
+
+
+def resize(t: torch.Tensor, shape: Sequence[int]) -> None:
+    """``resize_``: a contiguous layout; a bigger size gets a new buffer holding the old bytes.
+    (Unlike CPU tensors, other views of the old storage keep the old buffer.)"""
+    storage, strides = t.untyped_storage(), contiguous_strides(shape)
+    needed = _span(shape, strides, t.storage_offset(), t.element_size())
+    if needed > storage.nbytes():
+        old_bytes = storage.nbytes()
+        buffer = runtime().allocate(needed)
+        if old_bytes:
+            runtime().copy(_bytes(getattr(storage, _ATTR).buffer, old_bytes), _bytes(buffer, old_bytes))
+        storage = _storage(buffer, needed)
+    set_layout(t, storage, shape, strides, t.storage_offset())
+
+
+def _bytes(buffer, nbytes: int) -> DeviceArray:
+    return DeviceArray(buffer, DType.u8, (nbytes,), (1,))
+
+
+def array(t: torch.Tensor) -> DeviceArray:
+    """The runtime's view of a device tensor."""
+    buffer = getattr(t.untyped_storage(), _ATTR).buffer
+    return DeviceArray(buffer, DType.from_torch(t.dtype), t.shape, t.stride(), t.storage_offset())
+
+
+def wrap(result: DeviceArray) -> torch.Tensor:
+    """A device tensor owning a buffer the runtime just produced (e.g. a kernel output)."""
+    dtype = result.dtype.torch
+    nbytes = _span(result.shape, result.strides, result.offset, dtype.itemsize)
+    return _tensor(result.buffer, nbytes, dtype, result.shape, result.strides, result.offset)
+
+
+def from_host(host: torch.Tensor) -> torch.Tensor:
+    """A new device tensor holding a CPU tensor's values (one host-to-device transfer)."""
+    t = empty(host.shape, host.dtype)
+    write(t, host)
+    return t
+
+
+def write(t: torch.Tensor, host: torch.Tensor) -> None:
+    """Copy a CPU tensor of ``t``'s shape and dtype into device tensor ``t``."""
+    runtime().to_device(torch_to_numpy(host.resolve_conj().resolve_neg()), array(t))
+
+
+def to_host(t: torch.Tensor) -> torch.Tensor:
+    """A new CPU tensor holding a device tensor's values (one device-to-host transfer)."""
+    return numpy_to_torch(runtime().to_host(array(t))).reshape(t.shape)

@@ -1,0 +1,98 @@
+"""``torch.nkipy``: the device module torch finds by the device's name, like ``torch.cuda``.
+
+One process drives one device, as with torchrun on Trainium (the runtime decides how many it
+sees). Random numbers for ``nkipy`` tensors are drawn by torch's CPU generator, so
+``torch.manual_seed`` makes device runs reproduce CPU runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import NkipyError
+
+_current = 0
+
+
+def _runtime():
+    from . import memory
+
+    return memory.runtime()
+
+
+def is_available() -> bool:
+    """Whether a runtime can back the device on this machine."""
+    try:
+        _runtime()
+    except NkipyError:
+        return False
+    return True
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def device_count() -> int:
+    from . import memory
+
+    return memory.device_count() if is_available() else 0
+
+
+def current_device() -> int:
+    return _current
+
+
+def set_device(device: Any) -> None:
+    from . import memory
+
+    index = device if isinstance(device, int) else memory.device_index(device)
+    memory.check_index(index)
+    global _current
+    _current = index
+
+
+def synchronize(device: Any = None) -> None:
+    """Wait for the device's queued work; the runtimes here run kernels synchronously."""
+    sync = getattr(_runtime(), "synchronize", None)
+    if sync is not None:
+        sync()
+
+
+def memory_allocated(device: Any = None) -> int:
+    """Bytes of device memory held by live tensors."""
+    return _runtime().stats.allocated
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    return _runtime().stats.max_allocated
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    stats = _runtime().stats
+    stats.max_allocated = stats.allocated
+
+
+def transfer_stats() -> dict[str, int]:
+    """Host<->device transfers so far (counts and bytes), as counted by the runtime."""
+    return _runtime().stats.transfers()
+
+
+def manual_seed_all(seed: int) -> None:
+    """Nothing to seed: device random numbers come from torch's CPU generator."""
+
+
+def get_rng_state(device: Any = None):
+    import torch
+
+    return torch.get_rng_state()
+
+
+def set_rng_state(state, device: Any = None) -> None:
+    import torch
+
+    torch.set_rng_state(state)

@@ -1,0 +1,47 @@
+"""Wire the ``nkipy`` device into torch: the PrivateUse1 name, generated ``Tensor.nkipy()``-style
+methods, the ``torch.nkipy`` module, the backend hooks and device guard, and the ATen kernels."""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import DeviceError
+from . import aten, module, serialization
+from .memory import NAME
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True  # asked by torch internals at odd times: never select a runtime here
+
+    def has_primary_context(self, dev_id: int) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def register() -> None:
+    """Register the device once per process; a no-op when it already is."""
+    current = torch._C._get_privateuse1_backend_name()
+    if current == NAME and getattr(torch, NAME, None) is module:
+        return
+    if current not in ("privateuseone", NAME):
+        raise DeviceError(
+            f"torch's PrivateUse1 backend is already registered as {current!r} by another package; "
+            "the nkipy device needs it. Uninstall that package or disable its autoload "
+            "(TORCH_DEVICE_BACKEND_AUTOLOAD=0) and import nkipy_core."
+        )
+    if current != NAME:
+        torch.utils.rename_privateuse1_backend(NAME)
+    torch.utils.generate_methods_for_privateuse1_backend(for_storage=True, for_packed_sequence=True)
+    torch._register_device_module(NAME, module)
+    torch._C._acc.register_python_privateuseone_hook(_Hooks())
+    torch._C._acc.register_python_privateuseone_device_guard(_Guard())
+    aten.install()
+    torch.serialization.register_package(serialization.PRIORITY, serialization.tag, serialization.restore)
