@@ -19,7 +19,7 @@ import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from . import plugins
+from . import plugins, regions
 from .cache import STATS, KernelCache, digest
 from .config import Config, select_runtime
 from .device import memory
@@ -36,8 +36,8 @@ from .runtime.base import CompileOptions, DeviceArray, Signature
 
 log = logging.getLogger("nkipy.compiler")
 
-#: ops that stay in torch without a fallback warning: they move data, they do not compute
-_GLUE = {torch.ops.aten.copy_.default}
+#: ops that stay in torch without a fallback warning: they move data or split kernels on purpose
+_GLUE = {torch.ops.aten.copy_.default, regions.BOUNDARY}
 
 
 class FallbackWarning(UserWarning):
@@ -149,7 +149,7 @@ def _report_fallbacks(gm: torch.fx.GraphModule, decisions: dict[str, Any], stric
         if isinstance(decision, str):
             fallbacks.setdefault(op_name(node.target), decision)
         elif node.op == "call_function" and not isinstance(node.target, torch._ops.OpOverload):
-            if node.target is not operator.getitem:
+            if node.target not in (operator.getitem, regions.run_on_cpu):
                 fallbacks.setdefault(getattr(node.target, "__name__", str(node.target)), "not an ATen op")
     if not fallbacks:
         return
@@ -322,6 +322,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
     for passes in loaded.manager.hook.nkipy_graph_passes(stage="aten"):
         for graph_pass in passes or ():
             graph_pass(gm)
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and regions.in_cpu_region(node):
+            node.args = (node.target, *node.args)
+            node.target = regions.run_on_cpu
     gm.graph.lint()
     gm.recompile()
     decisions = plan(gm, config, cache, runtime.name)

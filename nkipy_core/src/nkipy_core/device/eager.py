@@ -5,8 +5,10 @@ single-op kernel and compiled once per op, argument shapes, dtypes and non-tenso
 (kept in memory and in the on-disk kernel cache). In-place and ``out=`` ops run their functional
 op and copy the result into place on the device. An op no pack lowers runs on CPU: a
 ``FallbackWarning`` names it once (strict mode raises) and the result comes back to the device.
-Random fills run on CPU by design, without a warning: they draw from torch's CPU generator so
-that seeded device runs reproduce CPU runs.
+Two kinds of op run on CPU by design, without a warning: random fills, which draw from torch's
+CPU generator so that seeded device runs reproduce CPU runs, and ops whose output shape depends
+on the data (``masked_select``, ``nonzero``, ``unique``), which no static-shape kernel can
+express (printing a tensor uses them).
 """
 
 from __future__ import annotations
@@ -25,11 +27,17 @@ from ..errors import DeviceError, UnsupportedOpsError
 from ..registry import LoweringRule, op_name
 from . import memory
 
-#: random fills: drawn on CPU on purpose (see the module docstring)
-_HOST_OPS = frozenset({
-    "bernoulli", "bernoulli_", "cauchy_", "exponential_", "geometric_", "log_normal_", "multinomial",
-    "normal", "normal_", "rand", "randint", "randn", "random_", "randperm", "uniform_",
-})
+#: ops run on CPU on purpose (see the module docstring), and why
+_HOST_OPS = {
+    **dict.fromkeys((
+        "bernoulli", "bernoulli_", "cauchy_", "exponential_", "geometric_", "log_normal_",
+        "multinomial", "normal", "normal_", "rand", "randint", "randn", "random_", "randperm",
+        "uniform_",
+    ), "random numbers come from torch's CPU generator"),
+    **dict.fromkeys((
+        "masked_select", "nonzero", "_unique2", "unique_consecutive", "unique_dim",
+    ), "its output shape depends on the data"),
+}
 
 
 class _Kernels:
@@ -133,7 +141,7 @@ def _kernel(op: torch._ops.OpOverload, args: tuple, kwargs: dict, rules, config:
     from .. import compiler
 
     if _base_name(op) in _HOST_OPS:
-        return "random numbers come from torch's CPU generator"
+        return _HOST_OPS[_base_name(op)]
     graph = torch.fx.Graph()
     count = iter(range(1 << 30))
 
