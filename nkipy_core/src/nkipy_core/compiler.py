@@ -23,6 +23,7 @@ from . import plugins, regions
 from .cache import STATS, KernelCache, digest
 from .config import Config, select_runtime
 from .device import memory
+from .device.aten import is_view
 from .errors import ConfigurationError, LoweringError, Unsupported, UnsupportedOpsError, VerificationError
 from .ir import codegen
 from .ir.builder import KernelBuilder, Traced
@@ -323,7 +324,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
         for graph_pass in passes or ():
             graph_pass(gm)
     for node in gm.graph.nodes:
-        if node.op == "call_function" and regions.in_cpu_region(node):
+        if node.op == "call_function" and regions.in_cpu_region(node) and not is_view(node.target):
             node.args = (node.target, *node.args)
             node.target = regions.run_on_cpu
     gm.graph.lint()

@@ -3,8 +3,9 @@
 ``with nkipy_core.on_cpu(): ...`` inside a compiled function keeps the ops traced in the block
 on CPU as torch ops, even where a pack lowers them (e.g. for precision, or to debug a kernel).
 The ops are tagged through ``torch.fx.traceback.annotate``, which dynamo and AOTAutograd carry
-to every ATen node of the block, forward and backward. On ``nkipy`` tensors the block's inputs
-are copied to the host and its results back: that traffic is what was asked for.
+to every ATen node of the block, forward and backward. On ``nkipy`` tensors each op's inputs are
+copied to the host and its results back: that traffic is what was asked for. (View ops in the
+block compute no values and stay where they are.)
 
 ``nkipy_core.kernel_boundary(x)`` splits kernels: the ops before and after it are compiled as
 separate kernels (it is never fused, never warned about, and costs one device copy of ``x``).

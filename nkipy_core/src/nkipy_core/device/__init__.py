@@ -5,3 +5,6 @@ tensors to runtime buffers; ``aten`` holds the ATen kernels of the device; ``eag
 ops on device tensors through the op packs. Importing this package is cheap: torch's backend
 autoload imports it inside every ``import torch``.
 """
+
+#: the device's name in torch (``torch.device("nkipy")``, ``torch.nkipy``)
+NAME = "nkipy"

@@ -3,7 +3,8 @@
 A few ops are the device's own business and are implemented here: allocation (``empty``,
 ``empty_strided``, ``resize_``), copies across and within the device (``_copy_from``, which
 torch's ``copy_`` and ``.to()`` reach), and reading one value (``item``). Everything else goes
-through one boxed fallback:
+through one boxed fallback (this module imports only torch at load time, so registering it
+inside ``import torch`` stays cheap; ``memory`` and ``eager`` are imported on first use):
 
 * view ops and ``set_`` only compute sizes/strides over a storage, so torch's own CPU kernels
   are redispatched to; they never read data and produce ``nkipy`` views of the same buffer;
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import torch
 
-from . import memory
 
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _library: tuple[torch.library.Library, ...] | None = None
@@ -42,7 +42,49 @@ def install() -> None:
     _library = (lib, fallback)
 
 
+#: move data between devices: torch's composite kernels (``empty`` + ``copy_``) do that right
+_TRANSFERS = {"aten::_to_copy.default", "aten::copy.default"}
+_claimed: set[str] = set(_TRANSFERS)
+
+
+def claim(ops) -> None:
+    """Route ops the packs lower to the device even where torch has a composite kernel for them.
+
+    The dispatcher prefers an op's CompositeExplicitAutograd kernel to a backend fallback, so
+    e.g. ``native_layer_norm`` would be decomposed before the pack that lowers it ever saw it.
+    An explicit PrivateUse1 kernel wins over the composite one. (Composite*Implicit* ops are left
+    alone: they decompose above autograd, which has no formula for them.) Called once the plugins
+    are loaded, i.e. at the device's first allocation, never inside ``import torch``.
+    """
+    from ..registry import resolve_op
+
+    lib = _library[0]
+    for name in ops:
+        if name in _claimed or not name.startswith("aten::"):
+            continue
+        _claimed.add(name)
+        op = resolve_op(name)
+        qualified = op._schema.name + (f".{op._overloadname}" if op._overloadname != "default" else "")
+        composite = any(
+            torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)
+            for key in ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+        )
+        if composite and not _redispatched(op) and not torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "PrivateUse1"):
+            lib.impl(op, _eager_kernel(op), "PrivateUse1")
+
+
+def _eager_kernel(op: torch._ops.OpOverload):
+    def kernel(*args, **kwargs):
+        from . import eager
+
+        return eager.run(op, args, kwargs)
+
+    return kernel
+
+
 def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    from . import memory
+
     memory.check_index(memory.device_index(device))
     dtype = dtype or torch.get_default_dtype()
     if memory_format in (None, torch.contiguous_format, torch.preserve_format):
@@ -52,17 +94,23 @@ def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memor
 
 
 def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    from . import memory
+
     memory.check_index(memory.device_index(device))
     return memory.empty(size, dtype or torch.get_default_dtype(), stride)
 
 
 def _resize(self, size, *, memory_format=None):
+    from . import memory
+
     memory.resize(self, size)
     return self
 
 
 def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     """``dst.copy_(src)`` where at least one side is on the device: broadcast, cast, move."""
+    from . import memory
+
     if src.shape != dst.shape:
         src = src.expand(dst.shape)
     if not memory.is_nkipy(dst):
@@ -85,18 +133,25 @@ def _copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
 
 
 def _item(self: torch.Tensor):
+    from . import memory
+
     return memory.to_host(self).item()
+
+
+def is_view(op: torch._ops.OpOverload) -> bool:
+    """Whether ``op`` returns a view of an input (it computes sizes and strides, no values)."""
+    schema = op._schema
+    return not schema.is_mutable and any(
+        r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
+    )
 
 
 def _redispatched(op: torch._ops.OpOverload) -> bool:
     """Ops whose CPU kernels only touch metadata or loop over other ATen calls."""
     answer = _redispatch.get(op)
     if answer is None:
-        schema = op._schema
-        view = not schema.is_mutable and any(
-            r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
-        )
-        answer = view or schema.name == "aten::set_" or schema.name.startswith("aten::_foreach_")
+        name = op._schema.name
+        answer = is_view(op) or name == "aten::set_" or name.startswith("aten::_foreach_")
         _redispatch[op] = answer
     return answer
 

@@ -211,8 +211,15 @@ def _functional(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
     return found
 
 
-def _same_arguments(a: list, b: list) -> bool:
-    return [(x.name, x.type) for x in a] == [(x.name, x.type) for x in b]
+#: what a functional factory takes beyond its ``out=`` form; given from the ``out`` tensor
+_FACTORY = ("dtype", "layout", "device", "pin_memory")
+
+
+def _same_arguments(candidate: list, wanted: list) -> bool:
+    """Same arguments, allowing a functional factory's trailing keyword-only options."""
+    head = [(x.name, x.type) for x in candidate[: len(wanted)]]
+    extra = [x.name for x in candidate[len(wanted):]]
+    return head == [(x.name, x.type) for x in wanted] and all(n in _FACTORY for n in extra)
 
 
 def _mutating(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> Any:
@@ -222,6 +229,10 @@ def _mutating(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kern
     if not op._schema.name.endswith("_"):  # out=
         outs = {a.name: kwargs[a.name] for a in op._schema.arguments if a.alias_info and a.alias_info.is_write}
         rest = {k: v for k, v in kwargs.items() if k not in outs}
+        names = {a.name for a in functional._schema.arguments}
+        first = next(iter(outs.values()))
+        if "dtype" in names and "device" in names:  # a factory: make what out= holds
+            rest.update(dtype=first.dtype, device=first.device)
         results = run(functional, args, rest)
         results = results if isinstance(results, (tuple, list)) else (results,)
         for out, result in zip(outs.values(), results):
@@ -267,23 +278,25 @@ def _on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict, why: str, stat
                 f"nkipy: {name} runs on CPU: {why}; its result comes back to the nkipy device",
                 FallbackWarning, stacklevel=3,
             )
+    written = {id(t) for t in _written(op, args, kwargs)}
     moved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def to_cpu(x):
         if memory.is_nkipy(x):
             host = memory.to_host(x)
-            moved[id(host)] = (x, host)
+            if id(x) in written:
+                host = host.clone()  # resizable, as out= arguments must be
+                moved[id(host)] = (x, host)
             return host
         if isinstance(x, torch.device) and x.type == memory.NAME:
             return torch.device("cpu")
         return x
 
-    host_args, host_kwargs = tree_map(to_cpu, (args, kwargs))
-    result = op(*host_args, **host_kwargs)
-    if op._schema.is_mutable:
-        for device, host in moved.values():
-            if _is_written(op, host, host_args, host_kwargs):
-                device.copy_(host)
+    result = op(*tree_map(to_cpu, args), **tree_map(to_cpu, kwargs))
+    for device, host in moved.values():
+        if device.shape != host.shape:
+            device.resize_(host.shape)
+        device.copy_(host)
 
     def to_device(x):
         if isinstance(x, torch.Tensor) and x.device.type == "cpu":
@@ -294,12 +307,12 @@ def _on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict, why: str, stat
     return tree_map(to_device, result)
 
 
-def _is_written(op, host: torch.Tensor, args: tuple, kwargs: dict) -> bool:
+def _written(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors ``op`` mutates, per its schema."""
+    found = []
     for i, a in enumerate(op._schema.arguments):
         if a.alias_info is None or not a.alias_info.is_write:
             continue
         value = kwargs.get(a.name) if a.kwarg_only or i >= len(args) else args[i]
-        values = value if isinstance(value, (list, tuple)) else [value]
-        if any(v is host for v in values):
-            return True
-    return False
+        found.extend(v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, torch.Tensor))
+    return found

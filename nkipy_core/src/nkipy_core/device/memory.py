@@ -17,8 +17,8 @@ import torch
 from ..errors import DeviceError, RuntimeNotFoundError, RuntimeUnavailableError
 from ..ir.types import DType, numpy_to_torch, torch_to_numpy
 from ..runtime.base import DeviceArray
+from . import NAME
 
-NAME = "nkipy"
 _ATTR = "_nkipy_allocation"
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
@@ -32,10 +32,16 @@ def runtime():
     if _runtime is None:
         from ..config import current, select_runtime
 
+        from .. import plugins
+        from . import aten
+
         try:
-            _runtime = select_runtime(current())
+            config = current()
+            selected = select_runtime(config)
         except (RuntimeNotFoundError, RuntimeUnavailableError) as exc:
             raise type(exc)(f"the nkipy device cannot be used: {exc}") from None
+        aten.claim(plugins.get(strict=config.strict).lowerings.ops())
+        _runtime = selected
     return _runtime
 
 

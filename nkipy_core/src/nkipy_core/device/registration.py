@@ -7,7 +7,7 @@ import torch
 
 from ..errors import DeviceError
 from . import aten, module, serialization
-from .memory import NAME
+from . import NAME
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):

@@ -10,21 +10,23 @@ from __future__ import annotations
 
 import torch
 
-from . import memory
+from . import NAME
 
 #: ahead of torch's own PrivateUse1 entry (23) in ``torch.serialization``'s package registry
 PRIORITY = 19
 
 
 def tag(storage) -> str | None:
-    if storage.device.type == memory.NAME:
+    if storage.device.type == NAME:
         return str(storage.device)
     return None
 
 
 def restore(storage, location: str):
-    if not location.startswith(memory.NAME):
+    if not location.startswith(NAME):
         return None
+    from . import memory
+
     memory.check_index(memory.device_index(location))
     host = torch.empty(0, dtype=torch.uint8).set_(storage)
     return memory.from_host(host).untyped_storage()

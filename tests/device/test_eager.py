@@ -1,0 +1,154 @@
+"""Eager ATen ops on nkipy tensors: single-op kernels from the packs, cached by op and signature;
+ops no pack lowers run on CPU with one warning; autograd and optimizers match CPU."""
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import nkipy_core
+from nkipy_core import FallbackWarning, cache_stats, init_nkipy_backend
+
+OPS = {
+    "add": lambda a, b: a + b,
+    "sub_alpha": lambda a, b: torch.sub(a, b, alpha=0.5),
+    "mul_scalar": lambda a, b: a * 3,
+    "div": lambda a, b: a / (b.abs() + 1),
+    "matmul_transposed": lambda a, b: a @ b.t(),
+    "relu": lambda a, b: torch.relu(a),
+    "silu": lambda a, b: F.silu(a),
+    "exp_log": lambda a, b: torch.log(torch.exp(a) + 1),
+    "softmax": lambda a, b: torch.softmax(a, -1),
+    "log_softmax": lambda a, b: F.log_softmax(a, 0),
+    "layer_norm": lambda a, b: F.layer_norm(a, (a.shape[-1],)),
+    "sum_dim": lambda a, b: a.sum(-1),
+    "mean_keepdim": lambda a, b: a.mean(0, keepdim=True),
+    "amax": lambda a, b: a.amax(-1),
+    "max_dim": lambda a, b: a.max(-1),
+    "argmax": lambda a, b: a.argmax(),
+    "where": lambda a, b: torch.where(a > 0, a, b),
+    "cat": lambda a, b: torch.cat([a, b], 0),
+    "stack": lambda a, b: torch.stack([a, b]),
+    "index_select": lambda a, b: a[torch.tensor([2, 0]).to(a.device)],
+    "slice_contiguous": lambda a, b: a[:, 1:3].contiguous(),
+    "permute_reshape": lambda a, b: a.t().reshape(-1),
+    "clamp": lambda a, b: a.clamp(-0.5, 0.5),
+    "cumsum": lambda a, b: a.cumsum(0),
+    "comparison": lambda a, b: (a > b) & (a < 1),
+    "to_bf16": lambda a, b: a.to(torch.bfloat16) * 2,
+    "linear": lambda a, b: F.linear(a, b, torch.ones(4).to(a.device)),
+    "inplace_chain": lambda a, b: a.clone().mul_(2).add_(b).sigmoid_(),
+    "out_variant": lambda a, b: torch.add(a, b, out=torch.empty(0, device=a.device)),
+}
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_eager_op_matches_cpu_without_fallback(name):
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    expected = OPS[name](a, b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        result = OPS[name](a.to("nkipy"), b.to("nkipy"))
+    for got, want in zip(*(r if isinstance(r, tuple) else (r,) for r in (result, expected))):
+        assert got.device.type == "nkipy" and got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_single_op_kernels_are_cached_by_op_shape_and_dtype():
+    a, b = torch.randn(3, 5).to("nkipy"), torch.randn(3, 5).to("nkipy")
+    torch.add(a, b)
+    compiled = cache_stats["compiled_kernels"]
+    for _ in range(3):
+        torch.add(a, b)
+    assert cache_stats["compiled_kernels"] == compiled  # same op, shapes, dtypes: no new kernel
+    torch.add(a[:2], b[:2])
+    assert cache_stats["compiled_kernels"] == compiled + 1  # a new shape is a new kernel
+    torch.add(a.double(), b.double())
+    assert cache_stats["compiled_kernels"] >= compiled + 2  # a new dtype too
+
+
+def test_eager_kernels_go_through_the_runtime_without_host_transfers():
+    a = torch.randn(8, 8).to("nkipy")
+    torch.relu(a @ a)
+    before = torch.nkipy.transfer_stats()
+    out = torch.relu(a @ a).sum(0)
+    assert torch.nkipy.transfer_stats() == before
+    assert out.device.type == "nkipy"
+
+
+def test_an_op_no_pack_lowers_runs_on_cpu_with_one_warning():
+    x = torch.randn(5, 3)
+    d = x.to("nkipy")
+    with pytest.warns(FallbackWarning, match=r"aten::erfinv\.default runs on CPU: no installed pack lowers it"):
+        out = torch.erfinv(d.clamp(-0.9, 0.9))
+    assert out.device.type == "nkipy"
+    torch.testing.assert_close(out.cpu(), torch.erfinv(x.clamp(-0.9, 0.9)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        torch.erfinv(d.clamp(-0.5, 0.5))  # the warning is given once
+
+
+def test_in_place_op_without_lowering_writes_back_to_the_device():
+    x = torch.rand(4) * 0.5
+    d = x.to("nkipy")
+    with pytest.warns(FallbackWarning, match="erfinv"):
+        d.erfinv_()
+    torch.testing.assert_close(d.cpu(), torch.erfinv(x))
+
+
+def test_strict_mode_raises_for_an_op_no_pack_lowers():
+    init_nkipy_backend(strict=True)
+    d = torch.randn(3).to("nkipy")
+    with pytest.raises(nkipy_core.UnsupportedOpsError, match=r"aten::erfinv\.default .*eager on nkipy"):
+        torch.erfinv(d)
+    torch.relu(d)  # lowered ops still run
+
+
+def test_in_place_result_type_follows_torch_casting_rules():
+    d = torch.arange(3).to("nkipy")
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type Long"):
+        d.add_(0.5)
+
+
+def test_autograd_on_device_tensors():
+    x = torch.randn(4, 3, requires_grad=True)
+    w = torch.randn(3, 2, requires_grad=True)
+    xd = x.detach().to("nkipy").requires_grad_(True)
+    wd = w.detach().to("nkipy").requires_grad_(True)
+    (torch.tanh(x @ w) ** 2).sum().backward()
+    (torch.tanh(xd @ wd) ** 2).sum().backward()
+    assert xd.grad.device.type == "nkipy"
+    torch.testing.assert_close(xd.grad.cpu(), x.grad)
+    torch.testing.assert_close(wd.grad.cpu(), w.grad)
+
+
+def _train(model, x, y, optimizer_cls, steps=4):
+    optimizer = optimizer_cls(model.parameters(), lr=0.05)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach().cpu())
+    return losses
+
+
+@pytest.mark.parametrize("optimizer_cls", [torch.optim.SGD, torch.optim.AdamW], ids=lambda c: c.__name__)
+def test_training_loop_on_the_device_matches_cpu(optimizer_cls):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    x, y = torch.randn(10, 6), torch.randn(10, 3)
+    cpu_model, device_model = copy.deepcopy(model), copy.deepcopy(model).to("nkipy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        device_losses = _train(device_model, x.to("nkipy"), y.to("nkipy"), optimizer_cls)
+    cpu_losses = _train(cpu_model, x, y, optimizer_cls)
+    torch.testing.assert_close(torch.stack(device_losses), torch.stack(cpu_losses))
+    for p, q in zip(device_model.parameters(), cpu_model.parameters()):
+        assert p.device.type == "nkipy"
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+    assert device_losses[-1] < device_losses[0]
