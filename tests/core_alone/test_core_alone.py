@@ -41,3 +41,24 @@ def test_fresh_interpreter_compiles_a_model_without_importing_nkipy(tmp_path):
     assert lines[0] == "True"
     assert "nkipy: aten::addmm.default runs on CPU: no installed pack lowers it" in lines
     assert "nkipy: aten::sigmoid.default runs on CPU: no installed pack lowers it" in lines
+
+
+def test_device_works_with_no_pack_by_running_ops_on_cpu(tmp_path):
+    program = textwrap.dedent("""
+        import warnings, torch
+        x, w = torch.randn(3, 4), torch.randn(4, 2)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = torch.relu(x.to("nkipy") @ w.to("nkipy")) + 1
+        print(out.device, torch.allclose(out.cpu(), torch.relu(x @ w) + 1))
+        for m in sorted({str(c.message) for c in caught if type(c.message).__name__ == "FallbackWarning"}):
+            print(m)
+    """)
+    result = run(sys.executable, "-c", program, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "nkipy:0 True"
+    assert lines[1:] == [
+        f"nkipy: {op} runs on CPU: no installed pack lowers it; its result comes back to the nkipy device"
+        for op in ("aten::add.Tensor", "aten::mm.default", "aten::relu.default")
+    ]

@@ -154,6 +154,7 @@ def _creation_cases():
     yield case(aten.full.default, [], -math.inf, id="full-0d")
     yield case(aten.full_like.default, t(2, 2), 3, dtype=bf16)
     yield case(aten.fill.Scalar, t(2, 3, dtype=i64), 4)
+    yield case(aten.zero.default, t(2, 3, dtype=bf16))
     yield case(aten.fill.Tensor, t(2, 3), torch.tensor(2.5, dtype=torch.float64))
     yield case(aten.scalar_tensor.default, -math.inf)
     yield case(aten.scalar_tensor.default, 3, dtype=i64, id="scalar_tensor-int")

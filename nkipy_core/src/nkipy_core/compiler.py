@@ -219,14 +219,16 @@ class KernelCall(torch.nn.Module):
 
     def forward(self, *args: torch.Tensor):
         runtime = self.runtime
+        if any(memory.is_nkipy(a) for a in args):
+            runtime = memory.runtime()  # the instance that owns the buffers
+            if runtime.name != self.runtime.name:
+                raise ConfigurationError(
+                    f"nkipy tensors live in the {runtime.name!r} runtime's memory but this "
+                    f"function was compiled for {self.runtime.name!r}; use one runtime per process"
+                )
         inputs, staged = [], []
         for a in args:
             if memory.is_nkipy(a):
-                if memory.runtime() is not runtime:
-                    raise ConfigurationError(
-                        f"nkipy tensors live in the {memory.runtime().name!r} runtime's memory but "
-                        f"this function was compiled for {runtime.name!r}; use one runtime per process"
-                    )
                 inputs.append(memory.array(a))
             else:
                 array = DeviceArray.contiguous(runtime.allocate(a.nbytes), tensor_type(a))
@@ -236,12 +238,15 @@ class KernelCall(torch.nn.Module):
         results = runtime.run(self.executable, inputs)
         for array in staged:
             runtime.free(array.buffer)
-        outputs = tuple(memory.wrap(r) if dev else self._fetch(r) for r, dev in zip(results, self.on_device))
+        outputs = tuple(
+            memory.wrap(r) if dev else self._fetch(runtime, r) for r, dev in zip(results, self.on_device)
+        )
         return outputs if self.tuple_output else outputs[0]
 
-    def _fetch(self, result: DeviceArray) -> torch.Tensor:
-        host = self.runtime.to_host(result)
-        self.runtime.free(result.buffer)
+    @staticmethod
+    def _fetch(runtime, result: DeviceArray) -> torch.Tensor:
+        host = runtime.to_host(result)
+        runtime.free(result.buffer)
         return numpy_to_torch(host)
 
     def extra_repr(self) -> str:

@@ -53,8 +53,9 @@ def claim(ops) -> None:
     The dispatcher prefers an op's CompositeExplicitAutograd kernel to a backend fallback, so
     e.g. ``native_layer_norm`` would be decomposed before the pack that lowers it ever saw it.
     An explicit PrivateUse1 kernel wins over the composite one. (Composite*Implicit* ops are left
-    alone: they decompose above autograd, which has no formula for them.) Called once the plugins
-    are loaded, i.e. at the device's first allocation, never inside ``import torch``.
+    alone: they decompose above autograd, which has no formula for them.) Called whenever the
+    plugins are (re)loaded for the device (its first allocation, a new configuration), never
+    inside ``import torch``.
     """
     from ..registry import resolve_op
 

@@ -22,10 +22,10 @@ import torch.fx
 from torch.utils._pytree import tree_map
 
 from .. import plugins
-from ..config import Config, current, select_runtime
+from ..config import Config, current
 from ..errors import DeviceError, UnsupportedOpsError
 from ..registry import LoweringRule, op_name
-from . import memory
+from . import aten, memory
 
 #: ops run on CPU on purpose (see the module docstring), and why
 _HOST_OPS = {
@@ -49,6 +49,7 @@ class _Kernels:
         self.entries: dict[tuple, Any] = {}
         self.warned: set[str] = set()
         loaded = plugins.get(strict=config.strict)
+        aten.claim(loaded.lowerings.ops())  # plugins may have been reloaded since the first use
         self.rules = loaded.lowerings
         self.decompositions = loaded.decompositions.table(loaded.lowerings.ops())
         self.decomposing: set[torch._ops.OpOverload] = set()
@@ -177,7 +178,7 @@ def _kernel(op: torch._ops.OpOverload, args: tuple, kwargs: dict, rules, config:
     node.meta[compiler.RULE] = decision
     sub = torch.fx.GraphModule(torch.nn.Module(), graph)
     name = "eager_" + op_name(op).replace(".", "_")
-    return compiler.compile_kernel(sub, name, config, select_runtime(config), on_device=True)
+    return compiler.compile_kernel(sub, name, config, memory.runtime(), on_device=True)
 
 
 # -- in-place and out= ops ----------------------------------------------------------------------
