@@ -259,7 +259,10 @@ def _store(op, dst: torch.Tensor, result: torch.Tensor, resize: bool) -> None:
                 f"shape {list(result.shape)}"
             )
         dst.resize_(result.shape)
-    dst.copy_(result)
+    if result.dtype == dst.dtype and memory.is_nkipy(result):
+        memory.runtime().copy(memory.array(result), memory.array(dst))  # no dispatcher round trip
+    else:
+        dst.copy_(result)
 
 
 # -- CPU fallback -------------------------------------------------------------------------------
