@@ -240,6 +240,7 @@ def test_doctor_reports_versions_and_what_unavailable_runtimes_need(plugin_env, 
         assert line_of(out, f"  {name} ")[1] == value
     assert line_of(section(out, "Runtimes"), "fakehw ")[:5] == ["fakehw", "10", "fakehw-runtime", "0.7", "no"]
     assert "Runtime torch.compile will use: cpu (highest-priority available)" in out
+    assert "Torch device: nkipy (registered by torch autoload)" in out
     assert (
         "Note: runtime 'fakehw' is unavailable: fakehw-driver not found on PATH; "
         "pip install fakehw[driver] on a FakeHW host"
@@ -248,6 +249,7 @@ def test_doctor_reports_versions_and_what_unavailable_runtimes_need(plugin_env, 
 
     report = run_json(capsys, "doctor")
     assert report["ok"] is True and report["selection"]["selected"] == "cpu"
+    assert report["device"] == {"name": "nkipy", "registered": True, "autoload": True, "privateuse1": "nkipy"}
     assert [r["name"] for r in report["runtimes"]] == ["fakehw", "crashy", "cpu"]
     assert by(report["runtimes"], "name", "fakehw")["reason"].startswith("fakehw-driver not found")
 

@@ -178,3 +178,8 @@ def test_mixing_devices_in_one_eager_op_is_an_error():
         torch.mm(d.reshape(1, 3), torch.randn(3, 1))
     # a 0-dim CPU tensor is a scalar, as torch allows for other devices
     assert torch.equal((d * torch.tensor(2.0)).cpu(), d.cpu() * 2)
+
+
+def test_a_dtype_the_device_lacks_is_a_clear_error():
+    with pytest.raises(nkipy_core.DeviceError, match=r"nkipy tensors cannot hold torch.complex64.*Keep this tensor on CPU"):
+        torch.randn(3, dtype=torch.complex64).to("nkipy")

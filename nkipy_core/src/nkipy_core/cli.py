@@ -297,6 +297,29 @@ def render_coverage(report: dict[str, Any], pack: str | None) -> str:
     return "\n".join(lines)
 
 
+def device_status() -> dict[str, Any]:
+    """Whether torch knows the ``nkipy`` device, and how it was registered."""
+    from .device import NAME
+
+    taken = torch._C._get_privateuse1_backend_name()
+    return {
+        "name": NAME,
+        "registered": taken == NAME,
+        "autoload": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "1") == "1",
+        "privateuse1": taken,
+    }
+
+
+def render_device(device: dict[str, Any]) -> str:
+    if not device["registered"]:
+        return (
+            f"Problem: torch device {device['name']!r} is not registered: PrivateUse1 is "
+            f"{device['privateuse1']!r} (another package took it)"
+        )
+    how = "torch autoload" if device["autoload"] else "import nkipy_core (TORCH_DEVICE_BACKEND_AUTOLOAD=0)"
+    return f"Torch device: {device['name']} (registered by {how})"
+
+
 def render_doctor(report: dict[str, Any]) -> str:
     lines = ["Versions"]
     width = max(map(len, report["versions"]))
@@ -308,6 +331,7 @@ def render_doctor(report: dict[str, Any]) -> str:
     else:
         how = "NKIPY_RUNTIME" if selection["requested"] else "highest-priority available"
         lines.append(f"Runtime torch.compile will use: {selection['selected']} ({how})")
+    lines.append(render_device(report["device"]))
     for row in report["plugins"]:
         if row["status"] != "ok":
             lines.append(f"Problem: plugin {row['name']!r} ({row['distribution']}) was skipped: {row['error']}")
@@ -361,6 +385,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         "plugins": plugin_rows(loaded),
         "runtimes": runtime_data,
         "selection": _selected_runtime(runtime_data),
+        "device": device_status(),
     }
     # Without NKIPY_RUNTIME this is "at least one runtime is available"; with it, that runtime.
     report["ok"] = not report["selection"]["problem"]

@@ -1,8 +1,8 @@
 """Device tensors: torch tensors on the ``nkipy`` device whose storage is a runtime buffer.
 
 A tensor on ``nkipy`` is an ordinary torch tensor (PrivateUse1 dispatch key, sizes, strides,
-storage offset) whose storage holds no host pointer. The runtime buffer behind it hangs off the
-storage object, so views, ``detach``, ``nn.Parameter`` and autograd, which all share the storage,
+storage offset) whose storage's data pointer is a placeholder address. The runtime buffer behind
+it hangs off the storage object, so views, ``detach``, ``nn.Parameter`` and autograd, which all share the storage,
 share the buffer too; the buffer is freed when torch frees the storage. Only the runtime knows
 what a buffer is: this module hands it ``DeviceArray`` descriptions and never touches the bytes.
 """
@@ -16,7 +16,7 @@ import torch
 
 from ..errors import DeviceError, RuntimeNotFoundError, RuntimeUnavailableError
 from ..ir.types import DType, numpy_to_torch, torch_to_numpy
-from ..runtime.base import DeviceArray
+from ..runtime.base import DeviceArray, contiguous_strides
 from . import NAME
 
 _ATTR = "_nkipy_allocation"
@@ -30,9 +30,8 @@ def runtime():
     (tensors already allocated cannot move to another runtime)."""
     global _runtime
     if _runtime is None:
-        from ..config import current, select_runtime
-
         from .. import plugins
+        from ..config import current, select_runtime
         from . import aten
 
         try:
@@ -100,14 +99,6 @@ def set_layout(t: torch.Tensor, storage: torch.UntypedStorage, shape: Sequence[i
     )
 
 
-def contiguous_strides(shape: Sequence[int]) -> list[int]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.insert(0, step)
-        step *= max(size, 1)
-    return strides
-
-
 def _span(shape: Sequence[int], strides: Sequence[int], offset: int, itemsize: int) -> int:
     """Bytes a layout reaches into its storage (torch's computeStorageNbytes)."""
     if any(size == 0 for size in shape):
@@ -123,6 +114,13 @@ def _tensor(buffer, nbytes: int, dtype: torch.dtype, shape, strides, offset: int
 
 def empty(shape: Sequence[int], dtype: torch.dtype, strides: Sequence[int] | None = None) -> torch.Tensor:
     """A new device tensor with its own buffer (contents undefined)."""
+    try:
+        DType.from_torch(dtype)
+    except TypeError:
+        raise DeviceError(
+            f"nkipy tensors cannot hold {dtype}; the device has "
+            f"{', '.join(str(d.torch) for d in DType)}. Keep this tensor on CPU."
+        ) from None
     strides = contiguous_strides(shape) if strides is None else strides
     nbytes = _span(shape, strides, 0, dtype.itemsize)
     return _tensor(runtime().allocate(nbytes), nbytes, dtype, shape, strides)

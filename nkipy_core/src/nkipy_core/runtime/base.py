@@ -37,6 +37,15 @@ class Signature:
         return cls(kernel.input_types, kernel.output_types)
 
 
+def contiguous_strides(shape: Sequence[int]) -> list[int]:
+    """Row-major strides in elements, as torch gives a contiguous tensor."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.insert(0, step)
+        step *= max(size, 1)
+    return strides
+
+
 @attrs.frozen
 class DeviceArray:
     """A tensor's place in device memory: a runtime buffer and a strided layout into it.
@@ -54,11 +63,7 @@ class DeviceArray:
 
     @classmethod
     def contiguous(cls, buffer: Any, type_: TensorType) -> DeviceArray:
-        strides, step = [], 1
-        for size in reversed(type_.shape):
-            strides.insert(0, step)
-            step *= max(size, 1)
-        return cls(buffer, type_.dtype, type_.shape, strides)
+        return cls(buffer, type_.dtype, type_.shape, contiguous_strides(type_.shape))
 
     @property
     def type(self) -> TensorType:
