@@ -152,3 +152,21 @@ def test_training_loop_on_the_device_matches_cpu(optimizer_cls):
         assert p.device.type == "nkipy"
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
     assert device_losses[-1] < device_losses[0]
+
+
+def test_python_floats_are_kernel_inputs_not_part_of_the_key():
+    a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.rand(4, 4) + 1
+    da, db, dc = a.to("nkipy"), b.to("nkipy"), c.to("nkipy")
+    torch.addcdiv(da, db, dc, value=0.5)
+    compiled = cache_stats["compiled_kernels"]
+    for value in (-0.25, 1e-3, 7.0):  # an optimizer's step size changes every step
+        out = torch.addcdiv(da, db, dc, value=value)
+        torch.testing.assert_close(out.cpu(), torch.addcdiv(a, b, c, value=value))
+    assert cache_stats["compiled_kernels"] == compiled
+
+
+def test_a_float_that_decides_the_shape_stays_in_the_key():
+    x = torch.randn(1, 2, 4)
+    for scale in (2.0, 3.0):
+        out = F.interpolate(x.to("nkipy"), scale_factor=scale)
+        torch.testing.assert_close(out.cpu(), F.interpolate(x, scale_factor=scale))

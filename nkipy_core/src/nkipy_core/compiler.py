@@ -177,6 +177,19 @@ class _Support(OperatorSupportBase):
 
 def lower_subgraph(sub: torch.fx.GraphModule, name: str):
     """Trace the rules of a fused subgraph into one NKIPy kernel (verified and simplified)."""
+    return finish_kernel(trace_subgraph(sub, name))
+
+
+def finish_kernel(kernel):
+    """Simplify a traced kernel and verify the result."""
+    STATS["lowered_kernels"] += 1
+    kernel = simplify(kernel)
+    verify(kernel)
+    return kernel
+
+
+def trace_subgraph(sub: torch.fx.GraphModule, name: str):
+    """The kernel the rules of ``sub`` record, verified but not yet simplified."""
     builder = KernelBuilder(name)
     env: dict[torch.fx.Node, Any] = {}
     outputs: list[Traced] = []
@@ -193,10 +206,7 @@ def lower_subgraph(sub: torch.fx.GraphModule, name: str):
             outputs = [env[o] for o in outputs]
         else:
             raise LoweringError(f"unexpected {node.op} node {node.name} in a fused subgraph")
-    STATS["lowered_kernels"] += 1
     kernel = builder.finish(outputs)
-    verify(kernel)
-    kernel = simplify(kernel)
     verify(kernel)
     return kernel
 
@@ -259,8 +269,12 @@ def _subgraph_key(sub: torch.fx.GraphModule, base: str) -> str:
     return digest("subgraph", base, sub.code, *metas, *rules)
 
 
-def compile_kernel(sub: torch.fx.GraphModule, name: str, config: Config, runtime, on_device: bool | None = None) -> KernelCall:
-    """Lower, compile and cache one supported subgraph (each node's rule in ``node.meta[RULE]``).
+def compile_kernel(
+    sub: torch.fx.GraphModule, name: str, config: Config, runtime, on_device: bool | None = None,
+    lower=lower_subgraph,
+) -> KernelCall:
+    """Lower (with ``lower``), compile and cache one supported subgraph (each node's rule in
+    ``node.meta[RULE]``).
 
     Outputs land on the ``nkipy`` device when ``on_device`` says so, else where the graph's
     example values were (the inputs' device for graphs traced by dynamo).
@@ -287,7 +301,7 @@ def compile_kernel(sub: torch.fx.GraphModule, name: str, config: Config, runtime
             executable = runtime.load(artifacts, signature, options)
             log.debug("kernel %s loaded from cache entry %s without lowering", name, indexed["kernel"])
             return KernelCall(name, executable, runtime, tuple_output, indexed["kernel"], devices)
-    kernel = lower_subgraph(sub, name)
+    kernel = lower(sub, name)
     ir_text = format_kernel(kernel, with_origin=False)
     kernel_key = digest("kernel", ir_text, runtime.name, options.compiler_args, _versions_key())
     loaded = cache.load(kernel_key)

@@ -1,8 +1,9 @@
 """Eager ATen ops on ``nkipy`` tensors, through the same op packs and runtime as compiled graphs.
 
 An op some installed pack lowers becomes a one-node graph, lowered by that pack's rule into a
-single-op kernel and compiled once per op, argument shapes, dtypes and non-tensor arguments
-(kept in memory and in the on-disk kernel cache). In-place and ``out=`` ops run their functional
+single-op kernel and compiled once per op, argument shapes and dtypes (kept in memory and in the
+on-disk kernel cache). Python floats are kernel inputs where the rule allows (``scalars``), other
+non-tensor arguments (dims, flags, ints) are part of the key. In-place and ``out=`` ops run their functional
 op and copy the result into place on the device. An op no pack lowers runs on CPU: a
 ``FallbackWarning`` names it once (strict mode raises) and the result comes back to the device.
 Two kinds of op run on CPU by design, without a warning: random fills, which draw from torch's
@@ -25,7 +26,7 @@ from .. import plugins
 from ..config import Config, current
 from ..errors import DeviceError, UnsupportedOpsError
 from ..registry import LoweringRule, op_name
-from . import aten, memory
+from . import aten, memory, scalars
 
 #: ops run on CPU on purpose (see the module docstring), and why
 _HOST_OPS = {
@@ -86,14 +87,22 @@ def _state() -> _Kernels:
 
 def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     tensors: list[torch.Tensor] = []
-    key = (op, _signature(args, tensors), _signature(tuple(kwargs.items()), tensors))
+    floats: list[float] = []
+    key = (op, _signature(args, tensors, floats), _signature(tuple(kwargs.items()), tensors, floats))
     _check_devices(op, tensors)
     state = _state()
     entry = state.entries.get(key)
     if entry is None:
         if op._schema.is_mutable:
             return _mutating(op, args, kwargs, state)
-        entry = state.entries[key] = _build(op, args, kwargs, state)
+        entry = state.entries[key] = _build(op, args, kwargs, state, floats)
+    if isinstance(entry, _Lifted):
+        return entry(tensors, floats)
+    if isinstance(entry, _ByValue):
+        values = tuple(floats)
+        if values not in entry:
+            entry[values] = _by_value(op, args, kwargs, state)
+        entry = entry[values]
     if isinstance(entry, str):
         return _on_cpu(op, args, kwargs, entry, state)
     if isinstance(entry, _Decomposition):
@@ -105,13 +114,18 @@ def _base_name(op: torch._ops.OpOverload) -> str:
     return op._schema.name.split("::")[1]
 
 
-def _signature(value: Any, tensors: list[torch.Tensor]) -> Any:
-    """A hashable key of ATen arguments (tensors by shape, dtype and device); collects tensors."""
+def _signature(value: Any, tensors: list[torch.Tensor], floats: list[float]) -> Any:
+    """A hashable key of ATen arguments: tensors by shape, dtype and device, Python floats by
+    type only (they become kernel inputs, see ``scalars``), anything else by value. Collects
+    the tensors and the floats."""
     if isinstance(value, torch.Tensor):
         tensors.append(value)
         return (tuple(value.shape), value.dtype, value.device.type)
+    if type(value) is float:
+        floats.append(value)
+        return float
     if isinstance(value, (list, tuple)):
-        return tuple(_signature(v, tensors) for v in value)
+        return tuple(_signature(v, tensors, floats) for v in value)
     return (type(value), value)
 
 
@@ -129,20 +143,92 @@ def _check_devices(op: torch._ops.OpOverload, tensors: list[torch.Tensor]) -> No
 # -- single-op kernels ------------------------------------------------------------------------
 
 
-def _build(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> Any:
-    """The compiled kernel for this call's signature, else the op's decomposition, else the
-    reason it runs on CPU."""
-    decision = _kernel(op, args, kwargs, state.rules, state.config)
+def _build(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels, floats: list[float]) -> Any:
+    """What a call signature runs: a kernel (taking the call's floats as inputs if it has any),
+    else the op's decomposition, else the reason it runs on CPU; ``_ByValue`` when the floats
+    must be part of the key."""
+    if not floats:
+        return _by_value(op, args, kwargs, state)
+    lifted = _lifted(op, args, kwargs, state) if len(floats) <= scalars.MAX_FLOATS else None
+    return lifted if lifted is not None else _ByValue()
+
+
+def _by_value(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> Any:
+    decision = _kernel(op, args, kwargs, state)
     if isinstance(decision, str) and op in state.decompositions:
         return _Decomposition(op, state.decompositions[op])
     return decision
 
 
-def _kernel(op: torch._ops.OpOverload, args: tuple, kwargs: dict, rules, config: Config) -> Any:
+class _ByValue(dict):
+    """Entries of one call signature keyed by its float values (their kernels bake them in)."""
+
+
+class _Lifted:
+    """A kernel that takes the call's floats as trailing f64 inputs (see ``scalars``)."""
+
+    def __init__(self, call):
+        self.call = call
+
+    def __call__(self, tensors: list[torch.Tensor], floats: list[float]) -> Any:
+        return self.call(*tensors, *(torch.tensor(f, dtype=torch.float64) for f in floats))
+
+
+def _lifted(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> _Lifted | None:
+    """The kernel with this call's floats as inputs, or ``None`` if the rule does not allow it."""
+    from .. import compiler
+
+    if _base_name(op) in _HOST_OPS:
+        return None
+    count: list[float] = []
+    args_a, kwargs_a = scalars.substitute((args, kwargs), count, 0)
+    other = _graph(op, *scalars.substitute((args, kwargs), [], 1))
+    if isinstance(other, str):
+        return None
+
+    def lower(sub: torch.fx.GraphModule, name: str):
+        other[1].meta[compiler.RULE] = next(n.meta[compiler.RULE] for n in sub.graph.nodes if compiler.RULE in n.meta)
+        try:
+            kernels = [
+                scalars.lift(compiler.trace_subgraph(graph, name), len(count), variant)
+                for variant, graph in enumerate((sub, other[0]))
+            ]
+        except Exception as exc:  # noqa: BLE001 - e.g. the rule declines the other sentinel
+            raise scalars.NotLiftable(str(exc)) from exc
+        if not scalars.same(kernels):
+            raise scalars.NotLiftable("the kernel depends on the values")
+        return compiler.finish_kernel(kernels[0])
+
+    try:
+        call = _kernel(op, args_a, kwargs_a, state, lower)
+    except scalars.NotLiftable:
+        return None
+    return _Lifted(call) if isinstance(call, compiler.KernelCall) else None
+
+
+def _kernel(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels, lower=None) -> Any:
+    """The compiled single-op kernel for these arguments, or the reason there is none."""
     from .. import compiler
 
     if _base_name(op) in _HOST_OPS:
         return _HOST_OPS[_base_name(op)]
+    built = _graph(op, args, kwargs)
+    if isinstance(built, str):
+        return built
+    sub, node = built
+    decision = compiler._choose_rule(node, state.rules.rules_for(op), state.config.strict)
+    if not isinstance(decision, LoweringRule):
+        return decision
+    node.meta[compiler.RULE] = decision
+    name = "eager_" + op_name(op).replace(".", "_")
+    return compiler.compile_kernel(
+        sub, name, state.config, memory.runtime(), on_device=True, lower=lower or compiler.lower_subgraph
+    )
+
+
+def _graph(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[torch.fx.GraphModule, torch.fx.Node] | str:
+    """A one-node graph calling ``op`` on placeholders for the tensors (with meta values), or
+    why there can be none."""
     graph = torch.fx.Graph()
     count = iter(range(1 << 30))
 
@@ -172,13 +258,7 @@ def _kernel(op: torch._ops.OpOverload, args: tuple, kwargs: dict, rules, config:
         graph.output(tuple(outputs))
     else:
         return "it does not return tensors"
-    decision = compiler._choose_rule(node, rules.rules_for(op), config.strict)
-    if not isinstance(decision, LoweringRule):
-        return decision
-    node.meta[compiler.RULE] = decision
-    sub = torch.fx.GraphModule(torch.nn.Module(), graph)
-    name = "eager_" + op_name(op).replace(".", "_")
-    return compiler.compile_kernel(sub, name, config, memory.runtime(), on_device=True)
+    return torch.fx.GraphModule(torch.nn.Module(), graph), node
 
 
 # -- in-place and out= ops ----------------------------------------------------------------------
