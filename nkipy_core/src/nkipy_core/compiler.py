@@ -228,20 +228,23 @@ class KernelCall(torch.nn.Module):
         self.on_device = tuple(on_device)
 
     def forward(self, *args: torch.Tensor):
-        runtime = self.runtime
-        if any(memory.is_nkipy(a) for a in args):
-            runtime = memory.runtime()  # the instance that owns the buffers
-            if runtime.name != self.runtime.name:
-                raise ConfigurationError(
-                    f"nkipy tensors live in the {runtime.name!r} runtime's memory but this "
-                    f"function was compiled for {self.runtime.name!r}; use one runtime per process"
-                )
+        on_device = [memory.is_nkipy(a) for a in args]
+        if not any(on_device) and not any(self.on_device) and hasattr(self.runtime, "run_host"):
+            results = self.runtime.run_host(self.executable, [torch_to_numpy(a) for a in args])
+            outputs = tuple(numpy_to_torch(r) for r in results)
+            return outputs if self.tuple_output else outputs[0]
+        runtime = memory.runtime() if any(on_device) else self.runtime  # who owns the buffers
+        if runtime.name != self.runtime.name:
+            raise ConfigurationError(
+                f"nkipy tensors live in the {runtime.name!r} runtime's memory but this "
+                f"function was compiled for {self.runtime.name!r}; use one runtime per process"
+            )
         inputs, staged = [], []
-        for a in args:
-            if memory.is_nkipy(a):
+        for a, device, type_ in zip(args, on_device, self.executable.signature.inputs):
+            if device:
                 inputs.append(memory.array(a))
             else:
-                array = DeviceArray.contiguous(runtime.allocate(a.nbytes), tensor_type(a))
+                array = DeviceArray.contiguous(runtime.allocate(a.nbytes), type_)
                 runtime.to_device(torch_to_numpy(a), array)
                 inputs.append(array)
                 staged.append(array)

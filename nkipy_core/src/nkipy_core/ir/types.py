@@ -7,6 +7,7 @@ kernel is a self-contained value; these helpers translate at the edges.
 from __future__ import annotations
 
 import enum
+import math
 
 import attrs
 import ml_dtypes
@@ -120,7 +121,7 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def __str__(self) -> str:
         dims = "x".join(str(d) for d in self.shape)

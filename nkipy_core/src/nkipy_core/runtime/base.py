@@ -154,3 +154,7 @@ class Runtime(Protocol):
     def run(self, executable: Executable, inputs: Sequence[DeviceArray]) -> list[DeviceArray]:
         """Run a kernel on device arrays; its outputs are new contiguous device arrays."""
         ...
+
+    # Optional: ``run_host(executable, arrays) -> arrays`` runs a kernel on host NumPy arrays
+    # directly; a runtime whose device memory is host memory offers it so that graphs of CPU
+    # tensors skip staging. Without it, CPU tensors go through to_device/run/to_host.

@@ -80,6 +80,16 @@ class CpuRuntime:
         outputs = executable(*(_view(a) for a in inputs))
         return [self._adopt(np.asarray(o), t) for o, t in zip(outputs, executable.signature.outputs)]
 
+    def run_host(self, executable: CpuExecutable, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Host arrays in, host arrays out: for the cpu runtime host memory *is* device memory,
+        so a graph of CPU tensors needs no staging (the optional fast path of ``Runtime``)."""
+        outputs = executable(*arrays)
+        return [
+            np.array(o, copy=True) if not np.asarray(o).flags.writeable or any(np.may_share_memory(o, a) for a in arrays)
+            else np.asarray(o)
+            for o in outputs
+        ]
+
     def _adopt(self, result: np.ndarray, type_: TensorType) -> DeviceArray:
         """Make a kernel result a device buffer: its own memory if it owns it, else a copy
         (a kernel may return an input or a read-only broadcast view)."""
