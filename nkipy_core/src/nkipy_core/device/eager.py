@@ -31,8 +31,9 @@ from . import aten, memory, scalars
 #: ops run on CPU on purpose (see the module docstring), and why
 _HOST_OPS = {
     **dict.fromkeys((
-        "bernoulli", "bernoulli_", "cauchy_", "exponential_", "geometric_", "log_normal_",
-        "multinomial", "normal", "normal_", "rand", "randint", "randn", "random_", "randperm",
+        "bernoulli", "bernoulli_", "cauchy", "cauchy_", "exponential", "exponential_", "geometric",
+        "geometric_", "log_normal", "log_normal_", "multinomial", "native_dropout", "normal",
+        "normal_", "rand", "randint", "randn", "random", "random_", "randperm", "uniform",
         "uniform_",
     ), "random numbers come from torch's CPU generator"),
     **dict.fromkeys((
@@ -86,6 +87,8 @@ def _state() -> _Kernels:
 
 
 def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+    if _updates_running_stats(op, args):
+        return _batch_norm_training(*args)
     tensors: list[torch.Tensor] = []
     floats: list[float] = []
     key = (op, _signature(args, tensors, floats), _signature(tuple(kwargs.items()), tensors, floats))
@@ -121,9 +124,11 @@ def _signature(value: Any, tensors: list[torch.Tensor], floats: list[float]) -> 
     if isinstance(value, torch.Tensor):
         tensors.append(value)
         return (tuple(value.shape), value.dtype, value.device.type)
-    if type(value) is float:
+    if scalars.liftable(value):
         floats.append(value)
         return float
+    if type(value) is float:
+        return (float, repr(value))  # NaN != NaN would miss the cache every time
     if isinstance(value, (list, tuple)):
         return tuple(_signature(v, tensors, floats) for v in value)
     return (type(value), value)
@@ -180,20 +185,26 @@ def _lifted(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernel
 
     if _base_name(op) in _HOST_OPS:
         return None
-    count: list[float] = []
-    args_a, kwargs_a = scalars.substitute((args, kwargs), count, 0)
-    other = _graph(op, *scalars.substitute((args, kwargs), [], 1))
-    if isinstance(other, str):
+    floats: list[float] = []
+    args_a, kwargs_a = scalars.substitute((args, kwargs), floats, 0)
+    try:
+        others = [_graph(op, *scalars.substitute((args, kwargs), [], 1)), _graph(op, args, kwargs)]
+    except Exception:  # noqa: BLE001 - a sentinel is out of the op's domain: key by value
         return None
+    if any(isinstance(other, str) for other in others):
+        return None
+    lowered_with = [[scalars.sentinel(i, v) for i in range(len(floats))] for v in (0, 1)] + [floats]
 
     def lower(sub: torch.fx.GraphModule, name: str):
-        other[1].meta[compiler.RULE] = next(n.meta[compiler.RULE] for n in sub.graph.nodes if compiler.RULE in n.meta)
+        rule = next(n.meta[compiler.RULE] for n in sub.graph.nodes if compiler.RULE in n.meta)
+        for _, node in others:
+            node.meta[compiler.RULE] = rule
         try:
             kernels = [
-                scalars.lift(compiler.trace_subgraph(graph, name), len(count), variant)
-                for variant, graph in enumerate((sub, other[0]))
+                scalars.lift(compiler.trace_subgraph(graph, name), values)
+                for graph, values in zip((sub, *(g for g, _ in others)), lowered_with)
             ]
-        except Exception as exc:  # noqa: BLE001 - e.g. the rule declines the other sentinel
+        except Exception as exc:  # noqa: BLE001 - e.g. the rule declines a sentinel
             raise scalars.NotLiftable(str(exc)) from exc
         if not scalars.same(kernels):
             raise scalars.NotLiftable("the kernel depends on the values")
@@ -201,7 +212,7 @@ def _lifted(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernel
 
     try:
         call = _kernel(op, args_a, kwargs_a, state, lower)
-    except scalars.NotLiftable:
+    except Exception:  # noqa: BLE001 - NotLiftable, or a sentinel the op rejects: key by value
         return None
     return _Lifted(call) if isinstance(call, compiler.KernelCall) else None
 
@@ -258,10 +269,29 @@ def _graph(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[torch.
         graph.output(tuple(outputs))
     else:
         return "it does not return tensors"
-    return torch.fx.GraphModule(torch.nn.Module(), graph), node
+    try:
+        return torch.fx.GraphModule(torch.nn.Module(), graph), node
+    except SyntaxError:  # e.g. an overload named like a Python keyword (aten.random.from)
+        return "torch.fx cannot generate code for it"
 
 
 # -- in-place and out= ops ----------------------------------------------------------------------
+
+
+def _updates_running_stats(op: torch._ops.OpOverload, args: tuple) -> bool:
+    """``native_batch_norm`` in training updates its running stats without its schema saying so."""
+    return op is torch.ops.aten.native_batch_norm.default and len(args) == 8 and args[5] and args[3] is not None
+
+
+def _batch_norm_training(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Its functional form returns the new running stats; they are copied into place here."""
+    out, mean, invstd, new_mean, new_var = run(
+        torch.ops.aten._native_batch_norm_legit_functional.default,
+        (input, weight, bias, running_mean, running_var, training, momentum, eps), {},
+    )
+    running_mean.copy_(new_mean)
+    running_var.copy_(new_var)
+    return out, mean, invstd
 
 
 _functionals: dict[torch._ops.OpOverload, torch._ops.OpOverload | None] = {}
@@ -304,9 +334,16 @@ def _same_arguments(candidate: list, wanted: list) -> bool:
 
 
 def _mutating(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> Any:
-    functional = _functional(op)
+    functional = None if _base_name(op) in _HOST_OPS else _functional(op)
     if functional is None:
         return _on_cpu(op, args, kwargs, "no functional form of it is known", state)
+    # the dispatcher drops arguments equal to their default; the functional form may lack it
+    # (bernoulli_.float has p=0.5, bernoulli.p has no default)
+    kwargs = {
+        **{a.name: a.default_value for i, a in enumerate(op._schema.arguments)
+           if i >= len(args) and a.has_default_value() and not (a.alias_info and a.alias_info.is_write)},
+        **kwargs,
+    }
     if not op._schema.name.endswith("_"):  # out=
         outs = {a.name: kwargs[a.name] for a in op._schema.arguments if a.alias_info and a.alias_info.is_write}
         rest = {k: v for k, v in kwargs.items() if k not in outs}

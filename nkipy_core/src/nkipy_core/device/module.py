@@ -51,6 +51,8 @@ def set_device(device: Any) -> None:
     from . import memory
 
     index = device if isinstance(device, int) else memory.device_index(device)
+    if index is None:  # "nkipy" without an index: the current device
+        return
     memory.check_index(index)
     global _current
     _current = index
@@ -80,6 +82,13 @@ def reset_peak_memory_stats(device: Any = None) -> None:
 def transfer_stats() -> dict[str, int]:
     """Host<->device transfers so far (counts and bytes), as counted by the runtime."""
     return _runtime().stats.transfers()
+
+
+def get_amp_supported_dtype() -> list:
+    """Half types the device computes (autocast and activation checkpointing ask)."""
+    import torch
+
+    return [torch.float16, torch.bfloat16]
 
 
 def manual_seed_all(seed: int) -> None:

@@ -3,16 +3,19 @@ dtypes, not every value a scalar argument takes.
 
 Optimizers call ops such as ``addcdiv_(p, m, v, value=-step_size)`` with a new float at every
 step; baking each value into its kernel would compile a kernel per step. So the op is lowered
-twice, with its floats replaced by two different sentinel values, and every 0-d ``constant``
-holding a sentinel becomes a conversion of a new f64 kernel parameter (one per float, in
-argument order). If both lowerings then give the same kernel, the rule used the floats only as
-those constants and the kernel holds for every value. Otherwise (the rule did arithmetic on a
-float, derived a shape from it, or branched on it differently) ``NotLiftable`` is raised and the
-caller keys kernels by the float values instead.
+three times: with its floats replaced by small positive sentinels, by large negative ones, and
+with the real values. In each kernel every 0-d float ``constant`` holding one of that lowering's
+values becomes a conversion of a new f64 kernel parameter (one per float, in argument order).
+If every float shows up that way and the three kernels are then identical, the rule used the
+floats only as values and the kernel holds for every value. Otherwise (the rule cast a float to
+an integer, did arithmetic on it, derived a shape from it, or branched on its sign or size)
+``NotLiftable`` is raised and the caller keys kernels by the float values instead. Values rules
+commonly special-case (0, ±1, infinities, NaN) are always keyed by value.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,15 +32,23 @@ class NotLiftable(Exception):  # noqa: N818 - control flow, like ``Unsupported``
     """The floats of this call cannot become kernel inputs."""
 
 
+def liftable(value: object) -> bool:
+    """A Python float that may become a kernel input (not one rules tend to special-case)."""
+    return type(value) is float and math.isfinite(value) and value not in (0.0, 1.0, -1.0)
+
+
 def sentinel(index: int, variant: int) -> float:
-    """Exactly representable in f16, bf16, f32 and f64, and unlike any constant a rule writes."""
-    return (1 + (2 * index + variant + 1) / 128) * 2.0**-7
+    """Exactly representable in f16, bf16, f32 and f64, and unlike any constant a rule writes:
+    variant 0 is small and positive, variant 1 large and negative."""
+    if variant == 0:
+        return (1 + (2 * index + 1) / 128) * 2.0**-7
+    return -(1 + (2 * index + 2) / 128) * 2.0**5
 
 
 def substitute(value, floats: list[float], variant: int):
-    """``value`` with its Python floats replaced by sentinels, visited in ``eager._signature``
+    """``value`` with its liftable floats replaced by sentinels, visited in ``eager._signature``
     order; ``floats`` collects the replaced values."""
-    if type(value) is float:
+    if liftable(value):
         floats.append(value)
         return sentinel(len(floats) - 1, variant)
     if isinstance(value, (list, tuple)):
@@ -47,25 +58,29 @@ def substitute(value, floats: list[float], variant: int):
     return value
 
 
-def lift(kernel: Kernel, count: int, variant: int) -> Kernel:
-    """``kernel`` with each constant equal to a sentinel read from a new f64 parameter."""
+def lift(kernel: Kernel, values: Sequence[float]) -> Kernel:
+    """``kernel`` (lowered with ``values`` for the floats) with each 0-d float constant equal to
+    one of them read from a new f64 parameter; ``NotLiftable`` if some value never shows up."""
     next_id = 1 + max([v.id for v in kernel.params] + [op.result.id for op in kernel.ops], default=-1)
-    params = [Value(next_id + i, TensorType((), DType.f64)) for i in range(count)]
-    ops = []
+    params = [Value(next_id + i, TensorType((), DType.f64)) for i in range(len(values))]
+    ops, used = [], set()
     for op in kernel.ops:
-        index = _sentinel_index(op, count, variant)
+        index = _value_index(op, values)
         if index is not None:
+            used.add(index)
             op = Op("convert", (params[index],), {"dtype": op.result.type.dtype}, op.result, op.origin)
         ops.append(op)
+    if len(used) != len(values):
+        raise NotLiftable("a float is not used as a value of the kernel")
     return Kernel(kernel.name, [*kernel.params, *params], ops, kernel.outputs)
 
 
-def _sentinel_index(op: Op, count: int, variant: int) -> int | None:
+def _value_index(op: Op, values: Sequence[float]) -> int | None:
     if op.prim != "constant" or op.result.type.shape != () or not op.result.type.dtype.is_float:
         return None
     value = op.params["value"].array
-    for index in range(count):
-        if value == np.asarray(sentinel(index, variant)).astype(value.dtype):
+    for index, candidate in enumerate(values):
+        if value == np.asarray(candidate).astype(value.dtype):
             return index
     return None
 

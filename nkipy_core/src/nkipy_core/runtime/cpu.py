@@ -77,25 +77,23 @@ class CpuRuntime:
         np.copyto(_view(dst), _view(src), casting="no")
 
     def run(self, executable: CpuExecutable, inputs: Sequence[DeviceArray]) -> list[DeviceArray]:
-        outputs = executable(*(_view(a) for a in inputs))
-        return [self._adopt(np.asarray(o), t) for o, t in zip(outputs, executable.signature.outputs)]
+        outputs = self.run_host(executable, [_view(a) for a in inputs])
+        return [self._adopt(o, t) for o, t in zip(outputs, executable.signature.outputs)]
 
     def run_host(self, executable: CpuExecutable, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Host arrays in, host arrays out: for the cpu runtime host memory *is* device memory,
         so a graph of CPU tensors needs no staging (the optional fast path of ``Runtime``)."""
-        outputs = executable(*arrays)
-        return [
-            np.array(o, copy=True) if not np.asarray(o).flags.writeable or any(np.may_share_memory(o, a) for a in arrays)
-            else np.asarray(o)
-            for o in outputs
-        ]
+        owned: list[np.ndarray] = []
+        for out in map(np.asarray, executable(*arrays)):
+            # a kernel may return an input, a read-only broadcast, or one value twice (after CSE)
+            if not out.flags.writeable or any(np.may_share_memory(out, o) for o in (*arrays, *owned)):
+                out = np.array(out, copy=True)
+            owned.append(out)
+        return owned
 
     def _adopt(self, result: np.ndarray, type_: TensorType) -> DeviceArray:
-        """Make a kernel result a device buffer: its own memory if it owns it, else a copy
-        (a kernel may return an input or a read-only broadcast view)."""
-        result = result.astype(type_.dtype.numpy, copy=False).reshape(type_.shape)
-        if not (result.flags.c_contiguous and result.flags.writeable and result.base is None):
-            result = np.ascontiguousarray(result).copy()
+        """Make a kernel result (owned, see ``run_host``) a device buffer without copying it."""
+        result = np.ascontiguousarray(result.astype(type_.dtype.numpy, copy=False).reshape(type_.shape))
         self.stats.allocate(result.nbytes)
         return DeviceArray.contiguous(result.reshape(-1).view(np.uint8), type_)
 
