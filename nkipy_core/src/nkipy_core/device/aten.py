@@ -23,6 +23,15 @@ _library: tuple[torch.library.Library, ...] | None = None
 _redispatch: dict[torch._ops.OpOverload, bool] = {}
 
 
+def _kernel_code(fn):
+    """Mark a kernel as the device's code, not the user's: dynamo, when it runs around a graph
+    break, must neither trace it nor anything it calls (the dispatcher calls it from C++)."""
+    eval_frame = torch._C._dynamo.eval_frame
+    skip = eval_frame._FrameAction.SKIP
+    eval_frame.set_code_exec_strategy(fn.__code__, eval_frame._FrameExecStrategy(skip, skip))
+    return fn
+
+
 def install() -> None:
     global _library
     if _library is not None:
@@ -36,9 +45,9 @@ def install() -> None:
         ("_copy_from_and_resize", _copy_from_and_resize),
         ("_local_scalar_dense", _item),
     ):
-        lib.impl(name, kernel, "PrivateUse1")
+        lib.impl(name, _kernel_code(kernel), "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")  # torch takes fallbacks on the global namespace
-    fallback.fallback(_fallback, "PrivateUse1")
+    fallback.fallback(_kernel_code(_fallback), "PrivateUse1")
     _library = (lib, fallback)
 
 
@@ -80,7 +89,7 @@ def _eager_kernel(op: torch._ops.OpOverload):
 
         return eager.run(op, args, kwargs)
 
-    return kernel
+    return _kernel_code(kernel)
 
 
 def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):

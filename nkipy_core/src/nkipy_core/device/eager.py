@@ -14,6 +14,7 @@ express (printing a tensor uses them).
 
 from __future__ import annotations
 
+import itertools
 import operator
 import warnings
 from typing import Any
@@ -241,7 +242,7 @@ def _graph(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[torch.
     """A one-node graph calling ``op`` on placeholders for the tensors (with meta values), or
     why there can be none."""
     graph = torch.fx.Graph()
-    count = iter(range(1 << 30))
+    count = itertools.count()
 
     def placeholder(x):
         if isinstance(x, torch.Tensor):

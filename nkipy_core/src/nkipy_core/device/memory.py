@@ -53,11 +53,20 @@ class _Allocation:
 
     __slots__ = ("buffer",)
 
-    def __init__(self, storage: torch.UntypedStorage, buffer):
+    def __init__(self, storage: torch.UntypedStorage, buffer, address: int):
         self.buffer = buffer
-        weakref.finalize(storage, runtime().free, buffer)
+        _by_address[address] = buffer
+        weakref.finalize(storage, _free, runtime(), buffer, address)
 
 
+def _free(owner, buffer, address: int) -> None:
+    _by_address.pop(address, None)
+    owner.free(buffer)
+
+
+#: buffers by their storage's placeholder address, for storages torch makes from a data pointer
+#: on its own (the legacy serializer, storage slices): they alias memory but not our attribute
+_by_address: dict[int, object] = {}
 _next_address = 1 << 44
 
 
@@ -68,8 +77,21 @@ def _storage(buffer, nbytes: int) -> torch.UntypedStorage:
     global _next_address
     address, _next_address = _next_address, _next_address + ((nbytes + 127) // 64) * 64
     storage = torch._C._construct_storage_from_data_pointer(address, torch.device(NAME, 0), nbytes)
-    setattr(storage, _ATTR, _Allocation(storage, buffer))
+    setattr(storage, _ATTR, _Allocation(storage, buffer, address))
     return storage
+
+
+def _buffer(storage: torch.UntypedStorage):
+    allocation = getattr(storage, _ATTR, None)
+    if allocation is not None:
+        return allocation.buffer
+    address = storage.data_ptr()
+    base = max((a for a in _by_address if a <= address), default=None)
+    if base is None:
+        raise DeviceError(f"no nkipy buffer backs storage at {address:#x}")
+    if base != address:
+        raise DeviceError("views into the middle of a nkipy storage object are not supported; use tensor views")
+    return _by_address[base]
 
 
 def device_index(device: torch.device | str | int | None) -> int | None:
@@ -135,9 +157,18 @@ def resize(t: torch.Tensor, shape: Sequence[int]) -> None:
         old_bytes = storage.nbytes()
         buffer = runtime().allocate(needed)
         if old_bytes:
-            runtime().copy(_bytes(getattr(storage, _ATTR).buffer, old_bytes), _bytes(buffer, old_bytes))
+            runtime().copy(_bytes(_buffer(storage), old_bytes), _bytes(buffer, old_bytes))
         storage = _storage(buffer, needed)
     set_layout(t, storage, shape, strides, t.storage_offset())
+
+
+def clone_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:
+    """A new storage with a copy of ``storage``'s bytes, copied on the device."""
+    nbytes = storage.nbytes()
+    buffer = runtime().allocate(nbytes)
+    if nbytes:
+        runtime().copy(_bytes(_buffer(storage), nbytes), _bytes(buffer, nbytes))
+    return _storage(buffer, nbytes)
 
 
 def _bytes(buffer, nbytes: int) -> DeviceArray:
@@ -146,7 +177,7 @@ def _bytes(buffer, nbytes: int) -> DeviceArray:
 
 def array(t: torch.Tensor) -> DeviceArray:
     """The runtime's view of a device tensor."""
-    buffer = getattr(t.untyped_storage(), _ATTR).buffer
+    buffer = _buffer(t.untyped_storage())
     return DeviceArray(buffer, DType.from_torch(t.dtype), t.shape, t.stride(), t.storage_offset())
 
 

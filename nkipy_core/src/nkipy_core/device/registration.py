@@ -26,6 +26,26 @@ class _Guard(torch._C._acc.DeviceGuard):
         return torch._C._autograd.DeviceType.PrivateUse1
 
 
+def _clone_storage_on_the_device() -> None:
+    """``UntypedStorage.clone`` (what ``copy.deepcopy`` of a tensor or module uses) allocates
+    through the C++ allocator of the storage's device; a PrivateUse1 backend registered from
+    Python has none, and torch would crash. Route clones of ``nkipy`` storages to the runtime."""
+    torch_clone = torch.UntypedStorage.clone
+    if getattr(torch_clone, "_nkipy", False):
+        return
+
+    def clone(self):
+        if self.device.type == NAME:
+            from . import memory
+
+            return memory.clone_storage(self)
+        return torch_clone(self)
+
+    clone._nkipy = True
+    clone.__doc__ = torch_clone.__doc__
+    torch.UntypedStorage.clone = clone
+
+
 def register() -> None:
     """Register the device once per process; a no-op when it already is."""
     current = torch._C._get_privateuse1_backend_name()
@@ -44,4 +64,5 @@ def register() -> None:
     torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     aten.install()
+    _clone_storage_on_the_device()
     torch.serialization.register_package(serialization.PRIORITY, serialization.tag, serialization.restore)
