@@ -170,3 +170,13 @@ def test_a_float_that_decides_the_shape_stays_in_the_key():
     for scale in (2.0, 3.0):
         out = F.interpolate(x.to("nkipy"), scale_factor=scale)
         torch.testing.assert_close(out.cpu(), F.interpolate(x, scale_factor=scale))
+
+
+def test_index_tensors_may_stay_on_cpu():
+    x = torch.arange(12.0).reshape(3, 4)
+    d = x.to("nkipy")
+    rows = torch.tensor([2, 0])
+    assert torch.equal(d[rows].cpu(), x[rows])
+    d[torch.tensor([1])] = 5.0
+    x[torch.tensor([1])] = 5.0
+    assert torch.equal(d.cpu(), x)

@@ -87,9 +87,16 @@ def _state() -> _Kernels:
     return _kernels
 
 
+#: ops whose index tensors may live on CPU, as torch allows for other devices
+_INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl", "_index_put_impl_"})
+
+
 def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     if _updates_running_stats(op, args):
         return _batch_norm_training(*args)
+    if len(args) > 1 and isinstance(args[1], (list, tuple)) and _base_name(op) in _INDEXING:
+        indices = [memory.from_host(i) if isinstance(i, torch.Tensor) and i.device.type == "cpu" else i for i in args[1]]
+        args = (args[0], indices, *args[2:])
     tensors: list[torch.Tensor] = []
     floats: list[float] = []
     key = (op, _signature(args, tensors, floats), _signature(tuple(kwargs.items()), tensors, floats))
