@@ -342,6 +342,10 @@ def _same_arguments(candidate: list, wanted: list) -> bool:
 
 
 def _mutating(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> Any:
+    if op is torch.ops.aten._index_put_impl_.default:
+        # what `x[i] = v` reaches: index_put_ plus an `unsafe` flag that only skips checks
+        args, kwargs = args[:4], {k: v for k, v in kwargs.items() if k != "unsafe"}
+        op = torch.ops.aten.index_put_.default
     functional = None if _base_name(op) in _HOST_OPS else _functional(op)
     if functional is None:
         return _on_cpu(op, args, kwargs, "no functional form of it is known", state)
