@@ -183,3 +183,12 @@ def test_mixing_devices_in_one_eager_op_is_an_error():
 def test_a_dtype_the_device_lacks_is_a_clear_error():
     with pytest.raises(nkipy_core.DeviceError, match=r"nkipy tensors cannot hold torch.complex64.*Keep this tensor on CPU"):
         torch.randn(3, dtype=torch.complex64).to("nkipy")
+
+
+def test_channels_last_layouts_are_kept():
+    x = torch.randn(2, 3, 4, 5)
+    d = x.to("nkipy").contiguous(memory_format=torch.channels_last)
+    assert d.stride() == x.contiguous(memory_format=torch.channels_last).stride()
+    assert torch.equal(d.cpu(), x)
+    conv = torch.nn.Conv2d(3, 4, 3).to("nkipy").to(memory_format=torch.channels_last)
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)

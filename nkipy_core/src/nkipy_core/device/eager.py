@@ -23,7 +23,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_map
 
-from .. import plugins
+from .. import compiler, plugins
 from ..config import Config, current
 from ..errors import DeviceError, UnsupportedOpsError
 from ..registry import LoweringRule, op_name
@@ -109,6 +109,9 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
         entry = state.entries[key] = _build(op, args, kwargs, state, floats)
     if isinstance(entry, _Lifted):
         return entry(tensors, floats)
+    layout = kwargs.get("memory_format")
+    if layout in (torch.channels_last, torch.channels_last_3d) and isinstance(entry, compiler.KernelCall):
+        return _in_memory_format(entry(*tensors), layout)
     if isinstance(entry, _ByValue):
         values = tuple(floats)
         if values not in entry:
@@ -119,6 +122,15 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     if isinstance(entry, _Decomposition):
         return entry(args, kwargs, state)
     return entry(*tensors)
+
+
+def _in_memory_format(result: torch.Tensor, layout: torch.memory_format) -> torch.Tensor:
+    """Kernels produce contiguous results; give one the channels-last strides asked for."""
+    if result.is_contiguous(memory_format=layout):
+        return result
+    strided = torch.empty_like(result, memory_format=layout)
+    memory.runtime().copy(memory.array(result), memory.array(strided))
+    return strided
 
 
 def _base_name(op: torch._ops.OpOverload) -> str:
@@ -189,8 +201,6 @@ class _Lifted:
 
 def _lifted(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> _Lifted | None:
     """The kernel with this call's floats as inputs, or ``None`` if the rule does not allow it."""
-    from .. import compiler
-
     if _base_name(op) in _HOST_OPS:
         return None
     floats: list[float] = []
@@ -227,8 +237,6 @@ def _lifted(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernel
 
 def _kernel(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels, lower=None) -> Any:
     """The compiled single-op kernel for these arguments, or the reason there is none."""
-    from .. import compiler
-
     if _base_name(op) in _HOST_OPS:
         return _HOST_OPS[_base_name(op)]
     built = _graph(op, args, kwargs)
@@ -405,11 +413,9 @@ def _on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict, why: str, stat
             raise UnsupportedOpsError([f"{name} ({why}; eager on nkipy)"])
         if name not in state.warned:
             state.warned.add(name)
-            from ..compiler import FallbackWarning
-
             warnings.warn(
                 f"nkipy: {name} runs on CPU: {why}; its result comes back to the nkipy device",
-                FallbackWarning, stacklevel=3,
+                compiler.FallbackWarning, stacklevel=3,
             )
     written = {id(t) for t in _written(op, args, kwargs)}
     moved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
