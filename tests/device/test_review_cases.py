@@ -109,3 +109,23 @@ def test_optimizer_state_dict_round_trip(tmp_path):
     exp_avg = restored.state_dict()["state"][0]["exp_avg"]
     assert exp_avg.device.type == "nkipy"
     torch.testing.assert_close(exp_avg.cpu(), optimizer.state_dict()["state"][0]["exp_avg"].cpu())
+
+
+@pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("bias", [True, False])
+def test_recurrent_layers_match_cpu_with_gradients(cls, bias):
+    torch.manual_seed(0)
+    cpu = cls(4, 6, num_layers=2, batch_first=True, bias=bias)
+    dev = copy.deepcopy(cpu).to("nkipy")
+    x = torch.randn(3, 5, 4, requires_grad=True)
+    xd = x.detach().to("nkipy").requires_grad_(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        out_d, _ = dev(xd)
+        out_d.square().sum().backward()
+    out, _ = cpu(x)
+    out.square().sum().backward()
+    torch.testing.assert_close(out_d.detach().cpu(), out.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
+    for p, q in zip(dev.parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5)

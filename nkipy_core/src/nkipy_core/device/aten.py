@@ -11,11 +11,16 @@ inside ``import torch`` stays cheap; ``memory`` and ``eager`` are imported on fi
 * ``_foreach_*`` ops go to torch's CPU reference kernels too, which loop over per-tensor ATen
   calls that come back to this device one by one (optimizers pick the foreach path here);
 * every other op runs eagerly through the op packs (``eager.run``).
+
+The CUDA-only fused RNN cells that torch calls for PrivateUse1 devices get compositions of ATen
+ops (``rnn``).
 """
 
 from __future__ import annotations
 
 import torch
+
+from . import rnn
 
 
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -45,6 +50,8 @@ def install() -> None:
         ("_copy_from_and_resize", _copy_from_and_resize),
         ("_local_scalar_dense", _item),
     ):
+        lib.impl(name, _kernel_code(kernel), "PrivateUse1")
+    for name, kernel in rnn.KERNELS:
         lib.impl(name, _kernel_code(kernel), "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")  # torch takes fallbacks on the global namespace
     fallback.fallback(_kernel_code(_fallback), "PrivateUse1")
