@@ -2,9 +2,9 @@
 
 An op some installed pack lowers becomes a one-node graph, lowered by that pack's rule into a
 single-op kernel and compiled once per op, argument shapes and dtypes (kept in memory and in the
-on-disk kernel cache). Python floats are kernel inputs where the rule allows (``scalars``), other
-non-tensor arguments (dims, flags, ints) are part of the key. In-place and ``out=`` ops run their functional
-op and copy the result into place on the device. An op no pack lowers runs on CPU: a
+on-disk kernel cache). Python floats are kernel inputs where the rule allows (``scalars``); other
+non-tensor arguments (dims, flags, ints) are part of the key. In-place and ``out=`` ops run their
+functional op and copy the result into place on the device. An op no pack lowers runs on CPU: a
 ``FallbackWarning`` names it once (strict mode raises) and the result comes back to the device.
 Two kinds of op run on CPU by design, without a warning: random fills, which draw from torch's
 CPU generator so that seeded device runs reproduce CPU runs, and ops whose output shape depends
@@ -92,10 +92,11 @@ _INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl", "_
 
 
 def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+    """Run one ATen op on ``nkipy`` tensors (what the device's boxed fallback calls)."""
     if _updates_running_stats(op, args):
         return _batch_norm_training(*args)
     if len(args) > 1 and isinstance(args[1], (list, tuple)) and _base_name(op) in _INDEXING:
-        indices = [memory.from_host(i) if isinstance(i, torch.Tensor) and i.device.type == "cpu" else i for i in args[1]]
+        indices = [memory.from_host(i) if _on_host(i) else i for i in args[1]]
         args = (args[0], indices, *args[2:])
     tensors: list[torch.Tensor] = []
     floats: list[float] = []
@@ -122,6 +123,10 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     if isinstance(entry, _Decomposition):
         return entry(args, kwargs, state)
     return entry(*tensors)
+
+
+def _on_host(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.device.type == "cpu"
 
 
 def _in_memory_format(result: torch.Tensor, layout: torch.memory_format) -> torch.Tensor:
