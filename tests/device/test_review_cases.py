@@ -129,3 +129,23 @@ def test_recurrent_layers_match_cpu_with_gradients(cls, bias):
     torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
     for p, q in zip(dev.parameters(), cpu.parameters()):
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_autocast_follows_the_cuda_policy_in_bfloat16():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(4, 3)
+    x = torch.randn(2, 4)
+    device_linear = copy.deepcopy(linear).to("nkipy")
+    with torch.autocast("nkipy"):  # bf16 by default on this device
+        y = device_linear(x.to("nkipy"))
+        probabilities = torch.softmax(y, -1)
+        loss = F.mse_loss(y, torch.zeros(2, 3, device="nkipy"))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = linear(x)
+    assert y.dtype == torch.bfloat16 and probabilities.dtype == torch.float32 and loss.dtype == torch.float32
+    torch.testing.assert_close(y.cpu(), expected)
+    loss.backward()
+    assert device_linear.weight.grad.dtype == torch.float32
+    with torch.autocast("nkipy", dtype=torch.float16):
+        assert device_linear(x.to("nkipy")).dtype == torch.float16
+    assert device_linear(x.to("nkipy")).dtype == torch.float32  # outside: untouched

@@ -32,7 +32,7 @@ def runtime():
     if _runtime is None:
         from .. import plugins
         from ..config import current, select_runtime
-        from . import aten
+        from . import aten, autocast
 
         try:
             config = current()
@@ -40,6 +40,7 @@ def runtime():
         except (RuntimeNotFoundError, RuntimeUnavailableError) as exc:
             raise type(exc)(f"the nkipy device cannot be used: {exc}") from None
         aten.claim(plugins.get(strict=config.strict).lowerings.ops())
+        autocast.install()
         _runtime = selected
     return _runtime
 
