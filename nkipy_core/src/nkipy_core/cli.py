@@ -237,15 +237,16 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def _section(title: str, count: int) -> str:
-    return f"{title} ({count})"
+def _table_section(title: str, empty: str, headers: list[str], cells: list[tuple]) -> str:
+    """``Title (n)`` over a table of ``cells``, or over the ``empty`` line when there are none."""
+    body = format_table(headers, cells) if cells else f"  {empty}"
+    return f"{title} ({len(cells)})\n{body}"
 
 
 def render_lowerings(rows: list[dict[str, Any]], pack: str | None) -> str:
-    if not rows:
-        hint = f"from {pack}" if pack else "installed (install nkipy-ops-base for the core ATen opset)"
-        return f"{_section('Lowerings', 0)}\n  no lowerings {hint}"
-    body = format_table(
+    hint = f"from {pack}" if pack else "installed (install nkipy-ops-base for the core ATen opset)"
+    return _table_section(
+        "Lowerings", f"no lowerings {hint}",
         ["op", "provider", "version", "priority", "overrides", "rule"],
         [
             (
@@ -259,30 +260,25 @@ def render_lowerings(rows: list[dict[str, Any]], pack: str | None) -> str:
             for r in rows
         ],
     )
-    return f"{_section('Lowerings', len(rows))}\n{body}"
 
 
 def render_plugins(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return f"{_section('Plugins', 0)}\n  no nkipy plugins found (is nkipy-core installed?)"
-    body = format_table(
+    return _table_section(
+        "Plugins", "no nkipy plugins found (is nkipy-core installed?)",
         ["plugin", "distribution", "version", "status", "module / error"],
         [(r["name"], r["distribution"], r["version"], r["status"], r["module"] or r["error"]) for r in rows],
     )
-    return f"{_section('Plugins', len(rows))}\n{body}"
 
 
 def render_runtimes(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return f"{_section('Runtimes', 0)}\n  no runtimes registered"
-    body = format_table(
+    return _table_section(
+        "Runtimes", "no runtimes registered",
         ["runtime", "priority", "provider", "available", "reason"],
         [
             (r["name"], r["priority"], f"{r['provider']} {r['version']}", "yes" if r["available"] else "no", r["reason"] or "-")
             for r in rows
         ],
     )
-    return f"{_section('Runtimes', len(rows))}\n{body}"
 
 
 def render_coverage(report: dict[str, Any], pack: str | None) -> str:
