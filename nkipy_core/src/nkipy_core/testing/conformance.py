@@ -108,6 +108,7 @@ EXTRA_OPINFOS: dict[str, tuple[str, ...]] = {
     "slice": ("narrow",),
     "_unsafe_view": ("view", "reshape"),
     "index": ("__getitem__",),
+    "zero": ("zero_",),
     "_scaled_dot_product_flash_attention_for_cpu": ("nn.functional.scaled_dot_product_attention",),
     "_scaled_dot_product_flash_attention": ("nn.functional.scaled_dot_product_attention",),
     "_scaled_dot_product_efficient_attention": ("nn.functional.scaled_dot_product_attention",),
