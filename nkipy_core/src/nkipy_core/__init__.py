@@ -28,7 +28,7 @@ _EXPORTS = {
     **{name: (".errors", name) for name in (
         "CacheError", "ConfigurationError", "DeviceError", "LoweringError", "NkipyError",
         "PluginConflictError", "PluginError", "RuntimeNotFoundError", "RuntimeUnavailableError",
-        "Unsupported", "UnsupportedOpsError", "VerificationError",
+        "SpecializationLimitError", "Unsupported", "UnsupportedOpsError", "VerificationError",
     )},
     **{name: (".registry", name) for name in (
         "DecompositionRegistry", "LoweringRegistry", "Provenance", "RuleSet", "RuntimeRegistry",

@@ -2,7 +2,9 @@
 
 Registered through the ``torch_dynamo_backends`` entry point, so it works in a fresh interpreter
 without importing nkipy. AOTAutograd produces functional forward/backward (or inference) graphs
-with core ATen decompositions plus the plugins'; each graph goes through ``compile_graph``.
+with core ATen decompositions plus the plugins'; each graph goes through ``compile_graph``, or,
+when its sizes are symbolic, becomes a ``SpecializedGraph`` that compiles one static graph per
+size set it is called with.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch._dynamo.backends.common import aot_autograd
 from . import plugins
 from .compiler import compile_graph
 from .config import current
+from .specialize import SpecializedGraph, data_dependent, is_symbolic
 
 
 def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any] | None = None, **_: Any):
@@ -25,13 +28,27 @@ def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
     loaded = plugins.get(strict=config.strict)
     decompositions = loaded.decompositions.table(loaded.lowerings.ops())
 
-    def compiler(graph: torch.fx.GraphModule, inputs: Sequence[Any]):
-        # boxed: AOTAutograd passes a list it may free early, which keeps peak memory down
-        return make_boxed_func(compile_graph(graph, inputs, config))
+    def compiler(kind: str):
+        def compile_one(graph: torch.fx.GraphModule, inputs: Sequence[Any]):
+            # boxed: AOTAutograd passes a list it may free early, which keeps peak memory down
+            if is_symbolic(graph) and not data_dependent(graph):
+                name = f"the {kind} graph of {_frame_name()}"
+                return make_boxed_func(SpecializedGraph(graph, inputs, config, name, compile_graph))
+            return make_boxed_func(compile_graph(graph, inputs, config))
+
+        return compile_one
 
     return aot_autograd(
-        fw_compiler=compiler,
-        bw_compiler=compiler,
+        fw_compiler=compiler("forward"),
+        bw_compiler=compiler("backward"),
         decompositions=decompositions,
         keep_inference_input_mutations=True,
     )(gm, example_inputs)
+
+
+def _frame_name() -> str:
+    """The compiled Python function and dynamo's compile id, to name a graph in warnings."""
+    codes = torch._guards.TracingContext.get_traced_code() or []
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    where = f"{codes[0].co_name} ({codes[0].co_filename}:{codes[0].co_firstlineno})" if codes else "a function"
+    return f"{where}, compile {compile_id}" if compile_id is not None else where

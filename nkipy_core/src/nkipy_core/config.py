@@ -30,6 +30,11 @@ def _detect_rank_world() -> tuple[int, int]:
     return int(rank), int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigurationError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
 @attrs.frozen
 class Config:
     nkipy_cache: Path = attrs.field(default=Path("./nkipy_cache"), converter=Path)
@@ -39,6 +44,9 @@ class Config:
     additional_compiler_args: str = ""
     runtime: str | None = None
     strict: bool = False
+    #: static kernel graphs compiled per graph with symbolic sizes (one per size set) before
+    #: further sizes run as torch on CPU; see ``nkipy_core.specialize``
+    max_specializations: int = attrs.field(default=32, validator=_positive)
 
     def override(self, options: dict[str, Any] | None) -> Config:
         """This config with ``torch.compile`` options applied; unknown keys are an error."""
@@ -65,11 +73,14 @@ def init_nkipy_backend(
     additional_compiler_args: str = "",
     runtime: str | None = None,
     strict: bool = False,
+    max_specializations: int = 32,
 ) -> Config:
     """Configure the nkipy backend for this process.
 
     ``rank``/``world_size`` default to torch.distributed's, then LOCAL_RANK/RANK/WORLD_SIZE.
     ``runtime=None`` picks the highest-priority available runtime (``NKIPY_RUNTIME`` overrides).
+    ``max_specializations`` bounds the static kernel graphs compiled for one graph whose sizes
+    change between calls (one per distinct size set); past it new sizes run as torch on CPU.
     Calling it again with the same settings is a no-op; with different settings it is a
     ``ConfigurationError``, because compiled functions already hold the first settings.
     """
@@ -83,6 +94,7 @@ def init_nkipy_backend(
         additional_compiler_args=additional_compiler_args,
         runtime=runtime or os.environ.get("NKIPY_RUNTIME") or None,
         strict=strict,
+        max_specializations=max_specializations,
     )
     with _lock:
         if _config is not None and _config != config:

@@ -63,6 +63,10 @@ class UnsupportedOpsError(NkipyError):
         )
 
 
+class SpecializationLimitError(NkipyError):
+    """Strict mode: a graph with symbolic sizes met more size sets than ``max_specializations``."""
+
+
 class Unsupported(Exception):  # noqa: N818 - named for how rules read: `raise Unsupported("...")`
     """Raised by a lowering rule to decline one node; the next provider is tried, then CPU.
 

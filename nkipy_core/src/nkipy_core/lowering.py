@@ -14,6 +14,7 @@ import attrs
 import numpy as np
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from .errors import Unsupported, VerificationError
 from .ir.builder import KernelBuilder, Traced, constant
@@ -47,7 +48,10 @@ def tensor_type(val: Any) -> TensorType:
     if val.is_complex():
         raise Unsupported(f"a complex tensor ({val.dtype})")
     if not all(isinstance(d, int) for d in val.shape):
-        raise Unsupported("a dynamic shape (compile with dynamic=False)")
+        # graphs whose sizes all follow from their inputs' are specialised before lowering
+        if free_unbacked_symbols(val):
+            raise Unsupported("a data-dependent shape (its size depends on tensor values, so no static kernel fits it)")
+        raise Unsupported("a symbolic shape in a graph that also has data-dependent sizes, so it is not specialised")
     try:
         dtype = DType.from_torch(val.dtype)
     except TypeError:

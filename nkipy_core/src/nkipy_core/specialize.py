@@ -1,0 +1,197 @@
+"""Shape specialisation: a graph with symbolic sizes runs as one static kernel graph per size set.
+
+Kernels are static (Trainium needs every size at compile time), but dynamo hands the backend
+graphs with symbolic sizes: ``dynamic=True``, ``torch._dynamo.mark_dynamic``, and by default
+any graph called again with a new size (automatic dynamic shapes). Rather than making the IR
+symbolic, such a graph is resolved at the backend boundary: each distinct set of concrete sizes
+it is called with gets a copy of the graph in which every size is a constant (the copy is
+re-propagated with fake tensors of those sizes, and the symbolic arithmetic on sizes is folded
+away), and that static copy goes through the ordinary ``compile_graph``. Partitioning,
+strictness, fallback warnings and the disk cache are therefore exactly those of a static graph;
+the cache keys hash the static copy, so a new process with a warm cache does not lower again.
+
+The size set the graph was traced with (the shape environment's hints) is compiled at once, so
+strict-mode errors surface at compile time as they do for a static graph. Each further size set
+is compiled on its first call (counted in ``cache_stats()["specializations"]``) and kept in
+memory. Past ``max_specializations`` size sets, or for a graph that cannot be specialised (its
+sizes depend on tensor data), calls run the symbolic graph as torch on CPU: counted in
+``cache_stats()["unspecialized_calls"]`` and warned about once per graph; in strict mode that is
+a ``SpecializationLimitError`` instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, has_free_symbols
+
+from .cache import STATS
+from .compiler import FallbackWarning
+from .config import Config
+from .errors import SpecializationLimitError
+
+log = logging.getLogger("nkipy.specialize")
+
+_SCALARS = (int, float, bool)
+
+
+def is_symbolic(gm: torch.fx.GraphModule) -> bool:
+    """Whether any size, stride or scalar input of ``gm`` is symbolic."""
+    return any(has_free_symbols(n.meta.get("val")) for n in gm.graph.find_nodes(op="placeholder"))
+
+
+def data_dependent(gm: torch.fx.GraphModule) -> bool:
+    """Whether some size in ``gm`` depends on tensor values (an unbacked symbol, e.g. ``nonzero``):
+    concrete input sizes do not determine it, so specialising cannot make the graph static."""
+    return any(free_unbacked_symbols(n.meta.get("val")) for n in gm.graph.nodes)
+
+
+def size_key(args: Sequence[Any]) -> tuple:
+    """What a static copy of a graph is specialised on: the shape and strides of every tensor
+    argument and the value of every scalar one (dtypes and devices are guarded by dynamo)."""
+    return tuple((a.shape, a.stride()) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def _hint(value: Any) -> Any:
+    """A symbolic scalar's value in the trace that produced it (no guard is added)."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        if not value.node.has_hint():
+            raise _NoHint
+        return value.node.hint
+    return value
+
+
+class _NoHint(Exception):
+    """An example input has a size with no value at compile time."""
+
+
+def hinted_key(example_inputs: Sequence[Any]) -> tuple | None:
+    """``size_key`` of the call the graph was traced for, from the shape environment's hints;
+    ``None`` if some size has none."""
+    try:
+        return tuple(
+            (torch.Size(_hint(d) for d in a.shape), tuple(_hint(s) for s in a.stride()))
+            if isinstance(a, torch.Tensor) else _hint(a)
+            for a in example_inputs
+        )
+    except _NoHint:
+        return None
+
+
+def specialize(
+    gm: torch.fx.GraphModule, key: tuple, like: Sequence[Any]
+) -> tuple[torch.fx.GraphModule, list[Any]]:
+    """A static copy of ``gm`` for the sizes in ``key`` (``size_key`` of a call; ``like`` gives
+    the dtypes and devices), and fake example inputs for it.
+
+    Every node is re-run on fake tensors of the concrete sizes; a node whose value is then a
+    plain number (a SymInt input, ``sym_size``, arithmetic on sizes) is replaced by that
+    number in its users, so the copy holds no symbolic value and its code names the sizes.
+    """
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    mode = FakeTensorMode()  # no shape environment: every size is static
+    env: dict[torch.fx.Node, Any] = {}
+    placeholders = iter(zip(key, like))
+
+    def value_of(arg: torch.fx.Node) -> Any:
+        return env[arg]
+
+    def fold(arg: torch.fx.Node) -> Any:
+        value = env[arg]
+        return value if isinstance(value, _SCALARS) else arg
+
+    with mode:
+        for node in list(graph.nodes):
+            if node.op == "placeholder":
+                spec, example = next(placeholders)
+                if isinstance(example, torch.Tensor):
+                    shape, stride = spec
+                    value = torch.empty_strided(shape, stride, dtype=example.dtype, device=example.device)
+                else:
+                    value = spec
+            elif node.op == "get_attr":
+                attr = getattr(gm, node.target)
+                value = mode.from_tensor(attr) if isinstance(attr, torch.Tensor) else attr
+            elif node.op == "call_function":
+                node.args, node.kwargs = torch.fx.node.map_arg((node.args, node.kwargs), fold)
+                args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), value_of)
+                value = node.target(*args, **kwargs)
+            elif node.op == "output":
+                node.args = torch.fx.node.map_arg(node.args, fold)
+                continue
+            else:
+                raise NotImplementedError(f"{node.op} node {node.name} in an AOTAutograd graph")
+            env[node] = value
+            node.meta["val"] = value
+            node.meta.pop("tensor_meta", None)  # describes the symbolic value
+    for node in reversed(graph.nodes):
+        if node.op == "call_function" and not node.users and isinstance(env[node], _SCALARS):
+            graph.erase_node(node)
+    graph.lint()
+    inputs = [env[n] for n in graph.find_nodes(op="placeholder")]
+    return torch.fx.GraphModule(gm, graph), inputs
+
+
+class SpecializedGraph:
+    """A symbolic graph as a callable: it dispatches each call to the static graph compiled for
+    the call's sizes, compiling it on first use (see the module docstring)."""
+
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[Any],
+        config: Config,
+        name: str,
+        compile_static: Callable[[torch.fx.GraphModule, Sequence[Any], Config], Callable],
+    ):
+        self.gm = gm
+        self.config = config
+        self.name = name
+        self.compile_static = compile_static
+        self.compiled: dict[tuple, Callable] = {}
+        self.warned = False
+        key = hinted_key(example_inputs)
+        if key is not None:
+            self.compiled[key] = self._specialize(key, example_inputs)
+
+    def __call__(self, *args: Any) -> Any:
+        key = size_key(args)
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            if len(self.compiled) >= self.config.max_specializations:
+                return self._run_symbolic(args)
+            compiled = self.compiled[key] = self._specialize(key, args)
+        return compiled(*args)
+
+    def _specialize(self, key: tuple, like: Sequence[Any]) -> Callable:
+        static, inputs = specialize(self.gm, key, like)
+        STATS["specializations"] += 1
+        log.info("specialising %s for sizes %s (%d so far)", self.name, _describe(key), len(self.compiled) + 1)
+        return self.compile_static(static, inputs, self.config)
+
+    def _run_symbolic(self, args: Sequence[Any]) -> Any:
+        limit = self.config.max_specializations
+        message = (
+            f"{self.name} was already specialised for {limit} size sets (max_specializations="
+            f"{limit}); new sizes run as torch on CPU. Raise the limit with "
+            "init_nkipy_backend(max_specializations=...) or torch.compile(..., "
+            "options={'max_specializations': ...}), or pad inputs to fewer distinct sizes."
+        )
+        if self.config.strict:
+            raise SpecializationLimitError(message)
+        STATS["unspecialized_calls"] += 1
+        if not self.warned:
+            self.warned = True
+            warnings.warn(f"nkipy: {message}", FallbackWarning, stacklevel=2)
+        return self.gm(*args)
+
+
+def _describe(key: tuple) -> str:
+    return ", ".join(str(tuple(k[0])) if isinstance(k, tuple) else str(k) for k in key)
