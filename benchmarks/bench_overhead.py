@@ -6,6 +6,8 @@ price of getting into and out of the compiled code. Rows, all measured in this r
   eager                 torch.add, no compilation
   dynamo only           torch.compile(backend="eager"): guards + the captured graph, no compiler
   inductor              torch.compile(backend="inductor")
+  nkipy (cpu), dynamic  torch.compile(backend="nkipy", dynamic=True): symbolic sizes, so each
+                        call first finds the static graph specialised for its sizes
   nkipy (cpu)           torch.compile(backend="nkipy") on the embedded cpu runtime
 
 and the layers of the nkipy call, innermost last, each called directly (so the difference
@@ -68,6 +70,10 @@ def main() -> None:
         "eager": lambda: add,
         "dynamo only": lambda: torch.compile(add, backend="eager"),
         "inductor": lambda: torch.compile(add, backend="inductor"),
+        # before the static row: the layer rows below time the graph compiled last
+        "nkipy (cpu), dynamic": lambda: torch.compile(
+            add, backend="nkipy", dynamic=True, options={"nkipy_cache": str(cache)}
+        ),
         "nkipy (cpu)": lambda: torch.compile(add, backend="nkipy", options={"nkipy_cache": str(cache)}),
     }
     rows, notes = [], {}

@@ -103,7 +103,7 @@ def test_past_the_limit_new_sizes_run_as_torch_with_one_warning(arithmetic):
     (warning,) = record
     message = str(warning.message)
     assert "the forward graph of scaled (" in message
-    assert "max_specializations=2" in message and "new sizes run as torch on CPU" in message
+    assert "max_specializations=2" in message and "new sizes run op by op in eager torch" in message
     assert "init_nkipy_backend(max_specializations=...)" in message
     assert cache_stats["specializations"] == 2 and cache_stats["unspecialized_calls"] == 1
     with warnings.catch_warnings():

@@ -50,5 +50,8 @@ def _frame_name() -> str:
     """The compiled Python function and dynamo's compile id, to name a graph in warnings."""
     codes = torch._guards.TracingContext.get_traced_code() or []
     compile_id = torch._guards.CompileContext.current_compile_id()
-    where = f"{codes[0].co_name} ({codes[0].co_filename}:{codes[0].co_firstlineno})" if codes else "a function"
+    if not codes:
+        return "a function"
+    code = codes[0]
+    where = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
     return f"{where}, compile {compile_id}" if compile_id is not None else where

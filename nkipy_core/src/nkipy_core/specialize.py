@@ -180,7 +180,7 @@ class SpecializedGraph:
         limit = self.config.max_specializations
         message = (
             f"{self.name} was already specialised for {limit} size sets (max_specializations="
-            f"{limit}); new sizes run as torch on CPU. Raise the limit with "
+            f"{limit}); new sizes run op by op in eager torch. Raise the limit with "
             "init_nkipy_backend(max_specializations=...) or torch.compile(..., "
             "options={'max_specializations': ...}), or pad inputs to fewer distinct sizes."
         )
