@@ -58,15 +58,17 @@ def test_a_second_size_gives_kernels_not_fallbacks(arithmetic, graphs):
     assert str(graphs[2].nkipy_kernel_0.executable.signature.inputs[0]) == "f32[10x4]"
 
 
-@pytest.mark.parametrize("how", ["dynamic=True", "mark_dynamic"])
-def test_dynamic_and_mark_dynamic_specialise_from_the_first_call(arithmetic, graphs, how):
+@pytest.mark.parametrize("how", ["dynamic=True", "mark_dynamic", "mark_unbacked"])
+def test_dynamic_and_marked_sizes_specialise_from_the_first_call(arithmetic, graphs, how):
+    """``mark_unbacked`` sizes have no value at compile time (and come with runtime asserts):
+    they are specialised at the call."""
     compiled = torch.compile(scaled, backend="nkipy", dynamic=True if how == "dynamic=True" else None)
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)
         for rows in (5, 7, 6):
             x = torch.randn(rows, 4)
-            if how == "mark_dynamic":
-                torch._dynamo.mark_dynamic(x, 0)
+            if how != "dynamic=True":
+                getattr(torch._dynamo.decorators, how)(x, 0)
             torch.testing.assert_close(compiled(x), scaled(x))
     assert cache_stats["specializations"] == 3
     assert [on_cpu(gm) for gm in graphs] == [[], [], []]

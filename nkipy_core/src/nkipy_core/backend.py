@@ -19,7 +19,7 @@ from torch._dynamo.backends.common import aot_autograd
 from . import plugins
 from .compiler import compile_graph
 from .config import current
-from .specialize import SpecializedGraph, data_dependent, is_symbolic
+from .specialize import SpecializedGraph, specializable
 
 
 def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any] | None = None, **_: Any):
@@ -31,7 +31,7 @@ def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
     def compiler(kind: str):
         def compile_one(graph: torch.fx.GraphModule, inputs: Sequence[Any]):
             # boxed: AOTAutograd passes a list it may free early, which keeps peak memory down
-            if is_symbolic(graph) and not data_dependent(graph):
+            if specializable(graph):
                 name = f"the {kind} graph of {_frame_name()}"
                 return make_boxed_func(SpecializedGraph(graph, inputs, config, name, compile_graph))
             return make_boxed_func(compile_graph(graph, inputs, config))

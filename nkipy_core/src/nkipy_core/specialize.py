@@ -13,10 +13,11 @@ the cache keys hash the static copy, so a new process with a warm cache does not
 The size set the graph was traced with (the shape environment's hints) is compiled at once, so
 strict-mode errors surface at compile time as they do for a static graph. Each further size set
 is compiled on its first call (counted in ``cache_stats()["specializations"]``) and kept in
-memory. Past ``max_specializations`` size sets, or for a graph that cannot be specialised (its
-sizes depend on tensor data), calls run the symbolic graph as torch on CPU: counted in
-``cache_stats()["unspecialized_calls"]`` and warned about once per graph; in strict mode that is
-a ``SpecializationLimitError`` instead.
+memory. Past ``max_specializations`` size sets, calls with new sizes run the symbolic graph op
+by op in eager torch: counted in ``cache_stats()["unspecialized_calls"]`` and warned about once
+per graph; in strict mode that is a ``SpecializationLimitError`` instead. A graph whose sizes
+depend on tensor values, not only on its inputs' sizes, is not specialised (see
+``specializable``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, has_free_symbols
+from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from .cache import STATS
 from .compiler import FallbackWarning
@@ -41,21 +42,25 @@ log = logging.getLogger("nkipy.specialize")
 _SCALARS = (int, float, bool)
 
 
-def is_symbolic(gm: torch.fx.GraphModule) -> bool:
-    """Whether any size, stride or scalar input of ``gm`` is symbolic."""
-    return any(has_free_symbols(n.meta.get("val")) for n in gm.graph.find_nodes(op="placeholder"))
+def specializable(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` has symbolic sizes, all determined by its inputs' sizes and scalars.
 
-
-def data_dependent(gm: torch.fx.GraphModule) -> bool:
-    """Whether some size in ``gm`` depends on tensor values (an unbacked symbol, e.g. ``nonzero``):
-    concrete input sizes do not determine it, so specialising cannot make the graph static."""
-    return any(free_unbacked_symbols(n.meta.get("val")) for n in gm.graph.nodes)
+    Not so for a size that depends on tensor values (``nonzero``, boolean indexing): its symbol
+    appears in no input, so concrete inputs do not make the graph static.
+    """
+    inputs = [free_symbols(n.meta.get("val")) for n in gm.graph.find_nodes(op="placeholder")]
+    known = set().union(*inputs)
+    return bool(known) and all(free_symbols(n.meta.get("val")).issubset(known) for n in gm.graph.nodes)
 
 
 def size_key(args: Sequence[Any]) -> tuple:
     """What a static copy of a graph is specialised on: the shape and strides of every tensor
     argument and the value of every scalar one (dtypes and devices are guarded by dynamo)."""
     return tuple((a.shape, a.stride()) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+class _NoHint(Exception):
+    """An example input has a size with no value at compile time (``mark_unbacked``)."""
 
 
 def _hint(value: Any) -> Any:
@@ -65,10 +70,6 @@ def _hint(value: Any) -> Any:
             raise _NoHint
         return value.node.hint
     return value
-
-
-class _NoHint(Exception):
-    """An example input has a size with no value at compile time."""
 
 
 def hinted_key(example_inputs: Sequence[Any]) -> tuple | None:
@@ -93,6 +94,7 @@ def specialize(
     Every node is re-run on fake tensors of the concrete sizes; a node whose value is then a
     plain number (a SymInt input, ``sym_size``, arithmetic on sizes) is replaced by that
     number in its users, so the copy holds no symbolic value and its code names the sizes.
+    Runtime asserts on sizes (``_assert_scalar``) are checked here, once, and dropped.
     """
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
@@ -132,7 +134,9 @@ def specialize(
             node.meta["val"] = value
             node.meta.pop("tensor_meta", None)  # describes the symbolic value
     for node in reversed(graph.nodes):
-        if node.op == "call_function" and not node.users and isinstance(env[node], _SCALARS):
+        if node.op != "call_function" or node.users:
+            continue
+        if isinstance(env[node], _SCALARS) or not node.all_input_nodes:  # folded, or a checked assert
             graph.erase_node(node)
     graph.lint()
     inputs = [env[n] for n in graph.find_nodes(op="placeholder")]
