@@ -109,7 +109,8 @@ def specialize(
         value = env[arg]
         return value if isinstance(value, _SCALARS) else arg
 
-    with mode:
+    # the graph's ops are final (autocast applied, autograd split off): replay them as they are
+    with mode, torch.no_grad(), torch._C._DisableAutocast():
         for node in list(graph.nodes):
             if node.op == "placeholder":
                 spec, example = next(placeholders)
