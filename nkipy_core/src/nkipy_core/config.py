@@ -32,7 +32,10 @@ def _detect_rank_world() -> tuple[int, int]:
 
 def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigurationError(f"{attribute.name} must be a positive integer, got {value!r}")
+        raise ConfigurationError(
+            f"{attribute.name} must be a positive integer, got {value!r}; pass a whole number "
+            f"of at least 1 (the default is {attribute.default})"
+        )
 
 
 @attrs.frozen
