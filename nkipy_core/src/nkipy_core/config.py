@@ -39,6 +39,9 @@ class Config:
     additional_compiler_args: str = ""
     runtime: str | None = None
     strict: bool = False
+    #: random ops draw from torch's CPU generator on the host (bit-exact with eager) instead of
+    #: the kernels' Philox stream (see ``nkipy_core.rng``)
+    fallback_random: bool = False
 
     def override(self, options: dict[str, Any] | None) -> Config:
         """This config with ``torch.compile`` options applied; unknown keys are an error."""
@@ -65,11 +68,14 @@ def init_nkipy_backend(
     additional_compiler_args: str = "",
     runtime: str | None = None,
     strict: bool = False,
+    fallback_random: bool = False,
 ) -> Config:
     """Configure the nkipy backend for this process.
 
     ``rank``/``world_size`` default to torch.distributed's, then LOCAL_RANK/RANK/WORLD_SIZE.
     ``runtime=None`` picks the highest-priority available runtime (``NKIPY_RUNTIME`` overrides).
+    ``fallback_random=True`` takes random tensors from torch's CPU generator on the host, as eager
+    does (bit-exact under the same seed), instead of generating them in the kernels.
     Calling it again with the same settings is a no-op; with different settings it is a
     ``ConfigurationError``, because compiled functions already hold the first settings.
     """
@@ -83,6 +89,7 @@ def init_nkipy_backend(
         additional_compiler_args=additional_compiler_args,
         runtime=runtime or os.environ.get("NKIPY_RUNTIME") or None,
         strict=strict,
+        fallback_random=fallback_random,
     )
     with _lock:
         if _config is not None and _config != config:

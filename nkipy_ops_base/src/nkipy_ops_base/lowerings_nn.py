@@ -1,5 +1,5 @@
 """Neural-network ops: softmax family, activations, normalisations (layer and group norm with
-their backward, batch norm), dropout and attention (grouped-query too), forward and backward.
+their backward, batch norm) and attention (grouped-query too), forward and backward.
 
 Each is one ATen op that torch computes in a single kernel, so each rule computes in opmath
 and rounds once. Fused attention (``_scaled_dot_product_flash_attention_for_cpu`` and its
@@ -14,7 +14,6 @@ import math
 import torch
 
 from nkipy_core import knp
-from nkipy_core.ir import DType
 
 from .conventions import axes, require
 from .opmath import compute_dtype, opmath, upcast
@@ -257,13 +256,6 @@ def batch_norm_functional(ctx, x, weight, bias, running_mean, running_var, train
     )
     stats = [knp.astype(v, t.dtype) for v, t in zip((mean, rstd, new_mean, new_var), ctx.out[1:])]
     return (y, *stats)
-
-
-@RULES.register(aten.native_dropout.default)
-def native_dropout(ctx, x, p, train):
-    """Only the deterministic cases: evaluation, or ``p == 0`` (the mask keeps everything)."""
-    require(train is False or p == 0, "dropout with p > 0 in training needs random numbers")
-    return x, knp.full(x.shape, True, DType.bool)
 
 
 # -- attention ---------------------------------------------------------------------------------
