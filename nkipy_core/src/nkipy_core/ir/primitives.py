@@ -417,6 +417,9 @@ def _emit_constant(*, value: Any) -> str:
 _define("constant", 0, _infer_constant, _emit_constant, "an array literal")
 
 
+# -- random numbers -------------------------------------------------------------------------
+
+
 def _infer_random_bits(state: TensorType, *, shape: tuple, part: str) -> TensorType:
     _check(state == TensorType((2,), DType.u64), f"random_bits: state must be u64[2] (key, counter), got {state}")
     _check(part in ("bits", "state"), f"random_bits: part must be 'bits' or 'state', got {part!r}")
