@@ -30,8 +30,10 @@ import numpy as np
 import torch
 import torch.fx
 
+from . import knp
 from .cache import STATS
 from .ir.types import DType
+from .regions import run_on_cpu
 
 #: keyword argument of a seeded random node: ``(key node, stream number)``
 RNG_KWARG = "nkipy_rng"
@@ -63,8 +65,6 @@ class RandomStream:
 
     def state(self):
         """The u64[2] ``random_bits`` state ``(key, first counter of the stream)``."""
-        from . import knp
-
         key = knp.reshape(knp.astype(self.key, DType.u64), (1,))
         base = np.array([self.stream * STREAM_BLOCKS], dtype=np.uint64)
         return knp.concatenate([key, base])
@@ -76,7 +76,6 @@ def is_random(node: torch.fx.Node) -> bool:
         node.op == "call_function"
         and isinstance(node.target, torch._ops.OpOverload)
         and torch.Tag.nondeterministic_seeded in node.target.tags
-        and node.target is not RNG_KEY
     )
 
 
@@ -139,8 +138,6 @@ def _shape_only_self(op: torch._ops.OpOverload) -> bool:
 
 def _host(graph: torch.fx.Graph, op, args: tuple, kwargs: dict, val: Any) -> torch.fx.Node:
     """A node running ``op`` as a torch op on the host (as in an ``on_cpu`` region)."""
-    from .regions import run_on_cpu
-
     node = graph.call_function(run_on_cpu, (op, *args), kwargs)
     node.meta["val"] = val
     return node
@@ -159,9 +156,10 @@ def _to_host(gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node]) -> None:
     (``bernoulli_(1 - p)`` of an empty tensor, as torch's CPU kernel does) and multiplies in the
     graph."""
     graph = gm.graph
+    nodes = [n for n in nodes if n.target is not torch.ops.aten.native_dropout.default or _dropping(n)]
     for node in nodes:
         with graph.inserting_before(node):
-            if node.target is torch.ops.aten.native_dropout.default and _dropping(node):
+            if node.target is torch.ops.aten.native_dropout.default:
                 _split_dropout(graph, node)
                 continue
             args = list(node.args)
@@ -175,6 +173,7 @@ def _to_host(gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node]) -> None:
 
 
 def _dropping(node: torch.fx.Node) -> bool:
+    """Whether a ``native_dropout`` node draws at all (not in evaluation, not with ``p = 0``)."""
     _, p, train = node.args[:3]
     return bool(train) and p != 0
 
