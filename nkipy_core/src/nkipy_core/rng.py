@@ -43,7 +43,9 @@ STREAM_BLOCKS = 1 << 40
 
 @torch.library.custom_op("nkipy::rng_key", mutates_args=())
 def _rng_key() -> torch.Tensor:
-    """A fresh 63-bit key from torch's default CPU generator, advancing it."""
+    """A fresh 63-bit key from torch's default CPU generator, advancing it; one host step per
+    call of a graph with random ops, counted in ``cache_stats["random_keys"]``."""
+    STATS["random_keys"] += 1
     return torch.empty((), dtype=torch.int64).random_()
 
 
