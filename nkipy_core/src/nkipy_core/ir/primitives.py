@@ -431,8 +431,9 @@ _define("random_bits", 1, _infer_random_bits,
         lambda state, shape, part: f"_random_bits({state}, {tuple(shape)}, {part!r})",
         "counter-based random bits: Philox4x32-10 keyed by `state[0]`, one 128-bit block per 4 "
         "values counting from `state[1]`; `part='bits'` gives u32[`shape`], `part='state'` the "
-        "u64[2] state after them (key, counter + blocks used). A pure function of `state`: HLO "
-        "`rng-bit-generator` (PHILOX, u64[2] state)")
+        "u64[2] state after them (key, counter + blocks used). A pure function of `state`, shaped "
+        "like HLO `rng-bit-generator` (PHILOX); XLA lays out key and counter words its own way, so "
+        "an emitter that must reproduce these bits builds the ten rounds from integer ops")
 
 
 def primitive(name: str) -> Primitive:
