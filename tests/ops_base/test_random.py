@@ -269,3 +269,36 @@ def test_kernel_numbers_are_not_eagers():
     compiled_rand = compiled(lambda: torch.rand(16))()
     torch.manual_seed(0)
     assert not torch.equal(compiled_rand, torch.rand(16))
+
+
+def test_randint_covers_ranges_wider_than_32_bits():
+    torch.manual_seed(0)
+    high = 3 * 2**40
+    r = compiled(lambda: torch.randint(0, high, (4096,)))()
+    assert r.min() >= 0 and r.max() < high
+    assert r.max() > 2**40  # the upper bits are random too, not only a 32-bit word
+    assert abs(r.double().mean().item() / high - 0.5) < 5 * math.sqrt(1 / 12 / 4096)
+
+
+def test_half_precision_random_values_are_exact_and_below_one():
+    """Uniform halves keep as many bits as their significand: never rounded up to 1."""
+    torch.manual_seed(0)
+    for dtype, levels in ((torch.float16, 2**11), (torch.bfloat16, 2**8)):
+        u = compiled(lambda: torch.rand(50_000, dtype=dtype))()
+        assert u.dtype == dtype and u.max() < 1 and u.min() >= 0
+        assert torch.equal(u.double() * levels, (u.double() * levels).round())
+
+
+def test_fallback_random_on_the_nkipy_device_matches_eager():
+    x = torch.randn(4, 8).to("nkipy")
+
+    def fn(v):
+        return F.dropout(v, 0.5, training=True) + torch.rand(4, 8, device=v.device)
+
+    compiled_fn = compiled(fn, fallback_random=True)
+    torch.manual_seed(3)
+    expected = fn(x).cpu()
+    torch.manual_seed(3)
+    actual = compiled_fn(x)
+    assert actual.device.type == "nkipy"
+    assert torch.equal(actual.cpu(), expected)

@@ -22,6 +22,7 @@ The key reaches a rule through its FX node: the pass adds a reserved keyword arg
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +35,8 @@ from . import knp
 from .cache import STATS
 from .ir.types import DType
 from .regions import run_on_cpu
+
+log = logging.getLogger("nkipy.rng")
 
 #: keyword argument of a seeded random node: ``(key node, stream number)``
 RNG_KWARG = "nkipy_rng"
@@ -171,6 +174,7 @@ def _to_host(gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node]) -> None:
         node.replace_all_uses_with(host)
         graph.erase_node(node)
     STATS["host_random_ops"] += len(nodes)
+    log.info("fallback_random: %d random op(s) draw from torch's generator on the host", len(nodes))
     gm.recompile()
 
 
