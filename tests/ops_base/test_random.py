@@ -302,3 +302,12 @@ def test_fallback_random_on_the_nkipy_device_matches_eager():
     actual = compiled_fn(x)
     assert actual.device.type == "nkipy"
     assert torch.equal(actual.cpu(), expected)
+
+
+def test_attention_dropout_in_training_lowers_completely(graphs):
+    """With ``dropout_p > 0`` torch takes the math path of SDPA, whose dropout is ``native_dropout``."""
+    q = torch.randn(2, 2, 5, 4, requires_grad=True)
+    out = compiled(lambda t: F.scaled_dot_product_attention(t, t, t, dropout_p=0.3))(q)  # strict: no fallback
+    out.sum().backward()
+    assert out.shape == q.shape and torch.isfinite(q.grad).all()
+    assert [sum(isinstance(m, KernelCall) for m in g.children()) for g in graphs] == [1, 1]

@@ -275,7 +275,7 @@ def _attention_scores(q, k, is_causal, attn_mask, scale):
 
 def _check_attention(q, k, dropout_p) -> int:
     """How many query heads share each key/value head (grouped-query attention)."""
-    require(dropout_p == 0, "attention dropout needs random numbers")
+    require(dropout_p == 0, "dropout inside the fused attention op (its backward op would have to redraw the mask)")
     require(q.ndim == 4 and q.shape[1] % k.shape[1] == 0, "attention needs 4-D q/k/v, query heads a multiple of kv")
     return q.shape[1] // k.shape[1]
 
