@@ -311,3 +311,12 @@ def test_attention_dropout_in_training_lowers_completely(graphs):
     out.sum().backward()
     assert out.shape == q.shape and torch.isfinite(q.grad).all()
     assert [sum(isinstance(m, KernelCall) for m in g.children()) for g in graphs] == [1, 1]
+
+
+def test_init_nkipy_backend_sets_fallback_random_for_every_compile():
+    nkipy_core.init_nkipy_backend(nkipy_cache="cache", fallback_random=True)
+    fn = torch.compile(lambda: torch.randn(8), backend="nkipy")
+    torch.manual_seed(9)
+    expected = torch.randn(8)
+    torch.manual_seed(9)
+    assert torch.equal(fn(), expected)
