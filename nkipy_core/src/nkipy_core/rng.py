@@ -44,10 +44,11 @@ RNG_KWARG = "nkipy_rng"
 STREAM_BLOCKS = 1 << 40
 
 
-@torch.library.custom_op("nkipy::rng_key", mutates_args=())
+@torch.library.custom_op("nkipy::rng_key", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,))
 def _rng_key() -> torch.Tensor:
     """A fresh 63-bit key from torch's default CPU generator, advancing it; one host step per
-    call of a graph with random ops, counted in ``cache_stats["random_keys"]``."""
+    call of a graph with random ops, counted in ``cache_stats["random_keys"]``. Tagged as a
+    seeded random op so that no torch pass deduplicates or recomputes it."""
     STATS["random_keys"] += 1
     return torch.empty((), dtype=torch.int64).random_()
 
@@ -81,6 +82,7 @@ def is_random(node: torch.fx.Node) -> bool:
         node.op == "call_function"
         and isinstance(node.target, torch._ops.OpOverload)
         and torch.Tag.nondeterministic_seeded in node.target.tags
+        and node.target is not RNG_KEY
     )
 
 
