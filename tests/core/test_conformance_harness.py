@@ -116,3 +116,24 @@ def test_explicit_ops_without_a_rule_fall_back_and_ops_without_opinfo_skip(plugi
     assert rows["aten::_pdist_forward.default"].status == "skip"
     assert "no OpInfo covers" in rows["aten::_pdist_forward.default"].note
     assert isinstance(report, ConformanceReport) and report.failures() == []
+
+
+def test_random_samples_are_compared_by_shape_and_dtype_and_the_row_says_so(plugin_env):
+    """Compiled random numbers are not eager's: a random op's row passes on shapes and dtypes
+    (its values are tested statistically elsewhere) and its note says so; a wrong dtype fails."""
+    rules = RuleSet()
+
+    @rules.register(aten.bernoulli.default)
+    def bernoulli(ctx, p, *, generator=None):
+        return knp.astype(knp.less(ctx.random_bits(p.shape), 2**31), ctx.out_dtype)
+
+    @rules.register(aten.randn_like.default)
+    def randn_like(ctx, x, **_):  # the node's type is checked by the core: int32 is refused
+        return knp.astype(ctx.random_bits(x.shape), torch.int32)
+
+    plugin_env.add(pack(rules), "random-test", "random-test-pack", "1.0")
+    report = run_conformance("random-test-pack", max_samples=1, backward=False, include={"bernoulli", "randn_like"})
+    rows = {r.op: r for r in report.rows}
+    assert rows["bernoulli"].status == "pass", rows["bernoulli"]
+    assert "compared by shape and dtype only" in rows["bernoulli"].note
+    assert rows["randn_like"].status == "fail", rows["randn_like"]

@@ -21,6 +21,7 @@ from nkipy_core import LoweringContext, LoweringRegistry
 from nkipy_core.compiler import RULE, lower_subgraph
 from nkipy_core.ir import codegen
 from nkipy_core.ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
+from nkipy_core.rng import RNG_KWARG, RandomStream
 from nkipy_ops_base.rules import RULES
 
 aten = torch.ops.aten
@@ -322,6 +323,7 @@ def _nn_cases():
     yield case(aten._native_batch_norm_legit_functional.default, *bn[:3], bn[3], bn[4], True, 0.1, 1e-5)
     yield case(aten.native_dropout.default, x, 0.5, False)
     yield case(aten.native_dropout.default, x, 0.0, True, id="native_dropout-p0")
+    yield case(aten.native_dropout.default, x, 1.0, True, id="native_dropout-p1")
     q, k, v = t(2, 2, 5, 4), t(2, 2, 7, 4), t(2, 2, 7, 4)
     sdpa = aten._scaled_dot_product_flash_attention_for_cpu.default
     yield case(sdpa, q, k, v)
@@ -460,10 +462,39 @@ def _sorting_cases():
     yield case(aten.topk.default, x, 2, 0, False, id="topk-smallest")
 
 
+def _random_cases():
+    """Shapes and dtypes only: values are tested statistically in ``test_random.py``."""
+    for dtype in (f32, bf16, torch.float64):
+        yield case(aten.rand.default, [3, 4], dtype=dtype, values=False, id=f"rand-{dtype}")
+        yield case(aten.randn.default, [5], dtype=dtype, values=False, id=f"randn-{dtype}")
+    yield case(aten.rand.generator, [3], generator=None, values=False)
+    yield case(aten.randn.generator, [3], generator=None, values=False)
+    yield case(aten.rand_like.default, t(2, 3), values=False)
+    yield case(aten.randn_like.default, t(2, 3, dtype=bf16), values=False)
+    yield case(aten.uniform.default, t(4, 2), -1.0, 3.0, values=False)
+    yield case(aten.normal.float_float, 1.0, 2.0, [3, 2], values=False)
+    yield case(aten.normal.Tensor_float, t(3), 2.0, values=False)
+    yield case(aten.normal.float_Tensor, 1.0, t(3, low=0.5), values=False)
+    yield case(aten.normal.Tensor_Tensor, t(3), t(3, low=0.5), values=False)
+    yield case(aten.normal_functional.default, t(2, 2), 1.0, 0.5, values=False)
+    yield case(aten.bernoulli.default, t(6, low=0, high=1), values=False)
+    yield case(aten.bernoulli.p, t(6, dtype=torch.float64), 0.3, values=False)
+    yield case(aten.bernoulli.Tensor, t(6), t(6, low=0, high=1), values=False)
+    yield case(aten.native_dropout.default, t(4, 5), 0.25, True, values=False, id="native_dropout-train")
+    yield case(aten.randint.default, 7, [5], values=False)
+    yield case(aten.randint.generator, 7, [5], generator=None, values=False)
+    yield case(aten.randint.low, -3, 9, [2, 3], dtype=i32, values=False)
+    yield case(aten.randint.low_generator, -3, 9, [2, 3], generator=None, values=False)
+    yield case(aten.randint_like.default, t(2, 2), 10, values=False)
+    yield case(aten.randint_like.low_dtype, t(2, 2), 2, 10, dtype=i64, values=False)
+    yield case(aten.randperm.default, 9, values=False)
+    yield case(aten.randperm.generator, 9, generator=None, dtype=i32, values=False)
+
+
 CASES = [
     *_unary_cases(), *_binary_cases(), *_predicate_cases(), *_creation_cases(), *_shape_cases(),
     *_linalg_cases(), *_reduction_cases(), *_nn_cases(), *_conv_cases(), *_pooling_cases(), *_indexing_cases(),
-    *_sorting_cases(),
+    *_sorting_cases(), *_random_cases(),
 ]
 
 TOLERANCE = {torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (1e-3, 1e-3), torch.float32: (1e-5, 1e-5)}
@@ -495,9 +526,19 @@ def _numpy(value):
     return torch_to_numpy(value) if isinstance(value, torch.Tensor) else value
 
 
+#: the random key of random ops' cases (the backend draws one per call from torch's generator)
+KEY = 7
+
+
+def _stream(op):
+    return RandomStream(np.asarray(KEY), 0) if torch.Tag.nondeterministic_seeded in op.tags else None
+
+
 def _traced(op, rule, args, kwargs, expected):
     """Lower the op as a one-node FX graph, the way the compiler lowers a fused subgraph, and
     run the kernel's generated NumPy source."""
+    if _stream(op) is not None:  # the key is a kernel input, as ``nkipy_core.rng`` arranges
+        kwargs = {**kwargs, RNG_KWARG: (torch.tensor(KEY), 0)}
     graph = torch.fx.Graph()
     inputs = []
 
@@ -531,7 +572,7 @@ def test_rule_matches_torch(op, args, kwargs, tol, values):
     if isinstance(expected, list):
         expected = tuple(expected)
     (rule,) = REGISTRY.rules_for(op)
-    ctx = LoweringContext(op, "case", _types(expected))
+    ctx = LoweringContext(op, "case", _types(expected), _stream(op))
     np_args, np_kwargs = tree_map(_numpy, (args, kwargs))
     _check(rule.fn(ctx, *np_args, **np_kwargs), expected, tol, values)
     _check(_traced(op, rule, args, kwargs, expected), expected, tol, values)

@@ -19,7 +19,7 @@ import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from . import plugins, regions
+from . import plugins, regions, rng
 from .cache import STATS, KernelCache, digest
 from .config import Config, select_runtime
 from .device import memory
@@ -38,7 +38,7 @@ from .runtime.base import CompileOptions, DeviceArray, Signature
 log = logging.getLogger("nkipy.compiler")
 
 #: ops that stay in torch without a fallback warning: they move data or split kernels on purpose
-_GLUE = {torch.ops.aten.copy_.default, regions.BOUNDARY}
+_GLUE = {torch.ops.aten.copy_.default, regions.BOUNDARY, rng.RNG_KEY}
 
 
 class FallbackWarning(UserWarning):
@@ -349,9 +349,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
         if node.op == "call_function" and regions.in_cpu_region(node) and not is_view(node.target):
             node.args = (node.target, *node.args)
             node.target = regions.run_on_cpu
+    rng.seed_random_ops(gm, config.fallback_random)
     gm.graph.lint()
     gm.recompile()
     decisions = plan(gm, config, cache, runtime.name)
+    rng.unseed_fallbacks(gm, {n for n, d in decisions.items() if isinstance(d, LoweringRule)})
     _report_fallbacks(gm, decisions, config.strict)
     if not any(isinstance(d, LoweringRule) for d in decisions.values()):
         return gm

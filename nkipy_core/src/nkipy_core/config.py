@@ -50,6 +50,9 @@ class Config:
     #: static kernel graphs compiled per graph with symbolic sizes (one per size set) before
     #: further sizes run as torch on CPU; see ``nkipy_core.specialize``
     max_specializations: int = attrs.field(default=32, validator=_positive)
+    #: random ops draw from torch's CPU generator on the host (bit-exact with eager) instead of
+    #: the kernels' Philox stream (see ``nkipy_core.rng``)
+    fallback_random: bool = False
 
     def override(self, options: dict[str, Any] | None) -> Config:
         """This config with ``torch.compile`` options applied; unknown keys are an error."""
@@ -77,6 +80,7 @@ def init_nkipy_backend(
     runtime: str | None = None,
     strict: bool = False,
     max_specializations: int = 32,
+    fallback_random: bool = False,
 ) -> Config:
     """Configure the nkipy backend for this process.
 
@@ -84,6 +88,8 @@ def init_nkipy_backend(
     ``runtime=None`` picks the highest-priority available runtime (``NKIPY_RUNTIME`` overrides).
     ``max_specializations`` bounds the static kernel graphs compiled for one graph whose sizes
     change between calls (one per distinct size set); past it new sizes run as torch on CPU.
+    ``fallback_random=True`` takes random tensors from torch's CPU generator on the host, as eager
+    does (bit-exact under the same seed), instead of generating them in the kernels.
     Calling it again with the same settings is a no-op; with different settings it is a
     ``ConfigurationError``, because compiled functions already hold the first settings.
     """
@@ -98,6 +104,7 @@ def init_nkipy_backend(
         runtime=runtime or os.environ.get("NKIPY_RUNTIME") or None,
         strict=strict,
         max_specializations=max_specializations,
+        fallback_random=fallback_random,
     )
     with _lock:
         if _config is not None and _config != config:

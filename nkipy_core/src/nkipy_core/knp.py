@@ -40,7 +40,7 @@ __all__ = [
     "greater", "greater_equal", "is_traced", "isinf", "isnan", "less", "less_equal", "log",
     "log10", "log1p", "log2", "logical_and", "logical_not", "logical_or", "logical_xor",
     "matmul", "max", "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal",
-    "ones", "pad", "power", "prod", "remainder", "reshape", "result_type", "round", "rsqrt",
+    "ones", "pad", "power", "prod", "random_bits", "random_state", "remainder", "reshape", "result_type", "round", "rsqrt",
     "scatter_add", "sigmoid", "sign", "sin", "sinh", "sort", "sqrt", "squeeze", "stack",
     "subtract", "sum", "take", "take_along_axis", "tan", "tanh", "transpose", "trunc", "where",
     "zeros",
@@ -614,6 +614,22 @@ def zeros(shape: Sequence[int], dtype: Any = DType.f32) -> Array:
 
 def ones(shape: Sequence[int], dtype: Any = DType.f32) -> Array:
     return full(shape, 1, dtype)
+
+
+def random_bits(state: ArrayLike, shape: Sequence[int]) -> Array:
+    """u32 Philox4x32-10 random words of ``shape`` for the u64[2] ``state`` (key, counter).
+
+    A pure function of ``state``: the same state gives the same words, so draw from
+    ``random_state(state, shape)`` next (or from ``LoweringContext.random_bits`` in a rule).
+    """
+    params = {"shape": tuple(int(d) for d in shape), "part": "bits"}
+    return apply("random_bits", [asarray(state, DType.u64)], params)
+
+
+def random_state(state: ArrayLike, shape: Sequence[int]) -> Array:
+    """The state after ``random_bits(state, shape)``: the counter advanced past its words."""
+    params = {"shape": tuple(int(d) for d in shape), "part": "state"}
+    return apply("random_bits", [asarray(state, DType.u64)], params)
 
 
 def _constant(array: np.ndarray, dtype: DType) -> ConstantData:

@@ -16,10 +16,12 @@ import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+from . import knp
 from .errors import Unsupported, VerificationError
 from .ir.builder import KernelBuilder, Traced, constant
 from .ir.types import DType, TensorType
 from .registry import LoweringRule, op_name
+from .rng import RandomStream, split_kwargs
 
 TensorTypes = TensorType | tuple[Any, ...]
 
@@ -31,12 +33,23 @@ class LoweringContext:
     op: Any
     node_name: str
     out: TensorTypes
+    #: the node's random stream (its key input and counter stream), for random ops only
+    rng: RandomStream | None = None
 
     @property
     def out_dtype(self) -> DType:
         """Element type of the (first) result: what torch's type promotion decided."""
         first = self.out if isinstance(self.out, TensorType) else self.out[0]
         return first.dtype
+
+    def random_bits(self, shape: tuple[int, ...]) -> Any:
+        """u32 random words of ``shape`` for this node: the same for the same key, different
+        for every other node and call. Declines the node if it has no random key (e.g. in a
+        graph the backend did not prepare). Draw once per node; for several independent values
+        per element ask for a leading dimension (``(2, *shape)``) and index it."""
+        if self.rng is None:
+            raise Unsupported("a random op without a random key (not prepared by the nkipy backend)")
+        return knp.random_bits(self.rng.state(), shape)
 
 
 def tensor_type(val: Any) -> TensorType:
@@ -80,8 +93,9 @@ def _as_traced(builder: KernelBuilder, value: Any) -> Any:
 def invoke(rule: LoweringRule, node: torch.fx.Node, builder: KernelBuilder, lookup) -> Any:
     """Run ``rule`` on ``node`` inside ``builder``; check its results against the node's types."""
     expected = output_types(node)
-    ctx = LoweringContext(node.target, node.name, expected)
     args, kwargs = map_args(node, lookup)
+    kwargs, stream = split_kwargs(kwargs)
+    ctx = LoweringContext(node.target, node.name, expected, stream)
     origin = f"{op_name(node.target)} via {rule.qualname}"
     with builder.building(origin):
         try:

@@ -1,5 +1,5 @@
 """Neural-network ops: softmax family, activations, normalisations (layer and group norm with
-their backward, batch norm), dropout and attention (grouped-query too), forward and backward.
+their backward, batch norm) and attention (grouped-query too), forward and backward.
 
 Each is one ATen op that torch computes in a single kernel, so each rule computes in opmath
 and rounds once. Fused attention (``_scaled_dot_product_flash_attention_for_cpu`` and its
@@ -14,7 +14,6 @@ import math
 import torch
 
 from nkipy_core import knp
-from nkipy_core.ir import DType
 
 from .conventions import axes, require
 from .opmath import compute_dtype, opmath, upcast
@@ -259,13 +258,6 @@ def batch_norm_functional(ctx, x, weight, bias, running_mean, running_var, train
     return (y, *stats)
 
 
-@RULES.register(aten.native_dropout.default)
-def native_dropout(ctx, x, p, train):
-    """Only the deterministic cases: evaluation, or ``p == 0`` (the mask keeps everything)."""
-    require(train is False or p == 0, "dropout with p > 0 in training needs random numbers")
-    return x, knp.full(x.shape, True, DType.bool)
-
-
 # -- attention ---------------------------------------------------------------------------------
 
 
@@ -283,7 +275,7 @@ def _attention_scores(q, k, is_causal, attn_mask, scale):
 
 def _check_attention(q, k, dropout_p) -> int:
     """How many query heads share each key/value head (grouped-query attention)."""
-    require(dropout_p == 0, "attention dropout needs random numbers")
+    require(dropout_p == 0, "dropout inside the fused attention op (its backward op would have to redraw the mask)")
     require(q.ndim == 4 and q.shape[1] % k.shape[1] == 0, "attention needs 4-D q/k/v, query heads a multiple of kv")
     return q.shape[1] // k.shape[1]
 

@@ -12,6 +12,7 @@ from . import (  # noqa: E402,F401
     lowerings_indexing,
     lowerings_linalg,
     lowerings_nn,
+    lowerings_random,
     lowerings_reduction,
     lowerings_shape,
     lowerings_sorting,

@@ -21,4 +21,40 @@ def _scatter_add(x, index, updates):
     return out
 
 
-HELPERS = (_blob, _scatter_add)
+def _philox4x32(key, counter, rounds=10):
+    """Philox4x32 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011).
+
+    ``key`` is two uint32 words, ``counter`` a ``(4, n)`` uint32 array of n 128-bit counters;
+    returns the ``(4, n)`` uint32 random words, one column per counter. Vectorised over columns.
+    """
+    k0, k1 = np.uint64(key[0]), np.uint64(key[1])
+    c0, c1, c2, c3 = (np.asarray(w, dtype=np.uint64) for w in counter)
+    low = np.uint64(0xFFFFFFFF)
+    for i in range(rounds):
+        if i:
+            k0, k1 = (k0 + np.uint64(0x9E3779B9)) & low, (k1 + np.uint64(0xBB67AE85)) & low
+        p0, p1 = c0 * np.uint64(0xD2511F53), c2 * np.uint64(0xCD9E8D57)
+        c0, c1, c2, c3 = (p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & low, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & low
+    return np.stack([c0, c1, c2, c3]).astype(np.uint32)
+
+
+def _random_bits(state, shape, part):
+    """The ``random_bits`` primitive: Philox4x32-10 keyed by ``state[0]``, counting from ``state[1]``.
+
+    Value ``i`` (row-major in ``shape``) is word ``i % 4`` of block ``state[1] + i // 4``, the
+    128-bit counter of a block being that 64-bit sum (low word first) and two zero words.
+    ``part="bits"`` gives the uint32 values, ``part="state"`` the state after them.
+    """
+    state = np.asarray(state, dtype=np.uint64)
+    n = int(np.prod(shape, dtype=np.int64))
+    blocks = (n + 3) // 4
+    if part == "state":
+        return np.array([state[0], state[1] + np.uint64(blocks)], dtype=np.uint64)
+    key = (state[0] & np.uint64(0xFFFFFFFF), state[0] >> np.uint64(32))
+    ctr = state[1] + np.arange(blocks, dtype=np.uint64)
+    zero = np.zeros(blocks, dtype=np.uint64)
+    words = _philox4x32(key, (ctr & np.uint64(0xFFFFFFFF), ctr >> np.uint64(32), zero, zero))
+    return words.T.reshape(-1)[:n].reshape(shape)
+
+
+HELPERS = (_blob, _scatter_add, _philox4x32, _random_bits)

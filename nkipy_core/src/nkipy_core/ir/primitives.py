@@ -417,6 +417,25 @@ def _emit_constant(*, value: Any) -> str:
 _define("constant", 0, _infer_constant, _emit_constant, "an array literal")
 
 
+# -- random numbers -------------------------------------------------------------------------
+
+
+def _infer_random_bits(state: TensorType, *, shape: tuple, part: str) -> TensorType:
+    _check(state == TensorType((2,), DType.u64), f"random_bits: state must be u64[2] (key, counter), got {state}")
+    _check(part in ("bits", "state"), f"random_bits: part must be 'bits' or 'state', got {part!r}")
+    _check(all(d >= 0 for d in shape), f"random_bits: negative dimension in {list(shape)}")
+    return TensorType(shape, DType.u32) if part == "bits" else state
+
+
+_define("random_bits", 1, _infer_random_bits,
+        lambda state, shape, part: f"_random_bits({state}, {tuple(shape)}, {part!r})",
+        "counter-based random bits: Philox4x32-10 keyed by `state[0]`, one 128-bit block per 4 "
+        "values counting from `state[1]`; `part='bits'` gives u32[`shape`], `part='state'` the "
+        "u64[2] state after them (key, counter + blocks used). A pure function of `state`, shaped "
+        "like HLO `rng-bit-generator` (PHILOX); XLA lays out key and counter words its own way, so "
+        "an emitter that must reproduce these bits builds the ten rounds from integer ops")
+
+
 def primitive(name: str) -> Primitive:
     try:
         return PRIMITIVES[name]

@@ -24,6 +24,8 @@ class DType(enum.Enum):
     i32 = "i32"
     i64 = "i64"
     u8 = "u8"
+    u32 = "u32"  # random bits (Philox words)
+    u64 = "u64"  # random-number generator state
     f16 = "f16"
     bf16 = "bf16"
     f32 = "f32"
@@ -74,7 +76,7 @@ class DType(enum.Enum):
 
 
 _FLOATS = frozenset({DType.f16, DType.bf16, DType.f32, DType.f64})
-_INTEGERS = frozenset({DType.i8, DType.i16, DType.i32, DType.i64, DType.u8})
+_INTEGERS = frozenset({DType.i8, DType.i16, DType.i32, DType.i64, DType.u8, DType.u32, DType.u64})
 
 _TO_NUMPY = {
     DType.bool: np.dtype(np.bool_),
@@ -83,6 +85,8 @@ _TO_NUMPY = {
     DType.i32: np.dtype(np.int32),
     DType.i64: np.dtype(np.int64),
     DType.u8: np.dtype(np.uint8),
+    DType.u32: np.dtype(np.uint32),
+    DType.u64: np.dtype(np.uint64),
     DType.f16: np.dtype(np.float16),
     DType.bf16: np.dtype(ml_dtypes.bfloat16),
     DType.f32: np.dtype(np.float32),
@@ -100,6 +104,8 @@ _TO_TORCH = {
     DType.i32: torch.int32,
     DType.i64: torch.int64,
     DType.u8: torch.uint8,
+    DType.u32: torch.uint32,
+    DType.u64: torch.uint64,
     DType.f16: torch.float16,
     DType.bf16: torch.bfloat16,
     DType.f32: torch.float32,

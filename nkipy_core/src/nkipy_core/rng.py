@@ -1,0 +1,202 @@
+"""Random numbers in compiled graphs: one generator key per call, one counter stream per op.
+
+Kernels stay pure functions: a random op is lowered over the ``random_bits`` primitive
+(counter-based Philox4x32-10), whose bits depend only on a key and a counter. The key is not a
+constant of the kernel (a cached kernel would then repeat its numbers forever) but an input:
+``seed_random_ops`` puts one ``nkipy::rng_key`` node at the top of every graph that has random
+ops, and that host node draws a fresh key from torch's default CPU generator on each call. So
+``torch.manual_seed(s)`` reproduces a compiled run, successive calls differ, and the same key
+gives the same bits on every runtime. Each random node of the graph gets its own counter stream
+(``RandomStream.stream``), so two ``rand`` calls in one graph differ too.
+
+The numbers are not torch's (CPU torch uses a Mersenne twister). With the ``fallback_random``
+option random ops instead run on the host as torch ops, drawing from torch's generator exactly
+as eager does; inputs that only give them a shape are re-made on the host and ``native_dropout``
+is split into a host mask and kernel arithmetic, so they do not split kernels.
+
+The key reaches a rule through its FX node: the pass adds a reserved keyword argument
+(``RNG_KWARG``) holding the key node and the stream number, which ``lowering.invoke`` turns into
+``LoweringContext.rng``. Nodes that are not lowered get their plain arguments back
+(``unseed_fallbacks``) and run as torch ops.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+import torch.fx
+
+from . import knp
+from .cache import STATS
+from .ir.types import DType
+from .regions import run_on_cpu
+
+log = logging.getLogger("nkipy.rng")
+
+#: keyword argument of a seeded random node: ``(key node, stream number)``
+RNG_KWARG = "nkipy_rng"
+#: blocks of four values between the counter bases of two streams: 2**42 values per random op
+STREAM_BLOCKS = 1 << 40
+
+
+@torch.library.custom_op("nkipy::rng_key", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,))
+def _rng_key() -> torch.Tensor:
+    """A fresh 63-bit key from torch's default CPU generator, advancing it; one host step per
+    call of a graph with random ops, counted in ``cache_stats["random_keys"]``. Tagged as a
+    seeded random op so that no torch pass deduplicates or recomputes it."""
+    STATS["random_keys"] += 1
+    return torch.empty((), dtype=torch.int64).random_()
+
+
+@_rng_key.register_fake
+def _() -> torch.Tensor:
+    return torch.empty((), dtype=torch.int64)
+
+
+RNG_KEY = torch.ops.nkipy.rng_key.default
+
+
+@attrs.frozen
+class RandomStream:
+    """What a rule needs to draw random bits: the call's key (an i64 scalar, traced or NumPy)
+    and the node's stream number, which offsets its counters from every other node's."""
+
+    key: Any
+    stream: int
+
+    def state(self):
+        """The u64[2] ``random_bits`` state ``(key, first counter of the stream)``."""
+        key = knp.reshape(knp.astype(self.key, DType.u64), (1,))
+        base = np.array([self.stream * STREAM_BLOCKS], dtype=np.uint64)
+        return knp.concatenate([key, base])
+
+
+def is_random(node: torch.fx.Node) -> bool:
+    """A node whose op draws from torch's generator (ATen tags them ``nondeterministic_seeded``)."""
+    return (
+        node.op == "call_function"
+        and isinstance(node.target, torch._ops.OpOverload)
+        and torch.Tag.nondeterministic_seeded in node.target.tags
+        and node.target is not RNG_KEY
+    )
+
+
+def seed_random_ops(gm: torch.fx.GraphModule, fallback_random: bool) -> None:
+    """Give the random nodes of ``gm`` a key input and a stream each (or, with
+    ``fallback_random``, move them to the host); called by ``compile_graph`` before planning."""
+    nodes = [n for n in gm.graph.nodes if is_random(n)]
+    if not nodes:
+        return
+    if fallback_random:
+        _to_host(gm, nodes)
+        return
+    first = next(n for n in gm.graph.nodes if n.op != "placeholder")
+    with gm.graph.inserting_before(first):
+        key = gm.graph.call_function(RNG_KEY, ())
+    key.meta["val"] = torch.empty((), dtype=torch.int64, device="meta")
+    for stream, node in enumerate(nodes):
+        node.kwargs = {**node.kwargs, RNG_KWARG: (key, stream)}
+    STATS["seeded_random_ops"] += len(nodes)
+
+
+def unseed_fallbacks(gm: torch.fx.GraphModule, lowered: set[str]) -> None:
+    """Random nodes not in ``lowered`` (node names) get their plain arguments back and run as
+    torch ops; the key node goes if nothing uses it any more."""
+    keys = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is RNG_KEY]
+    if not keys:
+        return
+    for node in gm.graph.nodes:
+        if RNG_KWARG in node.kwargs and node.name not in lowered:
+            node.kwargs = {k: v for k, v in node.kwargs.items() if k != RNG_KWARG}
+    for key in keys:
+        if not key.users:
+            gm.graph.erase_node(key)
+    gm.recompile()
+
+
+def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], RandomStream | None]:
+    """A node's keyword arguments without the reserved one, and the stream it held."""
+    if RNG_KWARG not in kwargs:
+        return kwargs, None
+    key, stream = kwargs[RNG_KWARG]
+    return {k: v for k, v in kwargs.items() if k != RNG_KWARG}, RandomStream(key, stream)
+
+
+# -- fallback_random: torch's own generator, on the host ---------------------------------------
+
+#: random ops whose ``self`` gives only a shape, dtype and device: functional forms of in-place
+#: fills (``x.uniform_()`` is ``uniform(x)`` after functionalization) and the ``*_like`` ops
+_SHAPE_ONLY_SELF = frozenset({
+    "aten::uniform", "aten::normal_functional", "aten::random", "aten::exponential",
+    "aten::cauchy", "aten::log_normal", "aten::geometric",
+})
+_SHAPE_ONLY_SELF_OVERLOADS = frozenset({"aten::bernoulli.p", "aten::bernoulli.Tensor"})
+
+
+def _shape_only_self(op: torch._ops.OpOverload) -> bool:
+    packet = op.name().split(".")[0]
+    return packet in _SHAPE_ONLY_SELF or packet.endswith("_like") or op.name() in _SHAPE_ONLY_SELF_OVERLOADS
+
+
+def _host(graph: torch.fx.Graph, op, args: tuple, kwargs: dict, val: Any) -> torch.fx.Node:
+    """A node running ``op`` as a torch op on the host (as in an ``on_cpu`` region)."""
+    node = graph.call_function(run_on_cpu, (op, *args), kwargs)
+    node.meta["val"] = val
+    return node
+
+
+def _host_empty(graph: torch.fx.Graph, like: torch.fx.Node) -> torch.fx.Node:
+    val = like.meta["val"]
+    kwargs = {"dtype": val.dtype, "device": val.device}
+    return _host(graph, torch.ops.aten.empty.memory_format, (list(val.shape),), kwargs, val)
+
+
+def _to_host(gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node]) -> None:
+    """Run each random node on the host with torch's generator, in graph order (the order eager
+    draws in). Shape-only inputs become host ``empty`` tensors, so the random node depends on no
+    kernel and kernels are not split; ``native_dropout`` draws its mask on the host
+    (``bernoulli_(1 - p)`` of an empty tensor, as torch's CPU kernel does) and multiplies in the
+    graph."""
+    graph = gm.graph
+    nodes = [n for n in nodes if n.target is not torch.ops.aten.native_dropout.default or _dropping(n)]
+    for node in nodes:
+        with graph.inserting_before(node):
+            if node.target is torch.ops.aten.native_dropout.default:
+                _split_dropout(graph, node)
+                continue
+            args = list(node.args)
+            if _shape_only_self(node.target) and isinstance(args[0], torch.fx.Node):
+                args[0] = _host_empty(graph, args[0])
+            host = _host(graph, node.target, tuple(args), dict(node.kwargs), node.meta.get("val"))
+        node.replace_all_uses_with(host)
+        graph.erase_node(node)
+    STATS["host_random_ops"] += len(nodes)
+    log.info("fallback_random: %d random op(s) draw from torch's generator on the host", len(nodes))
+    gm.recompile()
+
+
+def _dropping(node: torch.fx.Node) -> bool:
+    """Whether a ``native_dropout`` node draws at all (not in evaluation, not with ``p = 0``)."""
+    _, p, train = node.args[:3]
+    return bool(train) and p != 0
+
+
+def _split_dropout(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    aten = torch.ops.aten
+    x, p = node.args[:2]
+    out_val, mask_val = node.meta["val"]
+    noise = _host(graph, aten.bernoulli.p, (_host_empty(graph, x), 1 - p), {}, out_val)
+    scale = 0.0 if p == 1 else 1 / (1 - p)
+    out = graph.call_function(aten.mul.Tensor, (graph.call_function(aten.mul.Tensor, (x, noise)), scale))
+    out.args[0].meta["val"] = out.meta["val"] = out_val
+    mask = graph.call_function(aten.ne.Scalar, (noise, 0))
+    mask.meta["val"] = mask_val
+    for user in list(node.users):  # AOTAutograd graphs only index native_dropout's results
+        user.replace_all_uses_with(out if user.args[1] == 0 else mask)
+        graph.erase_node(user)
+    graph.erase_node(node)

@@ -1,0 +1,215 @@
+"""Random ops: uniform, normal, Bernoulli, dropout, ``randint`` and ``randperm`` from random bits.
+
+Every rule turns the node's u32 Philox words (``ctx.random_bits``, see ``nkipy_core.rng``) into
+its distribution: uniform floats keep the top ``d`` bits of a word, ``d`` the precision of the
+dtype (24 for f32; two words give 53 for f64), scaled by ``2**-d``, so they are exact multiples
+of ``2**-d`` in ``[0, 1)`` like torch's; normals are Box-Muller over two uniforms; Bernoulli and
+dropout compare a uniform with ``p``; integers take a 64-bit word modulo the range; ``randperm``
+argsorts 64-bit random keys. (Normals from 24-bit uniforms stay within 5.8 standard deviations;
+f64 ones, from 53-bit uniforms, within 8.6.) The numbers follow Philox, not torch's CPU generator: the
+``fallback_random`` option gives eager's numbers instead. A node that names its own
+``generator`` is declined (it runs on CPU with that generator).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from nkipy_core import knp
+from nkipy_core.ir import DType
+
+from .conventions import require
+from .opmath import compute_dtype, opmath
+from .rules import RULES
+
+aten = torch.ops.aten
+
+#: bits of a uniform value per dtype: its significand's precision, so every value is exact
+_DIGITS = {DType.f16: 11, DType.bf16: 8, DType.f32: 24, DType.f64: 53}
+
+
+def _no_generator(generator) -> None:
+    require(generator is None, "an explicit torch.Generator (its numbers come from torch on CPU)")
+
+
+def _words64(bits):
+    """u64 values from pairs of u32 words along the leading axis of ``bits``."""
+    high, low = (knp.astype(bits[i], DType.u64) for i in (0, 1))
+    return knp.add(knp.multiply(high, np.uint64(1 << 32)), low)
+
+
+def _unit(bits, dtype: DType):
+    """Uniform values of ``dtype`` in ``[0, 1)`` from u32 words (two per value, along the
+    leading axis, for f64)."""
+    digits = _DIGITS[dtype]
+    if digits > 32:
+        top = knp.floor_divide(_words64(bits), np.uint64(1 << (64 - digits)))
+        return knp.multiply(knp.astype(top, DType.f64), 2.0 ** -digits)
+    top = knp.floor_divide(bits, np.uint32(1 << (32 - digits)))
+    return knp.astype(knp.multiply(knp.astype(top, DType.f32), 2.0 ** -digits), dtype)
+
+
+def uniforms(ctx, shape, dtype: DType, count: int = 1) -> list:
+    """``count`` independent arrays of uniform ``dtype`` values in ``[0, 1)``, one draw of the node."""
+    words = 2 if dtype is DType.f64 else 1
+    bits = ctx.random_bits((count, words, *shape))
+    return [_unit(bits[i] if words == 2 else bits[i][0], dtype) for i in range(count)]
+
+
+def standard_normal(ctx, shape, dtype: DType):
+    """Box-Muller: ``sqrt(-2 log(1 - u1)) cos(2 pi u2)``, computed in f32 (f64 for f64)."""
+    compute = DType.f64 if dtype is DType.f64 else DType.f32
+    u1, u2 = uniforms(ctx, shape, compute, 2)
+    radius = knp.sqrt(knp.multiply(knp.log(knp.subtract(1, u1)), -2))
+    return knp.multiply(radius, knp.cos(knp.multiply(u2, 2 * math.pi)))
+
+
+def _float_out(ctx) -> DType:
+    require(ctx.out_dtype.is_float, f"a random {ctx.out_dtype.value} tensor of a float distribution")
+    return ctx.out_dtype
+
+
+# -- uniform -------------------------------------------------------------------------------------
+
+
+@RULES.register(aten.rand.default, aten.rand.generator)
+def rand(ctx, size, *, generator=None, **_):
+    _no_generator(generator)
+    return uniforms(ctx, ctx.out.shape, _float_out(ctx))[0]
+
+
+@RULES.register(aten.rand_like.default)
+def rand_like(ctx, x, **_):
+    return uniforms(ctx, ctx.out.shape, _float_out(ctx))[0]
+
+
+@RULES.register(aten.uniform.default)
+def uniform(ctx, x, low=0.0, high=1.0, *, generator=None):
+    """``low + u (high - low)`` in opmath, as torch's ``uniform_``."""
+    _no_generator(generator)
+    dtype = _float_out(ctx)
+    u = uniforms(ctx, ctx.out.shape, compute_dtype(dtype))[0]
+    return knp.astype(knp.add(knp.multiply(u, high - low), low), dtype)
+
+
+# -- normal --------------------------------------------------------------------------------------
+
+
+@RULES.register(aten.randn.default, aten.randn.generator)
+def randn(ctx, size, *, generator=None, **_):
+    _no_generator(generator)
+    dtype = _float_out(ctx)
+    return knp.astype(standard_normal(ctx, ctx.out.shape, dtype), dtype)
+
+
+@RULES.register(aten.randn_like.default)
+def randn_like(ctx, x, **_):
+    dtype = _float_out(ctx)
+    return knp.astype(standard_normal(ctx, ctx.out.shape, dtype), dtype)
+
+
+def _normal(ctx, mean, std):
+    dtype = _float_out(ctx)
+    z = standard_normal(ctx, ctx.out.shape, dtype)
+    return opmath(dtype, lambda m, s: knp.add(m, knp.multiply(s, z)), mean, std)
+
+
+@RULES.register(aten.normal.float_float)
+def normal_float_float(ctx, mean, std, size, *, generator=None, **_):
+    _no_generator(generator)
+    return _normal(ctx, mean, std)
+
+
+@RULES.register(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor)
+def normal(ctx, mean, std=1.0, *, generator=None):
+    _no_generator(generator)
+    return _normal(ctx, mean, std)
+
+
+@RULES.register(aten.normal_functional.default)
+def normal_functional(ctx, x, mean=0.0, std=1.0, *, generator=None):
+    """``x.normal_(mean, std)`` after functionalization: ``x`` only gives the shape."""
+    _no_generator(generator)
+    return _normal(ctx, mean, std)
+
+
+# -- Bernoulli and dropout ------------------------------------------------------------------------
+
+
+def _bernoulli(ctx, p):
+    """``u < p`` as the output dtype: 1 with probability ``p``."""
+    dtype = DType.f64 if ctx.out_dtype is DType.f64 else DType.f32
+    u = uniforms(ctx, ctx.out.shape, dtype)[0]
+    return knp.astype(knp.less(u, p), ctx.out_dtype)
+
+
+@RULES.register(aten.bernoulli.default)
+def bernoulli(ctx, probabilities, *, generator=None):
+    _no_generator(generator)
+    return _bernoulli(ctx, probabilities)
+
+
+@RULES.register(aten.bernoulli.p, aten.bernoulli.Tensor)
+def bernoulli_p(ctx, x, p=0.5, *, generator=None):
+    """``x.bernoulli_(p)`` after functionalization: ``x`` only gives the shape and dtype."""
+    _no_generator(generator)
+    return _bernoulli(ctx, p)
+
+
+@RULES.register(aten.native_dropout.default)
+def native_dropout(ctx, x, p, train):
+    """Zero each element with probability ``p`` and scale the kept ones by ``1 / (1 - p)``;
+    the boolean keep-mask is the second result, which the backward graph multiplies by."""
+    if not train or p == 0:
+        return x, knp.full(x.shape, True, DType.bool)
+    if p == 1:
+        return knp.zeros(x.shape, ctx.out_dtype), knp.full(x.shape, False, DType.bool)
+    dtype = DType.f64 if ctx.out_dtype is DType.f64 else DType.f32
+    keep = knp.greater_equal(uniforms(ctx, x.shape, dtype)[0], p)
+    scale = 1.0 / (1.0 - p)
+    out = opmath(ctx.out_dtype, lambda v: knp.where(keep, knp.multiply(v, scale), 0), x)
+    return out, keep
+
+
+# -- integers -------------------------------------------------------------------------------------
+
+
+def _randint(ctx, low: int, high: int):
+    """``low + w % (high - low)`` for a 64-bit random word ``w`` (bias below ``range / 2**64``)."""
+    require(high > low, f"randint with an empty range [{low}, {high})")
+    bits = ctx.random_bits((2, *ctx.out.shape))
+    offset = knp.remainder(_words64(bits), np.uint64(high - low))
+    return knp.astype(knp.add(knp.astype(offset, DType.i64), np.int64(low)), ctx.out_dtype)
+
+
+@RULES.register(aten.randint.default, aten.randint.generator)
+def randint(ctx, high, size, *, generator=None, **_):
+    _no_generator(generator)
+    return _randint(ctx, 0, high)
+
+
+@RULES.register(aten.randint.low, aten.randint.low_generator)
+def randint_low(ctx, low, high, size, *, generator=None, **_):
+    _no_generator(generator)
+    return _randint(ctx, low, high)
+
+
+@RULES.register(aten.randint_like.default)
+def randint_like(ctx, x, high, **_):
+    return _randint(ctx, 0, high)
+
+
+@RULES.register(aten.randint_like.low_dtype)
+def randint_like_low(ctx, x, low, high, **_):
+    return _randint(ctx, low, high)
+
+
+@RULES.register(aten.randperm.default, aten.randperm.generator)
+def randperm(ctx, n, *, generator=None, **_):
+    """The order that sorts ``n`` random 64-bit keys (a stable sort, so ties still permute)."""
+    _no_generator(generator)
+    keys = _words64(ctx.random_bits((2, n)))
+    return knp.astype(knp.argsort(keys), ctx.out_dtype)

@@ -1,0 +1,151 @@
+"""The ``random_bits`` primitive (Philox4x32-10), its u32/u64 types and the rng graph pass."""
+
+import numpy as np
+import pytest
+import torch
+
+from nkipy_core import VerificationError, knp
+from nkipy_core.ir import DType, KernelBuilder, TensorType, codegen, verify
+from nkipy_core.ir.numpy_support import _philox4x32
+from nkipy_core.ir.passes import simplify
+from nkipy_core.rng import RNG_KEY, RNG_KWARG, STREAM_BLOCKS, RandomStream, seed_random_ops, unseed_fallbacks
+
+STATE = TensorType((2,), DType.u64)
+
+#: Random123's known-answer vectors for philox4x32-10 (kat_vectors): counter, key, result words
+KAT = [
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+]
+
+
+@pytest.mark.parametrize(("counter", "key", "expected"), KAT)
+def test_philox_matches_the_random123_known_answers(counter, key, expected):
+    words = _philox4x32(key, np.array(counter, dtype=np.uint32).reshape(4, 1))
+    assert [int(w) for w in words[:, 0]] == list(expected)
+
+
+def test_philox_is_vectorised_over_counters():
+    counters = np.array([c for c, _, _ in KAT[:2]], dtype=np.uint32).T
+    both = _philox4x32((0, 0), counters)
+    assert [int(w) for w in both[:, 0]] == list(KAT[0][2])
+    assert both.dtype == np.uint32 and both.shape == (4, 2)
+
+
+def test_bits_are_philox_blocks_counting_from_the_state():
+    """Value i is word i % 4 of block counter + i // 4, the key split into its two words."""
+    key, counter = 0x299F31D0A4093822, 5
+    bits = knp.random_bits(np.array([key, counter], dtype=np.uint64), (3, 3))
+    assert bits.dtype == np.uint32 and bits.shape == (3, 3)
+    blocks = np.array([[5, 6, 7], [0, 0, 0], [0, 0, 0], [0, 0, 0]], dtype=np.uint32)
+    expected = _philox4x32((0xA4093822, 0x299F31D0), blocks).T.reshape(-1)[:9]
+    np.testing.assert_array_equal(bits.reshape(-1), expected)
+
+
+def test_state_part_advances_the_counter_past_the_bits_drawn():
+    state = np.array([123, 0], dtype=np.uint64)
+    after = knp.random_state(state, (5,))  # 5 values use two blocks
+    np.testing.assert_array_equal(after, [123, 2])
+    longer, rest = knp.random_bits(state, (12,)), knp.random_bits(after, (4,))
+    np.testing.assert_array_equal(longer[8:], rest)  # the new state continues the stream
+    assert not np.array_equal(longer[:4], rest)
+
+
+def test_same_state_same_bits_other_key_other_bits():
+    a = knp.random_bits(np.array([1, 0], dtype=np.uint64), (64,))
+    np.testing.assert_array_equal(a, knp.random_bits(np.array([1, 0], dtype=np.uint64), (64,)))
+    assert np.mean(a == knp.random_bits(np.array([2, 0], dtype=np.uint64), (64,))) < 0.1
+
+
+def test_random_bits_is_typed():
+    builder = KernelBuilder("k")
+    with pytest.raises(VerificationError, match="state must be u64\\[2\\]"):
+        builder.emit("random_bits", [builder.param(TensorType((3,), DType.u64))], {"shape": (3,), "part": "bits"})
+    with pytest.raises(VerificationError, match="part must be"):
+        builder.emit("random_bits", [builder.param(STATE)], {"shape": (3,), "part": "other"})
+
+
+def _random_kernel(draws):
+    """A kernel of one u64[2] state parameter whose outputs are ``draws(state)``."""
+    builder = KernelBuilder("k")
+    state = builder.param(STATE)
+    with builder.building("test"):
+        outs = draws(state)
+    kernel = simplify(builder.finish(outs))
+    verify(kernel)
+    return kernel
+
+
+def test_kernel_py_draws_the_reference_bits_standalone():
+    kernel = _random_kernel(lambda s: (knp.random_bits(s, (2, 3)), knp.random_state(s, (2, 3))))
+    assert [str(t) for t in kernel.output_types] == ["u32[2x3]", "u64[2]"]
+    state = np.array([99, 7], dtype=np.uint64)
+    bits, after = codegen.load(codegen.generate(kernel))(state)
+    np.testing.assert_array_equal(bits, knp.random_bits(state, (2, 3)))
+    np.testing.assert_array_equal(after, [99, 9])
+
+
+def test_simplify_keeps_distinct_draws_and_merges_identical_ones():
+    """A draw is a pure function of its state: CSE may merge equal draws but never draws from
+    different counters, and no draw is folded while its state is a kernel input."""
+    kernel = _random_kernel(lambda s: (
+        knp.random_bits(s, (4,)), knp.random_bits(s, (4,)), knp.random_bits(knp.add(s, np.uint64(1)), (4,)),
+    ))
+    draws = [op for op in kernel.ops if op.prim == "random_bits"]
+    assert len(draws) == 2
+    assert kernel.outputs[0] == kernel.outputs[1] != kernel.outputs[2]
+
+
+def test_unsigned_types_map_to_torch_and_numpy():
+    for dtype, t, n in ((DType.u32, torch.uint32, np.uint32), (DType.u64, torch.uint64, np.uint64)):
+        assert dtype.is_integer and not dtype.is_float
+        assert DType.from_torch(t) is dtype and DType.from_numpy(n) is dtype
+        assert dtype.torch is t and dtype.numpy == np.dtype(n)
+
+
+def test_stream_state_puts_each_stream_on_its_own_counter_range():
+    key = np.asarray(-5, dtype=np.int64)  # the host key is an i64: its bits become the u64 key
+    state = RandomStream(key, 3).state()
+    np.testing.assert_array_equal(state, np.array([2**64 - 5, 3 * STREAM_BLOCKS], dtype=np.uint64))
+
+
+# -- the graph pass --------------------------------------------------------------------------------
+
+
+def _graph():
+    """``(rand(3) + x, randn(3) * x)`` as an ATen graph."""
+    aten = torch.ops.aten
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    rand, randn = graph.call_function(aten.rand.default, ([3],)), graph.call_function(aten.randn.default, ([3],))
+    graph.output((graph.call_function(aten.add.Tensor, (rand, x)), graph.call_function(aten.mul.Tensor, (randn, x))))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def test_seed_pass_gives_one_key_and_a_stream_per_random_node():
+    gm = _graph()
+    seed_random_ops(gm, fallback_random=False)
+    keys = [n for n in gm.graph.nodes if n.target is RNG_KEY]
+    seeded = [n for n in gm.graph.nodes if RNG_KWARG in n.kwargs]
+    assert len(keys) == 1
+    assert [n.kwargs[RNG_KWARG] for n in seeded] == [(keys[0], 0), (keys[0], 1)]
+
+
+def test_unlowered_random_nodes_get_their_arguments_back_and_run_as_torch():
+    gm = _graph()
+    seed_random_ops(gm, fallback_random=False)
+    unseed_fallbacks(gm, lowered=set())
+    assert not any(n.target is RNG_KEY or RNG_KWARG in n.kwargs for n in gm.graph.nodes)
+    torch.manual_seed(0)
+    a, _ = gm(torch.zeros(3))
+    torch.manual_seed(0)
+    np.testing.assert_array_equal(a.numpy(), torch.rand(3).numpy())
+
+
+def test_the_key_op_draws_from_torchs_generator():
+    torch.manual_seed(3)
+    first, second = RNG_KEY(), RNG_KEY()
+    torch.manual_seed(3)
+    assert RNG_KEY() == first != second
