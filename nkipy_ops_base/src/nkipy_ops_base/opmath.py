@@ -1,14 +1,34 @@
 """How torch computes an op, so that rules round where torch's kernels round.
 
-torch's CPU kernels compute half floats (f16, bf16) in f32 and round the result once; their
-Python-scalar operands keep full precision instead of being rounded to the tensor's dtype. A
-rule that composes several primitives (``gelu``, ``addmm``, softmax, norms) or combines a half
-tensor with a scalar therefore computes through ``opmath``, which mirrors torch's ``opmath_type``.
+torch's CPU kernels compute half floats (f16, bf16) in f32 (``opmath_type``) and round the
+result once. How a Python number (or a 0-d tensor, which TensorIterator treats the same way)
+enters that computation is not one rule but two, read from ATen's CPU kernels and checked
+against eager torch 2.13 value by value (``tests/ops_base/test_rules.py``, the scalar cases):
+
+1. **Rounded to the result dtype first** (the default). TensorIterator casts every operand to
+   the common dtype before the kernel reads it, so ``x + 0.1`` on f16 adds f16(0.1) =
+   0.0999755859375 in f32, and ``pow.Scalar(1.1, e)`` raises f16(1.1) = 1.099609375. The same
+   holds for ``sub``, ``pow``, ``remainder``, ``fmod``, ``clamp``, ``where`` and comparisons, for
+   ``alpha`` of ``add``/``sub`` and ``addmm``'s ``alpha``/``beta`` (``Scalar.to<scalar_t>()``),
+   and for fills. torch builds a half float from an f32, so a double is rounded to f32 and then
+   to the half float (``DType.scalar``).
+2. **Kept at f32** (``unrounded``): ``mul`` and ``div`` (true, trunc and floor) read their
+   *second* operand, when it is a number or 0-d tensor, as
+   ``iter.original_scalar_value<opmath_t>(2)``: ``x * 0.1`` multiplies by f32(0.1). Their
+   first operand is rounded as in rule 1. Activation parameters read as ``opmath_t`` (the slope
+   of ``leaky_relu``, ``elu``'s ``alpha``/``scale``/``input_scale``, ``hardtanh``'s bounds) are
+   passed to ``knp`` as Python numbers, which become f32 constants.
+
+One place where torch itself is not one function of the values: ``add``/``sub`` with
+``alpha != 1`` on half floats compute ``x + alpha·y`` with one rounding in the vectorised loop,
+but the scalar tail of each contiguous run (its last ``n mod 16`` or ``n mod 32`` elements,
+depending on the CPU's vector width) rounds ``alpha·y`` to the dtype first. Rules follow the
+vectorised loop; tail elements may differ from torch by one ulp.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
@@ -26,14 +46,35 @@ def is_array(x: Any) -> bool:
     return knp.is_traced(x) or isinstance(x, np.ndarray)
 
 
+def is_scalar(x: Any) -> bool:
+    """A Python number or a 0-d array: what TensorIterator treats as a CPU scalar."""
+    return isinstance(x, (bool, int, float)) or (is_array(x) and x.shape == ())
+
+
 def upcast(x: Any, dtype: DType) -> Any:
-    """Array ``x`` as torch's kernel sees it for a ``dtype`` result: cast to ``dtype`` (the
-    common dtype), then widened to the compute dtype. Scalars and ``None`` pass unchanged."""
+    """``x`` as torch's kernel sees it for a ``dtype`` result: cast to ``dtype`` (the common
+    dtype; a Python number too), then widened to the compute dtype. ``None`` passes unchanged.
+
+    A number becomes a ``dtype`` constant of the kernel (``knp.full``) before it is widened, so
+    the rounding stays in the kernel, where the eager device can turn the constant into an
+    input."""
+    if x is None:
+        return None
     if not is_array(x):
-        return x
+        x = knp.full((), x, dtype)
     return knp.astype(knp.astype(x, dtype), compute_dtype(dtype))
 
 
-def opmath(dtype: DType, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` computed as torch computes an op whose result type is ``dtype``."""
-    return knp.astype(fn(*(upcast(a, dtype) for a in args)), dtype)
+def unrounded(x: Any, dtype: DType) -> Any:
+    """A scalar operand read at the compute dtype from its own value (rule 2 above); any other
+    operand as ``upcast`` gives it."""
+    if not is_scalar(x):
+        return upcast(x, dtype)
+    return knp.astype(x, compute_dtype(dtype))
+
+
+def opmath(dtype: DType, fn: Callable[..., Any], *args: Any, unrounded_at: Collection[int] = ()) -> Any:
+    """``fn(*args)`` computed as torch computes an op whose result type is ``dtype``; the
+    operands at positions ``unrounded_at`` keep their precision when they are scalars."""
+    operands = (unrounded(a, dtype) if i in unrounded_at else upcast(a, dtype) for i, a in enumerate(args))
+    return knp.astype(fn(*operands), dtype)
