@@ -198,6 +198,9 @@ def _scalar_cases():
             yield case(aten.scalar_tensor.default, s, dtype=dtype, id=f"scalar_tensor-{sid}", tol=EXACT)
             yield case(aten.constant_pad_nd.default, x[:4], [1, 2], s, id=f"pad-{sid}", tol=EXACT)
             yield case(aten.scatter.value, x[:6].reshape(2, 3), 0, torch.tensor([[1, 0, 1]]), s, id=f"scatter-value-{sid}", tol=EXACT)
+            edges = torch.tensor([-s, 0.0, s * 0.9999, s, s * 1.0001], dtype=torch.float64).to(dtype).sort().values
+            yield case(aten.bucketize.Scalar, s, edges, id=f"bucketize-scalar-{sid}")
+            yield case(aten.searchsorted.Scalar, edges, s, right=True, id=f"searchsorted-scalar-{sid}")
         for s in (0.1, 1 / 3, 1.1, 1e-3, 2.5):
             yield case(aten.elu.default, x, s, 1.1, 1 / 3, id=f"elu-{name}-{s:.6g}", tol=EXACT)
             yield case(aten.pow.Scalar, s, t(64, dtype=dtype, low=-8, high=8), id=f"pow.Scalar-{name}-{s:.6g}", tol=EXACT)
