@@ -47,9 +47,10 @@ class DType(enum.Enum):
         half floats are constructed from an f32 (``c10::Half(float)``), so a double is rounded
         to f32 first. The direct cast can differ: ``1 + 2**-11 + 2**-40`` is 1.0 in torch's f16,
         1.001 in NumPy's."""
-        if self.is_half:
-            return np.asarray(np.float32(value), dtype=self.numpy)
-        return np.asarray(value, dtype=self.numpy)
+        with np.errstate(over="ignore"):  # too large for the type is infinity, as in torch
+            if self.is_half:
+                return np.asarray(np.float32(value), dtype=self.numpy)
+            return np.asarray(value, dtype=self.numpy)
 
     @property
     def numpy(self) -> np.dtype:
