@@ -149,6 +149,8 @@ SCALAR_PROGRAMS = {
     "remainder-fmod": lambda x: torch.remainder(x, 0.3) + torch.fmod(x, -1 / 3),
     "clamp-where": lambda x: torch.where(x > 0.1, x.clamp(max=1.1), 0.7),
     "full": lambda x: x * torch.full_like(x, 1 / 3) + F.pad(x, (1, 0), value=1.1)[..., 1:],
+    # the method: dynamo itself splits torch.addcdiv(..., value=v) into div, mul and add
+    "addcmul-addcdiv": lambda x: torch.addcmul(x, x, x.flip(1), value=0.1) - x.addcdiv(x, x.abs() + 1, value=1 / 3),
 }
 
 

@@ -99,9 +99,6 @@ def _binary_cases():
         yield case(aten.div.Tensor_mode, a * 4, b, rounding_mode=mode, id=f"div-float-{mode}")
         yield case(aten.div.Scalar_mode, num, -2, rounding_mode=mode, id=f"div-scalar-{mode}")
     yield case(aten.div.Scalar, t(4, dtype=bf16), 3.0, id="div-bf16-scalar")
-    yield case(aten.addcmul.default, a, b, t(5), value=1 / 3, id="addcmul-fused", tol=(0, 0))
-    yield case(aten.addcdiv.default, a, t(5), b, value=-0.1, tol=(0, 0))
-    yield case(aten.addcmul.default, t(4, dtype=i64), t(4, dtype=i64), t(1, dtype=i64), value=3, id="addcmul-int")
     yield case(aten.pow.Tensor_Tensor, b, a)
     yield case(aten.pow.Tensor_Scalar, a, 2)
     yield case(aten.pow.Tensor_Scalar, t(5, dtype=i64, low=-3, high=3), 3, id="pow-int")
@@ -189,8 +186,6 @@ def _scalar_cases():
             yield case(aten.where.self, x > 0, y, torch.tensor(s, dtype=torch.float64), id=f"where-0d-f64-{sid}", tol=EXACT)
             yield case(aten.hardtanh.default, x, -abs(s), abs(s), id=f"hardtanh-{sid}", tol=EXACT)
             yield case(aten.leaky_relu.default, x, s, id=f"leaky_relu-{sid}", tol=EXACT)
-            yield case(aten.addcmul.default, x, y, x.flip(0), value=s, id=f"addcmul-{sid}", tol=EXACT)
-            yield case(aten.addcdiv.default, x, y, pos, value=s, id=f"addcdiv-{sid}", tol=EXACT)
             yield case(aten.addmm.default, y[:5], x[:12].reshape(3, 4), y[:20].reshape(4, 5), beta=s, alpha=-s,
                        id=f"addmm-scaled-{sid}", tol=EXACT)
             yield case(aten.full.default, [3], s, dtype=dtype, id=f"full-{sid}", tol=EXACT)

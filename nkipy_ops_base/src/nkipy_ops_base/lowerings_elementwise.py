@@ -16,7 +16,7 @@ import torch
 from nkipy_core import knp
 from nkipy_core.ir import DType
 
-from .opmath import compute_dtype, opmath
+from .opmath import opmath
 from .rules import RULES
 
 aten = torch.ops.aten
@@ -185,28 +185,3 @@ def clamp(ctx, x, min=None, max=None):  # noqa: A002 - ATen's argument names
 @RULES.register(aten.where.self)
 def where(ctx, condition, x, other):
     return knp.where(condition, knp.astype(x, ctx.out_dtype), knp.astype(other, ctx.out_dtype))
-
-
-def _fused_multiply_add(a, b, c):
-    """``a * b + c`` for f32 operands, rounded once to f32 as the fused multiply-add of torch's
-    vectorised loops. Two f32 values multiply exactly in f64, so f64 stands in for the fused
-    operation the IR does not have."""
-    product = knp.multiply(knp.astype(a, DType.f64), knp.astype(b, DType.f64))
-    return knp.astype(knp.add(product, knp.astype(c, DType.f64)), DType.f32)
-
-
-@RULES.register(aten.addcmul.default)
-def addcmul(ctx, x, tensor1, tensor2, *, value=1):
-    """``x + value·tensor1·tensor2`` in one kernel, ``value`` read at the compute dtype (not
-    rounded to a half dtype). In f32 (half floats included) torch computes
-    ``(value·tensor1)·tensor2 + x`` as one fused multiply-add."""
-    if compute_dtype(ctx.out_dtype) is not DType.f32:
-        return opmath(ctx.out_dtype, lambda a, b, c: knp.add(a, knp.multiply(knp.multiply(b, value), c)), x, tensor1, tensor2)
-    return opmath(ctx.out_dtype, lambda a, b, c: _fused_multiply_add(knp.multiply(b, value), c, a), x, tensor1, tensor2)
-
-
-@RULES.register(aten.addcdiv.default)
-def addcdiv(ctx, x, tensor1, tensor2, *, value=1):
-    """``x + (value·tensor1)/tensor2`` in one kernel; ``value`` is read at f32 (not rounded to a
-    half dtype), where the decomposition would round each intermediate."""
-    return opmath(ctx.out_dtype, lambda a, b, c: knp.add(a, knp.divide(knp.multiply(b, value), c)), x, tensor1, tensor2)
