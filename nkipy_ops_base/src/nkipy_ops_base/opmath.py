@@ -5,19 +5,20 @@ result once. How a Python number (or a 0-d tensor, which TensorIterator treats t
 enters that computation is not one rule but two, read from ATen's CPU kernels and checked
 against eager torch 2.13 value by value (``tests/ops_base/test_rules.py``, the scalar cases):
 
-1. **Rounded to the result dtype first** (the default). TensorIterator casts every operand to
-   the common dtype before the kernel reads it, so ``x + 0.1`` on f16 adds f16(0.1) =
-   0.0999755859375 in f32, and ``pow.Scalar(1.1, e)`` raises f16(1.1) = 1.099609375. The same
-   holds for ``sub``, ``pow``, ``remainder``, ``fmod``, ``clamp``, ``where`` and comparisons, for
-   ``alpha`` of ``add``/``sub`` and ``addmm``'s ``alpha``/``beta`` (``Scalar.to<scalar_t>()``),
-   and for fills. torch builds a half float from an f32, so a double is rounded to f32 and then
-   to the half float (``DType.scalar``).
-2. **Kept at f32** (``unrounded``): ``mul`` and ``div`` (true, trunc and floor) read their
+1. **Rounded to the result dtype first** (the default, ``upcast``). TensorIterator casts every
+   operand to the common dtype before the kernel reads it, so ``x + 0.1`` on f16 adds
+   f16(0.1) = 0.0999755859375 in f32, and ``pow.Scalar(1.1, e)`` raises f16(1.1) = 1.099609375.
+   The same holds for ``sub``, ``pow``, ``remainder``, ``fmod``, ``where``, comparisons and
+   fills, and for ``alpha`` of ``add``/``sub`` (``Scalar.to<scalar_t>()``). torch builds a half
+   float from an f32, so a double is rounded to f32 and then to the half float
+   (``DType.scalar``, and the ``convert`` primitive).
+2. **Kept at f32** (``unrounded``). ``mul`` and ``div`` (true, trunc and floor) read their
    *second* operand, when it is a number or 0-d tensor, as
-   ``iter.original_scalar_value<opmath_t>(2)``: ``x * 0.1`` multiplies by f32(0.1). Their
-   first operand is rounded as in rule 1. Activation parameters read as ``opmath_t`` (the slope
-   of ``leaky_relu``, ``elu``'s ``alpha``/``scale``/``input_scale``, ``hardtanh``'s bounds) are
-   passed to ``knp`` as Python numbers, which become f32 constants.
+   ``iter.original_scalar_value<opmath_t>(2)``: ``x * 0.1`` multiplies by f32(0.1); their first
+   operand is rounded as in rule 1. Parameters a kernel takes as ``opmath_t`` are kept too:
+   ``addmm``'s ``alpha``/``beta``, the slope of ``leaky_relu``, ``elu``'s ``alpha``/``scale``/
+   ``input_scale``, the ``eps`` of the norms; rules pass those to ``knp`` as Python numbers,
+   which become f32 constants. (For ``clamp``/``hardtanh`` bounds the two rules agree.)
 
 One place where torch itself is not one function of the values: ``add``/``sub`` with
 ``alpha != 1`` on half floats compute ``x + alpha·y`` with one rounding in the vectorised loop,
