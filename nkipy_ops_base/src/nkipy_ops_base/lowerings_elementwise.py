@@ -3,8 +3,8 @@
 The ops are listed in tables and registered by two rule factories, because they differ only in
 the ``knp`` function they call: arithmetic computes in torch's opmath (``opmath.opmath``, so
 half floats round once and Python scalars are rounded or kept as torch's kernel does),
-predicates compare the operands in their promoted dtype and return bool. ``ctx.out_dtype`` is torch's promotion result, so one rule
-serves an op's ``Tensor`` and ``Scalar`` overloads alike.
+predicates compare the operands in their promoted dtype and return bool. ``ctx.out_dtype`` is
+torch's promotion result, so one rule serves an op's ``Tensor`` and ``Scalar`` overloads alike.
 """
 
 from __future__ import annotations
