@@ -22,9 +22,11 @@ against eager torch 2.13 value by value (``tests/ops_base/test_rules.py``, the s
 
 One place where torch itself is not one function of the values: ``add``/``sub`` with
 ``alpha != 1`` on half floats compute ``x + alpha·y`` with one rounding in the vectorised loop,
-but the scalar tail of each contiguous run (its last ``n mod 16`` or ``n mod 32`` elements,
-depending on the CPU's vector width) rounds ``alpha·y`` to the dtype first. Rules follow the
-vectorised loop; tail elements may differ from torch by one ulp.
+but its scalar loop rounds ``alpha·y`` to the dtype first. The scalar loop runs the tail of each
+contiguous run (its last ``n mod 16`` or ``n mod 32`` elements, by the CPU's vector width) and
+every element when the operands' layouts differ (one of them transposed, say). Rules follow
+the vectorised loop; there, results may differ from torch by one ulp (a third of the elements
+when the layouts differ).
 """
 
 from __future__ import annotations
