@@ -196,6 +196,9 @@ def _scalar_cases():
             edges = torch.tensor([-s, 0.0, s * 0.9999, s, s * 1.0001], dtype=torch.float64).to(dtype).sort().values
             yield case(aten.bucketize.Scalar, s, edges, id=f"bucketize-scalar-{sid}")
             yield case(aten.searchsorted.Scalar, edges, s, right=True, id=f"searchsorted-scalar-{sid}")
+        for mode in ("trunc", "floor"):  # by a tensor, the quotient is rounded to the dtype first
+            num, den = t(256, dtype=dtype, low=-300, high=300), t(256, dtype=dtype, low=-3, high=3)
+            yield case(aten.div.Tensor_mode, num, den, rounding_mode=mode, id=f"div-{mode}-tensor-{name}", tol=EXACT)
         for s in (0.1, 1 / 3, 1.1, 1e-3, 2.5):
             yield case(aten.elu.default, x, s, 1.1, 1 / 3, id=f"elu-{name}-{s:.6g}", tol=EXACT)
             yield case(aten.pow.Scalar, s, t(64, dtype=dtype, low=-8, high=8), id=f"pow.Scalar-{name}-{s:.6g}", tol=EXACT)

@@ -16,7 +16,7 @@ import torch
 from nkipy_core import knp
 from nkipy_core.ir import DType
 
-from .opmath import opmath
+from .opmath import is_scalar, opmath
 from .rules import RULES
 
 aten = torch.ops.aten
@@ -158,13 +158,33 @@ def sub(ctx, x, other, alpha=1):
     return _scaled(ctx, knp.subtract, x, other, alpha)
 
 
+def _half_floor_divide(a, b):
+    """torch's vectorised floor division (``div_floor_floating_vec``) on half-float operands,
+    every step rounded to their dtype as ``Vectorized<Half>`` rounds it."""
+    mod = knp.fmod(a, b)
+    quotient = knp.divide(knp.subtract(a, mod), b)
+    borrow = knp.logical_and(knp.not_equal(mod, 0), knp.not_equal(knp.less(b, 0), knp.less(mod, 0)))
+    quotient = knp.where(borrow, knp.subtract(quotient, 1), quotient)
+    floored = knp.floor(quotient)
+    floored = knp.where(knp.greater(knp.subtract(quotient, floored), 0.5), knp.add(floored, 1), floored)
+    plain = knp.divide(a, b)
+    zero = knp.astype(knp.where(knp.less(plain, 0), -0.0, 0.0), knp.dtype_of(a))
+    return knp.where(knp.equal(b, 0), plain, knp.where(knp.equal(quotient, 0), zero, floored))
+
+
 _ROUNDING = {None: knp.divide, "trunc": _trunc_divide, "floor": knp.floor_divide}
+_HALF_ROUNDING = {"trunc": _trunc_divide, "floor": _half_floor_divide}
 
 
 @RULES.register(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div(ctx, x, other, *, rounding_mode=None):
-    """A scalar ``other`` divides at f32 without being rounded to a half dtype first."""
-    return opmath(ctx.out_dtype, _ROUNDING[rounding_mode], x, other, unrounded_at=(1,))
+    """A scalar ``other`` divides at f32 without being rounded to a half dtype first. A rounding
+    division of half floats by a tensor runs in the half type itself: its quotient is rounded
+    to the dtype before it is truncated or floored."""
+    dtype = ctx.out_dtype
+    if rounding_mode is not None and dtype.is_half and not is_scalar(other):
+        return _HALF_ROUNDING[rounding_mode](knp.astype(x, dtype), knp.astype(other, dtype))
+    return opmath(dtype, _ROUNDING[rounding_mode], x, other, unrounded_at=(1,))
 
 
 @RULES.register(aten.round.decimals)
