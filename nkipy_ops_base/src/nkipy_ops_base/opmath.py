@@ -15,7 +15,8 @@ against eager torch 2.13 value by value (``tests/ops_base/test_rules.py``, the s
 2. **Kept at f32** (``unrounded``). ``mul`` and ``div`` (true, trunc and floor) read their
    *second* operand, when it is a number or 0-d tensor, as
    ``iter.original_scalar_value<opmath_t>(2)``: ``x * 0.1`` multiplies by f32(0.1); their first
-   operand is rounded as in rule 1. Parameters a kernel takes as ``opmath_t`` are kept too:
+   operand is rounded as in rule 1. (Only the scalar path is in f32: divided by a tensor, trunc
+   and floor division of half floats run in the half type, rounding the quotient first.) Parameters a kernel takes as ``opmath_t`` are kept too:
    ``addmm``'s ``alpha``/``beta``, the slope of ``leaky_relu``, ``elu``'s ``alpha``/``scale``/
    ``input_scale``, the ``eps`` of the norms; rules pass those to ``knp`` as Python numbers,
    which become f32 constants. (For ``clamp``/``hardtanh`` bounds the two rules agree.)
