@@ -6,6 +6,7 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
+import torch
 
 from nkipy_core import VerificationError, knp
 from nkipy_core.ir import DType, Kernel, KernelBuilder, Op, TensorType, Value, codegen, verify
@@ -63,6 +64,25 @@ def test_bf16_computes_in_f32_and_rounds_once_per_op():
     assert out.dtype == ml_dtypes.bfloat16
     ref = (np.exp(x.astype(np.float32)).astype(ml_dtypes.bfloat16).astype(np.float32) * x.astype(np.float32))
     np.testing.assert_array_equal(out, ref.astype(ml_dtypes.bfloat16))
+
+
+#: closer to the next half float than to 1.0, but rounded to f32 first they are a tie that goes to 1.0
+DOUBLE_ROUNDED = {DType.f16: 1 + 2.0**-11 + 2.0**-40, DType.bf16: 1 + 2.0**-8 + 2.0**-40}
+
+
+@pytest.mark.parametrize("dtype", list(DOUBLE_ROUNDED))
+def test_a_double_becomes_a_half_float_through_f32_as_in_torch(dtype):
+    value = DOUBLE_ROUNDED[dtype]
+    expected = torch.tensor(value, dtype=torch.float64).to(dtype.torch)
+    assert expected.item() == 1.0  # NumPy's direct cast would give the next half float
+    assert float(dtype.scalar(value)) == expected.item()
+    assert float(knp.asarray(value, dtype)) == expected.item()
+    assert float(knp.astype(np.float64(value), dtype)) == expected.item()
+    builder = KernelBuilder("k")
+    x = builder.param(TensorType((), DType.f64))
+    with builder.building("test"):
+        kernel = builder.finish([knp.astype(x, dtype)])
+    assert float(codegen.load(codegen.generate(kernel))(np.float64(value))[0]) == expected.item()
 
 
 def test_ill_typed_primitive_is_rejected_when_built():

@@ -165,6 +165,35 @@ def test_python_floats_are_kernel_inputs_not_part_of_the_key():
     assert cache_stats["compiled_kernels"] == compiled
 
 
+HALF_SCALAR_OPS = {
+    "add": lambda x: x + 0.1,
+    "mul": lambda x: x * 0.1,
+    "alpha": lambda x: torch.add(x, x, alpha=1.1),
+    "pow-scalar-base": lambda x: 1.1 ** (x * 6),
+    "remainder": lambda x: torch.remainder(x, 1 / 3),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("name", HALF_SCALAR_OPS)
+def test_python_floats_with_half_tensors_match_cpu_bit_for_bit(name, dtype):
+    """The floats arrive as f64 kernel inputs; they must round to the half dtype (through f32,
+    as torch's casts do) exactly where CPU eager rounds them."""
+    x = (torch.rand(256, dtype=torch.float64) * 8 - 4).to(dtype)
+    assert torch.equal(HALF_SCALAR_OPS[name](x.to("nkipy")).cpu(), HALF_SCALAR_OPS[name](x))
+
+
+def test_rounded_floats_stay_kernel_inputs():
+    """Rounding a float to f16 is part of the kernel, so new values reuse it."""
+    x = (torch.rand(64, dtype=torch.float64) * 8 - 4).to(torch.float16)
+    d = x.to("nkipy")
+    torch.add(d, 0.3, alpha=0.5)
+    compiled = cache_stats["compiled_kernels"]
+    for value, alpha in ((0.1, 1.1), (1 / 3, -0.7), (1 + 2**-11 + 2**-40, 1e-3)):
+        assert torch.equal(torch.add(d, value, alpha=alpha).cpu(), torch.add(x, value, alpha=alpha))
+    assert cache_stats["compiled_kernels"] == compiled
+
+
 def test_a_float_that_decides_the_shape_stays_in_the_key():
     x = torch.randn(1, 2, 4)
     for scale in (2.0, 3.0):

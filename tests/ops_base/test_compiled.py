@@ -137,6 +137,41 @@ def test_math_constants_survive_bf16():
     assert torch.equal(fn(x), x * math.pi)
 
 
+#: Python scalars with half tensors: torch rounds most of them to the tensor's dtype first, but
+#: not the multiplier or divisor of mul/div (nkipy_ops_base.opmath); compiled must be bit-exact.
+SCALAR_PROGRAMS = {
+    "add": lambda x: x + 0.1,
+    "rsub": lambda x: 1 / 3 - x,
+    "alpha": lambda x: torch.add(x, x.flip(0), alpha=1.1) - torch.sub(x, 0.3, alpha=-0.7),
+    "mul-div": lambda x: x * 0.1 / 3.3 + torch.div(x, 1e-3, rounding_mode="floor"),
+    "pow-scalar-base": lambda x: 1.1 ** (x * 6),
+    "pow-scalar-exponent": lambda x: (x.abs() + 0.1) ** 1.7,
+    "remainder-fmod": lambda x: torch.remainder(x, 0.3) + torch.fmod(x, -1 / 3),
+    "clamp-where": lambda x: torch.where(x > 0.1, x.clamp(max=1.1), 0.7),
+    "full": lambda x: x * torch.full_like(x, 1 / 3) + F.pad(x, (1, 0), value=1.1)[..., 1:],
+    # the method: dynamo itself splits torch.addcdiv(..., value=v) into div, mul and add
+    "addcmul-addcdiv": lambda x: torch.addcmul(x, x, x.flip(1), value=0.1) - x.addcdiv(x, x.abs() + 1, value=1 / 3),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("name", SCALAR_PROGRAMS)
+def test_python_scalars_with_half_tensors_are_bit_exact(name, dtype):
+    fn = SCALAR_PROGRAMS[name]
+    x = (torch.rand(4, 64, generator=_generator, dtype=torch.float64) * 8 - 4).to(dtype)
+    compiled = torch.compile(fn, backend="nkipy", options={"strict": True})
+    assert torch.equal(compiled(x), fn(x))
+
+
+def test_a_float_argument_with_a_half_tensor_is_bit_exact():
+    """A float passed as an argument may reach the graph as a 0-d f64 tensor: same rule."""
+    fn = torch.compile(lambda x, s: (x + s, x * s), backend="nkipy", options={"strict": True})
+    x = randn(64, dtype=torch.float16)
+    for s in (0.1, 1 / 3):
+        for got, want in zip(fn(x, s), (x + s, x * s)):
+            assert torch.equal(got, want)
+
+
 def test_bf16_scalar_result_keeps_its_shape():
     x = randn(4, 6, dtype=torch.bfloat16)
     fn = torch.compile(lambda v: F.mse_loss(v, v * 0.5), backend="nkipy", options={"strict": True})

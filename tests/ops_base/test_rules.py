@@ -149,6 +149,71 @@ def _predicate_cases():
     yield case(aten.round.decimals, t(6) * 10, decimals=2)
 
 
+f16 = torch.float16
+EXACT = (0, 0)
+
+
+def _awkward(dtype):
+    """Python scalars a half dtype cannot hold: rounding them to the dtype first, or not, shows."""
+    tie = 1 + 2.0 ** (-11 if dtype == f16 else -8) + 2.0**-40  # an f64 -> half cast is rounded twice
+    return [0.1, 1 / 3, 1.1, 1e-3, -0.7, 65500.0, 1e-7, -2.5e4, tie]
+
+
+def _scalar_cases():
+    """Each rule that takes a Python scalar, on f16 and bf16, bit-exact against torch (see
+    ``nkipy_ops_base.opmath`` for the rule). 64 elements: whole vectors of torch's loops, whose
+    scalar tails round ``alpha·other`` differently (documented there)."""
+    for dtype in (f16, bf16):
+        x, y, pos = t(64, dtype=dtype, low=-4, high=4), t(64, dtype=dtype, low=-4, high=4), t(64, dtype=dtype, low=0.01, high=4)
+        name = str(dtype)[6:]
+        for s in _awkward(dtype):
+            sid = f"{name}-{s:.6g}"
+            for op in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor, aten.remainder.Scalar,
+                       aten.fmod.Scalar, aten.lt.Scalar, aten.eq.Scalar):
+                yield case(op, x, s, id=f"{op._schema.name[6:]}.{op._overloadname}-{sid}", tol=EXACT)
+            for op in (aten.add.Scalar, aten.sub.Scalar, aten.mul.Scalar, aten.div.Scalar):
+                yield case(op, y, s, id=f"{op._schema.name[6:]}.Scalar-{sid}", tol=EXACT)
+            for op in (aten.add.Tensor, aten.sub.Tensor):
+                yield case(op, x, y, alpha=s, id=f"{op._schema.name[6:]}-alpha-{sid}", tol=EXACT)
+            yield case(aten.add.Tensor, x, torch.tensor(s, dtype=torch.float64), id=f"add-0d-f64-{sid}", tol=EXACT)
+            yield case(aten.mul.Tensor, x, torch.tensor(s), id=f"mul-0d-f32-{sid}", tol=EXACT)
+            yield case(aten.mul.Tensor, torch.tensor(s), x, id=f"mul-0d-f32-first-{sid}", tol=EXACT)
+            yield case(aten.div.Tensor, torch.tensor(s), pos, id=f"div-0d-f32-first-{sid}", tol=EXACT)
+            for mode in ("trunc", "floor"):
+                yield case(aten.div.Tensor_mode, x * 100, s, rounding_mode=mode, id=f"div-{mode}-{sid}", tol=EXACT)
+            yield case(aten.pow.Tensor_Scalar, pos, s if abs(s) < 100 else 7.3, id=f"pow.Tensor_Scalar-{sid}", tol=EXACT)
+            yield case(aten.clamp.default, x, s, None, id=f"clamp-min-{sid}", tol=EXACT)
+            yield case(aten.clamp.default, x, -abs(s), abs(s), id=f"clamp-{sid}", tol=EXACT)
+            yield case(aten.where.self, x > 0, y, torch.tensor(s, dtype=torch.float64), id=f"where-0d-f64-{sid}", tol=EXACT)
+            yield case(aten.hardtanh.default, x, -abs(s), abs(s), id=f"hardtanh-{sid}", tol=EXACT)
+            yield case(aten.leaky_relu.default, x, s, id=f"leaky_relu-{sid}", tol=EXACT)
+            yield case(aten.addmm.default, y[:5], x[:12].reshape(3, 4), y[:20].reshape(4, 5), beta=s, alpha=-s,
+                       id=f"addmm-scaled-{sid}", tol=EXACT)
+            yield case(aten.full.default, [3], s, dtype=dtype, id=f"full-{sid}", tol=EXACT)
+            yield case(aten.fill.Scalar, x[:3], s, id=f"fill-{sid}", tol=EXACT)
+            yield case(aten.scalar_tensor.default, s, dtype=dtype, id=f"scalar_tensor-{sid}", tol=EXACT)
+            yield case(aten.constant_pad_nd.default, x[:4], [1, 2], s, id=f"pad-{sid}", tol=EXACT)
+            yield case(aten.scatter.value, x[:6].reshape(2, 3), 0, torch.tensor([[1, 0, 1]]), s, id=f"scatter-value-{sid}", tol=EXACT)
+            edges = torch.tensor([-s, 0.0, s * 0.9999, s, s * 1.0001], dtype=torch.float64).to(dtype).sort().values
+            yield case(aten.bucketize.Scalar, s, edges, id=f"bucketize-scalar-{sid}")
+            yield case(aten.searchsorted.Scalar, edges, s, right=True, id=f"searchsorted-scalar-{sid}")
+        for mode in ("trunc", "floor"):  # by a tensor, the quotient is rounded to the dtype first
+            num, den = t(256, dtype=dtype, low=-300, high=300), t(256, dtype=dtype, low=-3, high=3)
+            yield case(aten.div.Tensor_mode, num, den, rounding_mode=mode, id=f"div-{mode}-tensor-{name}", tol=EXACT)
+        for s in (0.1, 1 / 3, 1.1, 1e-3, 2.5):
+            yield case(aten.elu.default, x, s, 1.1, 1 / 3, id=f"elu-{name}-{s:.6g}", tol=EXACT)
+            yield case(aten.pow.Scalar, s, t(64, dtype=dtype, low=-8, high=8), id=f"pow.Scalar-{name}-{s:.6g}", tol=EXACT)
+        # eps is read at f32 (opmath.py); the kernels order their arithmetic differently from ours
+        # (layer norm reduces otherwise, batch norm folds into x·a + b), hence the tolerance
+        for s in (1e-3, 0.1, 1 / 3):
+            yield case(aten.native_layer_norm.default, t(4, 8, dtype=dtype), [8], None, None, s, id=f"layer_norm-eps-{name}-{s:.6g}")
+            yield case(aten._native_batch_norm_legit_no_training.default, t(4, 3, 4, dtype=dtype), None, None,
+                       t(3, dtype=dtype), t(3, dtype=dtype, low=0.5, high=2), 0.1, s, id=f"batch_norm-eps-{name}-{s:.6g}")
+    every_f16 = torch.arange(0, 0x7C00, dtype=torch.int16).view(f16)
+    exponents = every_f16[every_f16 < 50]
+    yield case(aten.pow.Scalar, 1.1, exponents, id="pow.Scalar-1.1-every-f16-exponent-below-50", tol=EXACT)
+
+
 def _creation_cases():
     yield case(aten.full.default, [2, 3], 1.5)
     yield case(aten.full.default, [2, 3], 7, dtype=i32, id="full-int")
@@ -492,7 +557,7 @@ def _random_cases():
 
 
 CASES = [
-    *_unary_cases(), *_binary_cases(), *_predicate_cases(), *_creation_cases(), *_shape_cases(),
+    *_unary_cases(), *_binary_cases(), *_predicate_cases(), *_scalar_cases(), *_creation_cases(), *_shape_cases(),
     *_linalg_cases(), *_reduction_cases(), *_nn_cases(), *_conv_cases(), *_pooling_cases(), *_indexing_cases(),
     *_sorting_cases(), *_random_cases(),
 ]

@@ -90,11 +90,14 @@ def result_type(*xs: ArrayLike) -> DType:
 
 
 def asarray(x: ArrayLike, dtype: Any = None) -> Array:
-    """``x`` as an array of ``dtype`` (a scalar becomes a 0-d array; traced stays traced)."""
+    """``x`` as an array of ``dtype`` (a scalar becomes a 0-d array, rounded as torch rounds a
+    ``Scalar``: see ``DType.scalar``; traced stays traced)."""
     if isinstance(x, Traced):
         return x if dtype is None else astype(x, dtype)
-    target = to_dtype(dtype) if dtype is not None else result_type(x) if _is_scalar(x) else None
-    return np.asarray(x) if target is None else np.asarray(x, dtype=target.numpy)
+    if _is_scalar(x):
+        x = x.item() if isinstance(x, np.generic) else x
+        return (to_dtype(dtype) if dtype is not None else result_type(x)).scalar(x)
+    return np.asarray(x) if dtype is None else np.asarray(x, dtype=to_dtype(dtype).numpy)
 
 
 def astype(x: ArrayLike, dtype: Any) -> Array:
@@ -406,7 +409,7 @@ def pad(x: ArrayLike, pad_width: Sequence[tuple[int, int]], constant_values: Sca
     high = tuple(builtins.max(hi, 0) for _, hi in pad_width)
     if not builtins.any(low) and not builtins.any(high):
         return x
-    value = np.asarray(constant_values, dtype=dtype_of(x).numpy)
+    value = dtype_of(x).scalar(constant_values)
     return apply("pad", [x, value], {"low": low, "high": high})
 
 
@@ -604,7 +607,7 @@ def arange(n: int, dtype: Any = DType.i64) -> Array:
 def full(shape: Sequence[int], value: Scalar, dtype: Any = None) -> Array:
     """A filled array; inside a lowering it becomes a broadcast scalar constant."""
     target = to_dtype(dtype) if dtype is not None else result_type(value)
-    scalar = apply("constant", [], {"value": _constant(np.asarray(value, dtype=target.numpy), target)})
+    scalar = apply("constant", [], {"value": _constant(target.scalar(value), target)})
     return broadcast_to(scalar, tuple(int(d) for d in shape))
 
 

@@ -2,9 +2,9 @@
 
 The ops are listed in tables and registered by two rule factories, because they differ only in
 the ``knp`` function they call: arithmetic computes in torch's opmath (``opmath.opmath``, so
-half floats round once and scalars keep their precision), predicates compare the operands in
-their promoted dtype and return bool. ``ctx.out_dtype`` is torch's promotion result, so one rule
-serves an op's ``Tensor`` and ``Scalar`` overloads alike.
+half floats round once and Python scalars are rounded or kept as torch's kernel does),
+predicates compare the operands in their promoted dtype and return bool. ``ctx.out_dtype`` is
+torch's promotion result, so one rule serves an op's ``Tensor`` and ``Scalar`` overloads alike.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from nkipy_core import knp
 from nkipy_core.ir import DType
 
-from .opmath import opmath
+from .opmath import is_scalar, opmath
 from .rules import RULES
 
 aten = torch.ops.aten
@@ -130,36 +130,61 @@ for _table, _factory in ((_UNARY, _arith), (_BINARY, _arith), (_PREDICATES, _pre
         RULES.register(*_ops)(_factory(_fn, _ops[0]))
 
 
-def _scaled(fn, alpha):
-    """``fn(a, alpha * b)``, the ``alpha`` form of ``add`` and ``sub``."""
-    return lambda a, b: fn(a, b if alpha == 1 else knp.multiply(b, alpha))
+def _scaled(ctx, fn, x, other, alpha):
+    """``fn(x, alpha * other)``, the ``alpha`` form of ``add`` and ``sub``: ``alpha`` is rounded
+    to the result dtype like the operands, and the product is not rounded on its own."""
+    if alpha == 1:
+        return opmath(ctx.out_dtype, fn, x, other)
+    return opmath(ctx.out_dtype, lambda a, b, s: fn(a, knp.multiply(b, s)), x, other, alpha)
 
 
 @RULES.register(aten.add.Tensor, aten.add.Scalar)
 def add(ctx, x, other, alpha=1):
     if ctx.out_dtype is DType.bool:  # torch adds booleans as `or`
         return knp.logical_or(x, other)
-    return opmath(ctx.out_dtype, _scaled(knp.add, alpha), x, other)
+    return _scaled(ctx, knp.add, x, other, alpha)
 
 
 @RULES.register(aten.mul.Tensor, aten.mul.Scalar)
 def mul(ctx, x, other):
+    """A scalar ``other`` multiplies at f32 without being rounded to a half dtype first."""
     if ctx.out_dtype is DType.bool:  # and multiplies them as `and`
         return knp.logical_and(x, other)
-    return opmath(ctx.out_dtype, knp.multiply, x, other)
+    return opmath(ctx.out_dtype, knp.multiply, x, other, unrounded_at=(1,))
 
 
 @RULES.register(aten.sub.Tensor, aten.sub.Scalar)
 def sub(ctx, x, other, alpha=1):
-    return opmath(ctx.out_dtype, _scaled(knp.subtract, alpha), x, other)
+    return _scaled(ctx, knp.subtract, x, other, alpha)
+
+
+def _half_floor_divide(a, b):
+    """torch's vectorised floor division (``div_floor_floating_vec``) on half-float operands,
+    every step rounded to their dtype as ``Vectorized<Half>`` rounds it."""
+    mod = knp.fmod(a, b)
+    quotient = knp.divide(knp.subtract(a, mod), b)
+    borrow = knp.logical_and(knp.not_equal(mod, 0), knp.not_equal(knp.less(b, 0), knp.less(mod, 0)))
+    quotient = knp.where(borrow, knp.subtract(quotient, 1), quotient)
+    floored = knp.floor(quotient)
+    floored = knp.where(knp.greater(knp.subtract(quotient, floored), 0.5), knp.add(floored, 1), floored)
+    plain = knp.divide(a, b)
+    zero = knp.astype(knp.where(knp.less(plain, 0), -0.0, 0.0), knp.dtype_of(a))
+    return knp.where(knp.equal(b, 0), plain, knp.where(knp.equal(quotient, 0), zero, floored))
 
 
 _ROUNDING = {None: knp.divide, "trunc": _trunc_divide, "floor": knp.floor_divide}
+_HALF_ROUNDING = {"trunc": _trunc_divide, "floor": _half_floor_divide}
 
 
 @RULES.register(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div(ctx, x, other, *, rounding_mode=None):
-    return opmath(ctx.out_dtype, _ROUNDING[rounding_mode], x, other)
+    """A scalar ``other`` divides at f32 without being rounded to a half dtype first. A rounding
+    division of half floats by a tensor runs in the half type itself: its quotient is rounded
+    to the dtype before it is truncated or floored."""
+    dtype = ctx.out_dtype
+    if rounding_mode is not None and dtype.is_half and not is_scalar(other):
+        return _HALF_ROUNDING[rounding_mode](knp.astype(x, dtype), knp.astype(other, dtype))
+    return opmath(dtype, _ROUNDING[rounding_mode], x, other, unrounded_at=(1,))
 
 
 @RULES.register(aten.round.decimals)

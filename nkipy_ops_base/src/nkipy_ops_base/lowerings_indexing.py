@@ -255,7 +255,10 @@ def masked_scatter(ctx, x, mask, source):
 def _insertion_points(ctx, boundaries, values, right: bool):
     """How many boundaries lie below each value (``<``, or ``<=`` if ``right``): its insertion
     point. ``boundaries`` is 1-D, or sorted along its last dim with ``values``' leading dims.
-    NaN sorts last, as in torch."""
+    NaN sorts last, as in torch. A Python number is a 0-d tensor of its own type, promoted with
+    the boundaries: against half floats it is rounded to their dtype, as torch compares."""
+    if not knp.is_traced(values) and not isinstance(values, np.ndarray):
+        values = knp.asarray(values, knp.result_type(boundaries, np.asarray(values)))
     values = knp.asarray(values)
     if boundaries.ndim == 1:
         edges = knp.reshape(boundaries, (1,) * values.ndim + tuple(boundaries.shape))

@@ -18,8 +18,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
-
 from ..ir.graph import Kernel, Op, Value
 from ..ir.printer import format_kernel
 from ..ir.types import DType, TensorType
@@ -80,7 +78,7 @@ def _value_index(op: Op, values: Sequence[float]) -> int | None:
         return None
     value = op.params["value"].array
     for index, candidate in enumerate(values):
-        if value == np.asarray(candidate).astype(value.dtype):
+        if value == op.result.type.dtype.scalar(candidate):
             return index
     return None
 

@@ -29,6 +29,10 @@ NAMESPACE: dict[str, Any] = {
 }
 
 
+#: element types a conversion to a half float rounds to f32 first, as torch does
+_WIDE = frozenset({DType.f64, DType.i64, DType.i32})
+
+
 def expression(
     prim_name: str,
     args: Sequence[str],
@@ -41,6 +45,10 @@ def expression(
     half = prim.half_compute and any(t.dtype.is_half for t in (*operand_types, result_type))
     if half:
         args = [f"{a}.astype(np.float32)" if t.dtype.is_half else a for a, t in zip(args, operand_types)]
+    if prim_name == "convert" and result_type.dtype.is_half and operand_types[0].dtype in _WIDE:
+        # torch builds c10::Half and BFloat16 from a float, so a double (or a 64-bit integer)
+        # becomes a half float through f32: rounded twice, which NumPy's direct cast is not.
+        args = [f"{args[0]}.astype(np.float32)"]
     expr = prim.emit(*args, **params)
     if half:
         expr = f"({expr}).astype({result_type.dtype.numpy_name})"

@@ -182,7 +182,8 @@ def _infer_convert(x: TensorType, *, dtype: DType) -> TensorType:
 
 
 _define("convert", 1, _infer_convert, lambda x, dtype: f"{x}.astype({dtype.numpy_name})",
-        "element type conversion (`x.astype(dtype)`), float to int truncates toward zero")
+        "element type conversion (`x.astype(dtype)`), float to int truncates toward zero; f64, i64 "
+        "and i32 become f16/bf16 through f32 (rounded twice), as torch converts them")
 
 
 # -- shape ----------------------------------------------------------------------------------

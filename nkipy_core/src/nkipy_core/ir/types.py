@@ -44,6 +44,16 @@ class DType(enum.Enum):
         """16-bit floats: the cpu runtime computes them in f32 and rounds each result, like torch."""
         return self in (DType.f16, DType.bf16)
 
+    def scalar(self, value: bool | int | float) -> np.ndarray:
+        """A Python number as a 0-d array of this type, rounded as torch converts a ``Scalar``:
+        half floats are constructed from an f32 (``c10::Half(float)``), so a double is rounded
+        to f32 first. The direct cast can differ: ``1 + 2**-11 + 2**-40`` is 1.0 in torch's f16,
+        1.001 in NumPy's."""
+        with np.errstate(over="ignore"):  # too large for the type is infinity, as in torch
+            if self.is_half:
+                return np.asarray(np.float32(value), dtype=self.numpy)
+            return np.asarray(value, dtype=self.numpy)
+
     @property
     def numpy(self) -> np.dtype:
         return _TO_NUMPY[self]
