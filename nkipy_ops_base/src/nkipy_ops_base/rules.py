@@ -15,5 +15,6 @@ from . import (  # noqa: E402,F401
     lowerings_reduction,
     lowerings_shape,
     lowerings_sorting,
+    lowerings_special,
     lowerings_spatial,
 )

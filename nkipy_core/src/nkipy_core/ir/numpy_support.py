@@ -21,4 +21,11 @@ def _scatter_add(x, index, updates):
     return out
 
 
-HELPERS = (_blob, _scatter_add)
+def _scatter_reduce(x, index, updates, ufunc):
+    """``x`` with each update combined into its position by ``ufunc`` (``np.maximum``...)."""
+    out = np.array(x, copy=True)
+    ufunc.at(out, index, updates)
+    return out
+
+
+HELPERS = (_blob, _scatter_add, _scatter_reduce)
