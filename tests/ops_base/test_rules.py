@@ -460,10 +460,92 @@ def _sorting_cases():
     yield case(aten.topk.default, x, 2, 0, False, id="topk-smallest")
 
 
+def _special_function_cases():
+    domains = {"erfc": (-4, 8), "erfinv": (-0.999, 0.999), "lgamma": (-6, 12), "digamma": (-6, 12)}
+    for name, (low, high) in domains.items():
+        op = getattr(aten, name).default
+        for dtype in (f32, bf16):
+            yield case(op, t(4, 6, dtype=dtype, low=low, high=high), id=f"{name}-{dtype}")
+        yield case(op, t(4, 6, dtype=torch.float64, low=low, high=high), tol=(1e-12, 1e-12), id=f"{name}-f64")
+    poles = torch.tensor([0.0, -0.0, -1.0, -2.0, 1.0, 2.0, math.inf, -math.inf, math.nan, -2.5, 1e-30, 1e30])
+    yield case(aten.lgamma.default, poles, id="lgamma-poles")
+    yield case(aten.digamma.default, poles, id="digamma-poles")
+    yield case(aten.erfc.default, torch.tensor([-math.inf, 0.0, 5.0, 9.0, math.inf, math.nan]), tol=(1e-6, 0), id="erfc-tail")
+    yield case(aten.erfinv.default, torch.tensor([-1.0, 1.0, 0.0, 1.5, math.nan, 1 - 2**-20]), id="erfinv-edges")
+    yield case(aten.lgamma.default, t(5, dtype=i64, low=-3, high=6), id="lgamma-int")
+    yield case(aten.signbit.default, special(), id="signbit-special")
+    yield case(aten.signbit.default, torch.tensor([-0.0, math.nan, -math.nan, 1.0], dtype=bf16), id="signbit-bf16")
+    yield case(aten.signbit.default, t(6, dtype=i64, low=-3, high=3), id="signbit-int")
+    yield case(aten.copysign.Tensor, special(), special().flip(0).neg(), id="copysign-special")
+    yield case(aten.copysign.Tensor, t(4, 5, dtype=bf16), t(5))
+    yield case(aten.copysign.Scalar, t(6, dtype=i64, low=-3, high=3), -0.0, id="copysign-int-negative-zero")
+    a, b = t(3, 4), t(4, low=0.5, high=2)
+    yield case(aten.atan2.out, a, b, out=torch.empty(3, 4))
+    yield case(aten.atan2.out, a, b, out=torch.empty(0, dtype=torch.float64), tol=(1e-6, 1e-6),
+               id="atan2-out-resized-f64")
+    yield case(aten.atan2.out, t(3, dtype=bf16), t(3, dtype=bf16), out=torch.empty(3, dtype=bf16), id="atan2-out-bf16")
+
+
+def _scan_cases():
+    ties = torch.tensor([[1.0, 3, 3, 2, 5, 5], [math.nan, 0, 4, math.nan, 9, 1], [2, 1, 1, 0, 0, 7]])
+    for name in ("cummax", "cummin"):
+        op = getattr(aten, name).default
+        yield case(op, ties, 1, id=f"{name}-ties-nan")
+        yield case(op, t(4, 3, dtype=i64, low=-3, high=3), 0, id=f"{name}-int")
+        yield case(op, t(3, 5, dtype=bf16), -1, id=f"{name}-bf16")
+        yield case(op, torch.tensor(2.0), 0, id=f"{name}-0d")
+    yield case(aten.logcumsumexp.default, t(3, 9, low=-30, high=30), 1)
+    yield case(aten.logcumsumexp.default, torch.tensor([-100.0, 0.0, 100.0, -math.inf, math.inf, 3.0]), 0, id="logcumsumexp-extremes")
+    yield case(aten.logcumsumexp.default, t(5, 2, dtype=bf16), 0, id="logcumsumexp-bf16")
+
+
+def _order_statistic_cases():
+    x = distinct(3, 7)
+    yield case(aten.kthvalue.default, x, 3, 1)
+    yield case(aten.kthvalue.default, x, 2, 0, True, id="kthvalue-keepdim")
+    yield case(aten.kthvalue.default, distinct(6, dtype=bf16), 4, id="kthvalue-bf16")
+    with_nan = torch.tensor([[3.0, math.nan, 1.0, math.nan], [4.0, 2.0, 8.0, 6.0], [math.nan] * 4])
+    for name in ("median", "nanmedian"):
+        # an all-NaN row's nanmedian index is whatever torch's nth_element leaves: not compared
+        yield case(getattr(aten, name).dim, with_nan if name == "median" else with_nan[:2], 1, id=f"{name}-nan")
+        yield case(getattr(aten, name).dim, x, 0, True, id=f"{name}-keepdim")
+        yield case(getattr(aten, name).default, distinct(4, 5), id=f"{name}-all")
+        yield case(getattr(aten, name).default, torch.tensor([2.0, math.nan, 1.0]), id=f"{name}-all-nan")
+    yield case(aten.median.dim, distinct(2, 6, dtype=i64), -1, id="median-int")
+    yield case(aten.median.default, distinct(5, dtype=bf16), id="median-bf16")
+
+
+def _reducing_scatter_cases():
+    index = torch.tensor([[0, 3, 3, 1], [2, 1, 0, 3]])
+    for reduce in ("amax", "amin", "prod"):
+        for include_self in (True, False):
+            yield case(aten.scatter_reduce.two, t(3, 5), 1, index, t(2, 4), reduce, include_self=include_self,
+                       id=f"scatter_reduce-{reduce}-{include_self}")
+        yield case(aten.index_reduce.default, t(5, 3), 0, torch.tensor([4, 0, 4, 1]), t(4, 3), reduce,
+                   include_self=False, id=f"index_reduce-{reduce}")
+    yield case(aten.scatter_reduce.two, t(4, dtype=i64, low=-5, high=5), 0, torch.tensor([0, 0, 3]),
+               t(3, dtype=i64, low=-5, high=5), "amin", include_self=False, id="scatter_reduce-amin-int")
+    yield case(aten.scatter_reduce.two, t(2, 4, dtype=bf16), 0, index[:, :3] % 2, t(2, 3, dtype=bf16), "amax",
+               id="scatter_reduce-amax-bf16")
+    yield case(aten.scatter_reduce.two, special(), 0, torch.tensor([0, 2, 2, 7]), torch.tensor([1.0, 5.0, math.nan, -1.0]),
+               "amax", id="scatter_reduce-amax-nan")
+    for include_self in (True, False):
+        yield case(aten.index_reduce.default, t(3, 4, 2), 1, torch.tensor([3, 0, 3]), t(3, 3, 2), "mean",
+                   include_self=include_self, id=f"index_reduce-mean-{include_self}")
+    yield case(aten.index_reduce.default, t(4, dtype=i64, low=0, high=9), 0, torch.tensor([1, 1, 2]),
+               t(3, dtype=i64, low=0, high=9), "mean", id="index_reduce-mean-int")
+    yield case(aten.index_reduce.default, t(4, 2, dtype=bf16), 0, torch.tensor([3, 3]), t(2, 2, dtype=bf16), "prod",
+               id="index_reduce-prod-bf16")
+    sequence = torch.tensor([[3.0, 0.0, 2.0, 1.0], [9.0, 4.0, 6.0, 5.0]])
+    yield case(aten.searchsorted.Tensor, sequence, torch.tensor([[0.5, 2.0], [7.0, 3.0]]), sorter=sequence.argsort(-1),
+               id="searchsorted-sorter")
+
+
 CASES = [
     *_unary_cases(), *_binary_cases(), *_predicate_cases(), *_creation_cases(), *_shape_cases(),
     *_linalg_cases(), *_reduction_cases(), *_nn_cases(), *_conv_cases(), *_pooling_cases(), *_indexing_cases(),
-    *_sorting_cases(),
+    *_sorting_cases(), *_special_function_cases(), *_scan_cases(), *_order_statistic_cases(),
+    *_reducing_scatter_cases(),
 ]
 
 TOLERANCE = {torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (1e-3, 1e-3), torch.float32: (1e-5, 1e-5)}

@@ -13,6 +13,7 @@ from . import (  # noqa: E402,F401
     lowerings_linalg,
     lowerings_nn,
     lowerings_reduction,
+    lowerings_scan,
     lowerings_shape,
     lowerings_sorting,
     lowerings_special,
