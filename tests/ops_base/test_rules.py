@@ -21,6 +21,7 @@ from nkipy_core import LoweringContext, LoweringRegistry
 from nkipy_core.compiler import RULE, lower_subgraph
 from nkipy_core.ir import codegen
 from nkipy_core.ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
+from nkipy_core.lowering import Layout
 from nkipy_ops_base.rules import RULES
 
 aten = torch.ops.aten
@@ -460,6 +461,36 @@ def _sorting_cases():
     yield case(aten.topk.default, x, 2, 0, False, id="topk-smallest")
 
 
+def _embedding_bag_cases():
+    weight, indices = t(10, 3), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0, 0])
+    offsets = torch.tensor([0, 3, 3, 6])
+    for op in (aten._embedding_bag.default, aten._embedding_bag_forward_only.default):
+        name = op._schema.name[6:]
+        for mode in (0, 1, 2):
+            for padding_idx in (-1, 2):
+                yield case(op, weight, indices, offsets, False, mode, False, None, False, padding_idx,
+                           id=f"{name}-mode{mode}-padding{padding_idx}")
+    op = aten._embedding_bag.default
+    yield case(op, weight, indices, offsets, False, 0, False, t(10), id="embedding_bag-per-sample-weights")
+    yield case(op, weight, indices, offsets, False, 0, False, t(10), False, 4, id="embedding_bag-per-sample-weights-padding")
+    yield case(op, weight, indices, torch.tensor([0, 3, 3, 6, 10]), False, 1, False, None, True,
+               id="embedding_bag-include-last-offset")
+    yield case(op, t(10, 3, dtype=bf16), indices, offsets, False, 1, id="embedding_bag-mean-bf16")
+    yield case(op, t(10, 3, dtype=bf16), indices, offsets, False, 2, id="embedding_bag-max-bf16")
+    yield case(op, t(6, 2), torch.tensor([0, 1, 1, 0], dtype=i32), torch.tensor([0, 2], dtype=i32), False, 2,
+               id="embedding_bag-max-ties-int32")
+
+
+def _strided_cases():
+    x = t(4, 6)
+    yield case(aten.as_strided.default, x, [3, 3], [6, 1], 2, id="as_strided-rows")
+    yield case(aten.as_strided.default, x, [2, 3, 2], [1, 4, 7], id="as_strided-overlapping")
+    yield case(aten.as_strided.default, x, [5, 2], [0, 3], 11, id="as_strided-broadcast")
+    yield case(aten.as_strided.default, t(3, 2, dtype=bf16), [6], [1], id="as_strided-flatten-bf16")
+    yield case(aten.as_strided.default, x, [0, 4], [1, 1], id="as_strided-empty")
+    yield case(aten.as_strided.default, torch.arange(12.0)[2:], [2, 2], [3, 1], 4, id="as_strided-offset-view")
+
+
 def _special_function_cases():
     domains = {"erfc": (-4, 8), "erfinv": (-0.999, 0.999), "lgamma": (-6, 12), "digamma": (-6, 12)}
     for name, (low, high) in domains.items():
@@ -545,7 +576,7 @@ CASES = [
     *_unary_cases(), *_binary_cases(), *_predicate_cases(), *_creation_cases(), *_shape_cases(),
     *_linalg_cases(), *_reduction_cases(), *_nn_cases(), *_conv_cases(), *_pooling_cases(), *_indexing_cases(),
     *_sorting_cases(), *_special_function_cases(), *_scan_cases(), *_order_statistic_cases(),
-    *_reducing_scatter_cases(),
+    *_reducing_scatter_cases(), *_strided_cases(), *_embedding_bag_cases(),
 ]
 
 TOLERANCE = {torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (1e-3, 1e-3), torch.float32: (1e-5, 1e-5)}
@@ -613,7 +644,7 @@ def test_rule_matches_torch(op, args, kwargs, tol, values):
     if isinstance(expected, list):
         expected = tuple(expected)
     (rule,) = REGISTRY.rules_for(op)
-    ctx = LoweringContext(op, "case", _types(expected))
+    ctx = LoweringContext(op, "case", _types(expected), tuple(Layout.of(a) for a in args))
     np_args, np_kwargs = tree_map(_numpy, (args, kwargs))
     _check(rule.fn(ctx, *np_args, **np_kwargs), expected, tol, values)
     _check(_traced(op, rule, args, kwargs, expected), expected, tol, values)

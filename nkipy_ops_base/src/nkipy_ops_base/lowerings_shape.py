@@ -1,7 +1,8 @@
 """Shape and layout ops: views, permutations, slicing, joining, padding and scatters into slices.
 
 Kernels have value semantics, so ATen's views (``view``, ``expand``, ``permute``, ``slice``,
-``select``, ``diagonal`` …) are ordinary functions of their input here, and strides never matter.
+``select``, ``diagonal`` …) are ordinary functions of their input here, and strides never matter,
+except to ``as_strided``, which addresses storage and reads its input's layout from the node.
 Indices and bounds are normalised the way ATen does (negative values wrap, slice ends clamp).
 Reflection and replication padding copy input positions computed at trace time (a ``take``
 per padded dim); their backward adds the gradient back to those positions.
@@ -10,13 +11,14 @@ per padded dim); their backward adds the gradient back to those positions.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import torch
 
 from nkipy_core import knp
 
-from .conventions import axes, inverse_permutation
+from .conventions import axes, inverse_permutation, require
 from .rules import RULES
 
 aten = torch.ops.aten
@@ -205,3 +207,30 @@ def slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
 def select_scatter(ctx, x, src, dim, index):
     index %= x.shape[dim]
     return _scatter_slice(x, knp.expand_dims(src, dim), dim, index, index + 1, 1)
+
+
+@RULES.register(aten.as_strided.default)
+def as_strided(ctx, x, size, stride, storage_offset=None):
+    """Element ``i`` of the result is storage element ``offset + Σ i_k · stride_k``. The kernel
+    holds ``x`` row-major, which is its storage only when ``x`` is contiguous; the elements
+    addressed must lie within ``x`` (storage beyond it, under a sliced view, is not in the
+    kernel). Strides are static; a contiguous result is a reshape, anything else a gather."""
+    layout = ctx.layouts[0] if ctx.layouts else None
+    require(layout is not None and layout.contiguous,
+            "as_strided of a non-contiguous tensor (its storage order is not the kernel's)")
+    base = layout.storage_offset
+    offset = (base if storage_offset is None else storage_offset) - base
+    if math.prod(size) == 0:
+        return knp.zeros(size, knp.dtype_of(x))
+    last = offset + sum((n - 1) * s for n, s in zip(size, stride))
+    require(0 <= offset and last < max(x.size, 1),
+            f"as_strided reads storage elements {offset}..{last} outside the tensor's {x.size}")
+    flat = knp.reshape(x, (-1,))
+    dense = [math.prod(size[k + 1:]) for k in range(len(size))]
+    if all(s == d for n, s, d in zip(size, stride, dense) if n > 1):
+        return knp.reshape(flat[offset:offset + math.prod(size)], size)
+    positions = offset
+    for k, (n, s) in enumerate(zip(size, stride)):
+        coord = knp.reshape(knp.arange(n), [n if a == k else 1 for a in range(len(size))])
+        positions = knp.add(positions, knp.multiply(coord, s))
+    return knp.take(flat, knp.broadcast_to(positions, size))

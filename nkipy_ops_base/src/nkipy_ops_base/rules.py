@@ -9,6 +9,7 @@ from . import (  # noqa: E402,F401
     lowerings_conv,
     lowerings_creation,
     lowerings_elementwise,
+    lowerings_embedding_bag,
     lowerings_indexing,
     lowerings_linalg,
     lowerings_nn,
