@@ -481,6 +481,26 @@ def _embedding_bag_cases():
                id="embedding_bag-max-ties-int32")
 
 
+def _grid_sample_cases():
+    x, grid = t(2, 3, 4, 5), t(2, 3, 6, 2, low=-1.3, high=1.3)
+    for mode in (0, 1, 2):
+        for padding in (0, 1, 2):
+            for align in (False, True):
+                name = f"mode{mode}-padding{padding}-align{align}"
+                yield case(aten.grid_sampler_2d.default, x, grid, mode, padding, align, id=f"grid_sampler_2d-{name}")
+                yield case(aten.grid_sampler_2d_backward.default, t(2, 3, 3, 6), x, grid, mode, padding, align,
+                           [True, True], tol=(1e-4, 1e-4), id=f"grid_sampler_2d_backward-{name}")
+    yield case(aten.grid_sampler_2d.default, t(1, 2, 3, 3, dtype=bf16), t(1, 2, 2, 2, dtype=bf16, low=-1, high=1), 0, 0,
+               False, id="grid_sampler_2d-bf16")
+    yield case(aten.grid_sampler_2d_backward.default, t(1, 2, 2, 2, dtype=bf16), t(1, 2, 3, 3, dtype=bf16),
+               t(1, 2, 2, 2, dtype=bf16, low=-1, high=1), 0, 0, False, [True, True], tol=(3e-2, 3e-2),
+               id="grid_sampler_2d_backward-bf16")
+    yield case(aten.grid_sampler_2d_backward.default, t(2, 3, 3, 6), x, grid, 0, 0, False, [False, True],
+               id="grid_sampler_2d_backward-grid-only")
+    yield case(aten.grid_sampler_2d.default, t(1, 1, 1, 4), t(1, 2, 3, 2, low=-2, high=2), 0, 2, True,
+               id="grid_sampler_2d-reflect-single-row")
+
+
 def _strided_cases():
     x = t(4, 6)
     yield case(aten.as_strided.default, x, [3, 3], [6, 1], 2, id="as_strided-rows")
@@ -577,6 +597,7 @@ CASES = [
     *_linalg_cases(), *_reduction_cases(), *_nn_cases(), *_conv_cases(), *_pooling_cases(), *_indexing_cases(),
     *_sorting_cases(), *_special_function_cases(), *_scan_cases(), *_order_statistic_cases(),
     *_reducing_scatter_cases(), *_strided_cases(), *_embedding_bag_cases(),
+    *_grid_sample_cases(),
 ]
 
 TOLERANCE = {torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (1e-3, 1e-3), torch.float32: (1e-5, 1e-5)}

@@ -10,6 +10,7 @@ from . import (  # noqa: E402,F401
     lowerings_creation,
     lowerings_elementwise,
     lowerings_embedding_bag,
+    lowerings_grid_sample,
     lowerings_indexing,
     lowerings_linalg,
     lowerings_nn,
