@@ -17,7 +17,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_map
 
-from nkipy_core import LoweringContext, LoweringRegistry
+from nkipy_core import LoweringContext, LoweringRegistry, Unsupported
 from nkipy_core.compiler import RULE, lower_subgraph
 from nkipy_core.ir import codegen
 from nkipy_core.ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
@@ -479,6 +479,22 @@ def _embedding_bag_cases():
     yield case(op, t(10, 3, dtype=bf16), indices, offsets, False, 2, id="embedding_bag-max-bf16")
     yield case(op, t(6, 2), torch.tensor([0, 1, 1, 0], dtype=i32), torch.tensor([0, 2], dtype=i32), False, 2,
                id="embedding_bag-max-ties-int32")
+    for mode, padding_idx, freq, weights in ((0, -1, False, None), (0, 4, False, t(10)), (1, 2, False, None),
+                                             (1, -1, False, None), (2, -1, True, None), (2, 2, False, None)):
+        _, offset2bag, bag_size, max_indices = op(weight, indices, offsets, freq, mode, False, weights, False, padding_idx)
+        grad = t(4, 3)
+        yield case(aten._embedding_bag_backward.default, grad, indices, offsets, offset2bag, bag_size, max_indices, 10,
+                   freq, mode, False, weights, padding_idx, id=f"embedding_bag_backward-mode{mode}-padding{padding_idx}-freq{freq}")
+        if offset2bag.numel():
+            yield case(aten._embedding_bag_dense_backward.default, grad, indices, offset2bag, bag_size, max_indices, 10,
+                       freq, mode, weights, padding_idx, id=f"embedding_bag_dense_backward-mode{mode}-padding{padding_idx}")
+    _, offset2bag, bag_size, max_indices = op(t(10, 3, dtype=bf16), indices, offsets, False, 1)
+    yield case(aten._embedding_bag_backward.default, t(4, 3, dtype=bf16), indices, offsets, offset2bag, bag_size,
+               max_indices, 10, False, 1, False, None, id="embedding_bag_backward-bf16")
+    for padding_idx in (-1, 2):
+        offset2bag = op(weight, indices, offsets, False, 0, False, t(10), False, padding_idx)[1]
+        yield case(aten._embedding_bag_per_sample_weights_backward.default, t(4, 3), weight, indices, offsets, offset2bag,
+                   0, padding_idx, id=f"embedding_bag_per_sample_weights_backward-padding{padding_idx}")
 
 
 def _grid_sample_cases():
@@ -509,6 +525,10 @@ def _strided_cases():
     yield case(aten.as_strided.default, t(3, 2, dtype=bf16), [6], [1], id="as_strided-flatten-bf16")
     yield case(aten.as_strided.default, x, [0, 4], [1, 1], id="as_strided-empty")
     yield case(aten.as_strided.default, torch.arange(12.0)[2:], [2, 2], [3, 1], 4, id="as_strided-offset-view")
+    yield case(aten.as_strided_scatter.default, x, t(3, 4), [3, 4], [6, 1], 1, id="as_strided_scatter-rows")
+    yield case(aten.as_strided_scatter.default, x, t(2, 6), [2, 6], [6, 1], 6, id="as_strided_scatter-contiguous")
+    yield case(aten.as_strided_scatter.default, t(3, 4, dtype=bf16), t(4, 2, dtype=bf16), [4, 2], [1, 5],
+               id="as_strided_scatter-transposed-bf16")
 
 
 def _special_function_cases():
@@ -519,6 +539,10 @@ def _special_function_cases():
             yield case(op, t(4, 6, dtype=dtype, low=low, high=high), id=f"{name}-{dtype}")
         yield case(op, t(4, 6, dtype=torch.float64, low=low, high=high), tol=(1e-12, 1e-12), id=f"{name}-f64")
     poles = torch.tensor([0.0, -0.0, -1.0, -2.0, 1.0, 2.0, math.inf, -math.inf, math.nan, -2.5, 1e-30, 1e30])
+    for n in (0, 1):
+        for dtype in (f32, bf16):
+            yield case(aten.polygamma.default, n, t(4, 6, dtype=dtype, low=-6, high=12), id=f"polygamma-{n}-{dtype}")
+    yield case(aten.polygamma.default, 1, t(3, 4, dtype=torch.float64, low=-6, high=12), tol=(1e-12, 1e-12), id="polygamma-1-f64")
     yield case(aten.lgamma.default, poles, id="lgamma-poles")
     yield case(aten.digamma.default, poles, id="digamma-poles")
     yield case(aten.erfc.default, torch.tensor([-math.inf, 0.0, 5.0, 9.0, math.inf, math.nan]), tol=(1e-6, 0), id="erfc-tail")
@@ -674,3 +698,31 @@ def test_rule_matches_torch(op, args, kwargs, tol, values):
 def test_every_registered_overload_has_a_case():
     tested = {REGISTRY.rules_for(p.values[0])[0].op for p in CASES}
     assert sorted(set(REGISTRY.ops()) - tested) == []
+
+
+def _rule(op):
+    (rule,) = REGISTRY.rules_for(op)
+    return rule.fn
+
+
+@pytest.mark.parametrize(("op", "args", "kwargs", "reason"), [
+    pytest.param(aten.as_strided.default, (t(4, 6).T, [3], [2]), {}, "as_strided of a non-contiguous tensor", id="as_strided-transposed"),
+    pytest.param(aten.as_strided.default, (t(4, 6)[:2], [4], [4]), {}, r"reads storage elements 0\.\.12 outside the tensor's 12",
+                 id="as_strided-beyond-the-view"),
+    pytest.param(aten.as_strided_scatter.default, (t(4, 6), t(3, 3), [3, 3], [1, 1]), {}, "overlapping strides",
+                 id="as_strided_scatter-overlapping"),
+    pytest.param(aten.polygamma.default, (2, t(3)), {}, "polygamma of order 2", id="polygamma-order-2"),
+    pytest.param(aten._embedding_bag_backward.default,
+                 (t(2, 3), torch.tensor([0, 1, 1]), torch.tensor([0, 2]), torch.tensor([0, 0, 1]), torch.tensor([2, 1]),
+                  torch.tensor([2, 1]), 4, True, 0, False, None), {}, "scale_grad_by_freq", id="embedding_bag_backward-freq"),
+    pytest.param(aten._embedding_bag_backward.default,
+                 (t(2, 3), torch.tensor([0, 1, 1]), torch.tensor([0, 2]), torch.tensor([0, 0, 1]), torch.tensor([2, 1]),
+                  torch.tensor([2, 1]), 4, False, 0, True, None), {}, "sparse=True", id="embedding_bag_backward-sparse"),
+])
+def test_rule_declines_with_its_reason(op, args, kwargs, reason):
+    """What a rule cannot lower exactly it declines (the node then runs on CPU, named in the
+    fallback warning) instead of computing something else."""
+    ctx = LoweringContext(op, "case", None, tuple(Layout.of(a) for a in args))
+    np_args = tree_map(_numpy, args)
+    with pytest.raises(Unsupported, match=reason):
+        _rule(op)(ctx, *np_args, **kwargs)

@@ -11,6 +11,9 @@ Rows are gathered with ``take`` and reduced into their bags with ``scatter_add``
 ``mean``; half floats accumulate in f32) or the ``scatter_reduce`` primitive (``max``, exact
 in any dtype). Empty bags give zeros. ``max`` takes the first index of a tied maximum, as torch;
 a NaN in a bag makes its maximum NaN, where torch's ``>`` keeps a NaN only in first place.
+The backward ops (``_embedding_bag_backward``, ``_embedding_bag_dense_backward``,
+``_embedding_bag_per_sample_weights_backward``) scatter the bags' gradients back with
+``scatter_add``; a sparse gradient is declined.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch
 from nkipy_core import knp
 from nkipy_core.ir import DType
 
+from .conventions import require
 from .opmath import compute_dtype
 from .rules import RULES
 
@@ -95,3 +99,69 @@ def embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=
         max_indices = _fit(sizes, max_indices_type.shape, max_indices_type.dtype)
     offset2bag = _fit(bag, offset2bag_type.shape, offset2bag_type.dtype)
     return knp.astype(result, out.dtype), offset2bag, _fit(sizes, bag_size_type.shape, index_dtype), max_indices
+
+
+def _weight_gradient(ctx, grad, indices, bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode,
+                     per_sample_weights, padding_idx):
+    """The dense gradient of the weight: each kept index's row gets its bag's gradient (times
+    its sample weight for ``sum``, divided by the bag size for ``mean``); for ``max``, each
+    column's gradient goes to the row that gave the maximum."""
+    # torch's CPU kernel does not divide by each index's own frequency (it scales rows by the
+    # counts of other indices); rather than copy that, the node runs on CPU
+    require(not scale_grad_by_freq or mode == _MAX, "embedding_bag backward with scale_grad_by_freq")
+    dtype = compute_dtype(ctx.out_dtype)
+    grad = knp.astype(grad, dtype)
+    columns = grad.shape[1]
+    indices = knp.astype(indices, DType.i64)
+    kept = knp.not_equal(indices, padding_idx) if padding_idx >= 0 else None
+    if mode == _MAX:
+        nonempty = _column(knp.greater(bag_size, 0))
+        positions = knp.add(knp.multiply(knp.astype(maximum_indices, DType.i64), columns), knp.arange(columns))
+        updates = knp.where(nonempty, grad, 0)
+        flat = knp.scatter_add(knp.zeros((num_weights * columns,), dtype), knp.reshape(positions, (-1,)),
+                               knp.reshape(updates, (-1,)))
+        return knp.astype(knp.reshape(flat, (num_weights, columns)), ctx.out_dtype)
+    rows = knp.take(grad, bag, axis=0)
+    if per_sample_weights is not None:
+        rows = knp.multiply(rows, _column(knp.astype(per_sample_weights, dtype)))
+    if mode == _MEAN:
+        rows = knp.divide(rows, _column(knp.maximum(knp.take(bag_size, bag), 1)))
+    if kept is not None:
+        rows = knp.where(_column(kept), rows, 0)
+    return knp.astype(knp.scatter_add(knp.zeros((num_weights, columns), dtype), indices, rows), ctx.out_dtype)
+
+
+def _bags_of(offset2bag, offsets, n: int, bags: int):
+    """``offset2bag``, recomputed from the offsets when the forward's fast path left it empty."""
+    bag = offset2bag if offset2bag.shape[0] == n else _bag_of_each_index(offsets, n)
+    return knp.minimum(knp.maximum(knp.astype(bag, DType.i64), 0), max(bags - 1, 0))
+
+
+@RULES.register(aten._embedding_bag_backward.default)
+def embedding_bag_backward(ctx, grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+                           scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1):
+    require(not sparse, "embedding_bag with sparse=True (a sparse gradient)")
+    bag = _bags_of(offset2bag, offsets, indices.shape[0], grad.shape[0])
+    return _weight_gradient(ctx, grad, indices, bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq,
+                            mode, per_sample_weights, padding_idx)
+
+
+@RULES.register(aten._embedding_bag_dense_backward.default)
+def embedding_bag_dense_backward(ctx, grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
+                                 scale_grad_by_freq, mode, per_sample_weights, padding_idx=-1):
+    bag = knp.astype(offset2bag, DType.i64)
+    return _weight_gradient(ctx, grad, indices, bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq,
+                            mode, per_sample_weights, padding_idx)
+
+
+@RULES.register(aten._embedding_bag_per_sample_weights_backward.default)
+def embedding_bag_per_sample_weights_backward(ctx, grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
+    """Each sample weight's gradient: its bag's gradient dotted with its weight row (0 for padding)."""
+    dtype = compute_dtype(ctx.out_dtype)
+    indices = knp.astype(indices, DType.i64)
+    bag = _bags_of(offset2bag, offsets, indices.shape[0], grad.shape[0])
+    rows = knp.astype(knp.take(weight, indices, axis=0), dtype)
+    dots = knp.sum(knp.multiply(knp.take(knp.astype(grad, dtype), bag, axis=0), rows), -1)
+    if padding_idx >= 0:
+        dots = knp.where(knp.not_equal(indices, padding_idx), dots, 0)
+    return knp.astype(dots, ctx.out_dtype)

@@ -1,5 +1,5 @@
-"""Special functions and sign manipulation: ``erfc``, ``erfinv``, ``lgamma``, ``digamma``,
-``signbit``, ``copysign``, and the ``out=`` form of ``atan2``.
+"""Special functions and sign manipulation: ``erfc``, ``erfinv``, ``lgamma``, ``digamma`` (and
+its derivative, ``polygamma`` of order 1), ``signbit``, ``copysign``, and ``atan2``'s ``out=`` form.
 
 ``erfc`` and ``signbit`` are primitives (``1 - erf`` cancels to zero in the tail, and the sign
 of a NaN or of ``-0.0`` cannot be read without one). The others are composed here, the way XLA's
@@ -26,6 +26,7 @@ import torch
 from nkipy_core import knp
 from nkipy_core.ir import DType
 
+from .conventions import require
 from .opmath import opmath
 from .rules import RULES
 
@@ -90,6 +91,24 @@ def _digamma(x):
     return knp.where(knp.equal(x, math.inf), math.inf, result)
 
 
+def _trigamma(x):
+    """``ψ'(x)``, torch's ``calc_trigamma``: reflection below 1/2
+    (``ψ'(1 - x) + ψ'(x) = π² / sin²(πx)``), six recurrence steps, then the asymptotic series."""
+    reflect = knp.less(x, 0.5)
+    sin_pi_x = knp.sin(knp.multiply(x, math.pi))
+    result = knp.where(reflect, knp.negative(knp.divide(math.pi**2, knp.multiply(sin_pi_x, sin_pi_x))), 0)
+    z = knp.where(reflect, knp.subtract(1, x), x)
+    for _ in range(6):
+        result = knp.add(result, knp.divide(1, knp.multiply(z, z)))
+        z = knp.add(z, 1)
+    ixx = knp.divide(1, knp.multiply(z, z))
+    series = knp.subtract(1 / 30, knp.multiply(ixx, 1 / 42))
+    series = knp.subtract(1 / 6, knp.multiply(ixx, series))
+    series = knp.add(knp.add(1, knp.divide(1, knp.multiply(z, 2))), knp.multiply(ixx, series))
+    result = knp.add(result, knp.divide(series, z))
+    return knp.where(reflect, knp.negative(result), result)
+
+
 # Giles' polynomials in w = -log(1 - x²): central (w < 5, in w - 2.5) and tail (in sqrt(w) - 3)
 _ERFINV_CENTRAL = (
     2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
@@ -139,6 +158,14 @@ def lgamma(ctx, x):
 @RULES.register(aten.digamma.default)
 def digamma(ctx, x):
     return opmath(ctx.out_dtype, _digamma, x)
+
+
+@RULES.register(aten.polygamma.default)
+def polygamma(ctx, n, x):
+    """Orders 0 (``digamma``) and 1 (trigamma, ``digamma``'s derivative); higher orders need
+    the Hurwitz zeta function and are declined."""
+    require(n in (0, 1), f"polygamma of order {n} (orders 0 and 1 are lowered)")
+    return opmath(ctx.out_dtype, _digamma if n == 0 else _trigamma, x)
 
 
 @RULES.register(aten.signbit.default)
