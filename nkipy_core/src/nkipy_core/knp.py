@@ -40,7 +40,8 @@ __all__ = [
     "full", "greater", "greater_equal", "is_traced", "isinf", "isnan", "less", "less_equal",
     "log", "log10", "log1p", "log2", "logical_and", "logical_not", "logical_or", "logical_xor",
     "matmul", "max", "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal",
-    "ones", "pad", "power", "prod", "remainder", "reshape", "result_type", "round", "rsqrt",
+    "ones", "pad", "polyval", "power", "prod", "remainder", "reshape", "result_type", "round",
+    "rsqrt",
     "scatter_add", "scatter_reduce", "sigmoid", "sign", "signbit", "sin", "sinh", "sort", "sqrt",
     "squeeze", "stack", "subtract", "sum", "take", "take_along_axis", "tan", "tanh", "Traced",
     "transpose", "trunc", "where", "zeros",
@@ -329,6 +330,17 @@ less = _binary("lt")
 less_equal = _binary("le")
 greater = _binary("gt")
 greater_equal = _binary("ge")
+
+
+def polyval(coefficients: Sequence[Scalar], x: ArrayLike) -> Array:
+    """NumPy's ``polyval``: the polynomial with ``coefficients`` (highest degree first, at least
+    two) at ``x``, by Horner's rule."""
+    if len(coefficients) < 2:
+        raise ValueError("polyval needs the coefficients of a polynomial of degree >= 1")
+    result = add(multiply(x, coefficients[0]), coefficients[1])
+    for c in coefficients[2:]:
+        result = add(multiply(result, x), c)
+    return result
 
 
 def where(cond: ArrayLike, a: ArrayLike, b: ArrayLike) -> Array:

@@ -74,24 +74,13 @@ def _pad(coord, slope, size: int, padding_mode: int, align_corners: bool):
 def _cubic_weights(t):
     """Cubic-convolution weights of the 4 pixels around ``t`` in [0, 1), and their derivatives."""
     a = _CUBIC_A
-
-    def near(x):  # |x| <= 1
-        return knp.add(knp.multiply(knp.multiply(knp.subtract(knp.multiply(x, a + 2), a + 3), x), x), 1)
-
-    def near_slope(x):
-        return knp.multiply(knp.subtract(knp.multiply(x, 3 * (a + 2)), 2 * (a + 3)), x)
-
-    def far(x):  # 1 < |x| < 2
-        return knp.subtract(knp.multiply(knp.add(knp.multiply(knp.subtract(knp.multiply(x, a), 5 * a), x), 8 * a), x), 4 * a)
-
-    def far_slope(x):
-        return knp.add(knp.multiply(knp.subtract(knp.multiply(x, 3 * a), 10 * a), x), 8 * a)
-
+    near, near_slope = (a + 2, -(a + 3), 0, 1), (3 * (a + 2), -2 * (a + 3), 0)  # |x| <= 1
+    far, far_slope = (a, -5 * a, 8 * a, -4 * a), (3 * a, -10 * a, 8 * a)  # 1 < |x| < 2
     distances = (knp.add(t, 1), t, knp.subtract(1, t), knp.subtract(2, t))
-    weights = (far(distances[0]), near(distances[1]), near(distances[2]), far(distances[3]))
+    weights = [knp.polyval(p, d) for p, d in zip((far, near, near, far), distances)]
     # d/dt of each weight: the distance grows with t for the first two pixels, shrinks for the rest
-    slopes = (far_slope(distances[0]), near_slope(distances[1]),
-              knp.negative(near_slope(distances[2])), knp.negative(far_slope(distances[3])))
+    slopes = [knp.multiply(knp.polyval(p, d), sign)
+              for p, d, sign in zip((far_slope, near_slope, near_slope, far_slope), distances, (1, 1, -1, -1))]
     return weights, slopes
 
 

@@ -3,8 +3,8 @@
 ``index_reduce``, ``put``, ``masked_scatter``; and searching sorted sequences.
 
 Everything is expressed with the ``take``, ``take_along_axis`` and ``scatter_add`` primitives,
-and ``scatter_reduce`` for the ``amax``/``amin``/``prod`` reductions. Multi-dimensional and elementwise scatters address a flattened tensor with linear indices. A
-scatter that overwrites (``index_put`` without ``accumulate``, ``scatter``) places the sum of
+and ``scatter_reduce`` for the ``amax``/``amin``/``prod`` reductions. Multi-dimensional and
+elementwise scatters address a flattened tensor with linear indices. A scatter that overwrites (``index_put`` without ``accumulate``, ``scatter``) places the sum of
 the values written to each position; ATen leaves the result undefined when indices repeat, and
 for distinct indices this is exact. ``index_put`` with one boolean mask (``x[mask] = v``) is a
 ``where``; reading with a boolean mask has a data-dependent shape and is declined. Searching
@@ -218,7 +218,8 @@ def scatter_reduce(ctx, x, dim, index, src, reduce, *, include_self=True):
     if reduce in _COMBINE:
         dim %= x.ndim
         positions = _linear_positions(x.shape, dim, knp.astype(index, DType.i64))
-        updates = knp.reshape(knp.broadcast_to(knp.astype(_leading(src, index.shape), knp.dtype_of(x)), index.shape), (-1,))
+        updates = knp.broadcast_to(knp.astype(_leading(src, index.shape), knp.dtype_of(x)), index.shape)
+        updates = knp.reshape(updates, (-1,))
         out = _combine(knp.reshape(x, (-1,)), positions, updates, reduce, include_self, 0)
         return knp.reshape(out, x.shape)
     base = x if include_self else _scatter(x, dim, index, knp.zeros(index.shape, knp.dtype_of(x)), "set")

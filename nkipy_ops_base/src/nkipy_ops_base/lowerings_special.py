@@ -102,9 +102,7 @@ def _trigamma(x):
         result = knp.add(result, knp.divide(1, knp.multiply(z, z)))
         z = knp.add(z, 1)
     ixx = knp.divide(1, knp.multiply(z, z))
-    series = knp.subtract(1 / 30, knp.multiply(ixx, 1 / 42))
-    series = knp.subtract(1 / 6, knp.multiply(ixx, series))
-    series = knp.add(knp.add(1, knp.divide(1, knp.multiply(z, 2))), knp.multiply(ixx, series))
+    series = knp.add(knp.add(1, knp.divide(1, knp.multiply(z, 2))), knp.polyval((1 / 42, -1 / 30, 1 / 6, 0), ixx))
     result = knp.add(result, knp.divide(series, z))
     return knp.where(reflect, knp.negative(result), result)
 
@@ -120,18 +118,11 @@ _ERFINV_TAIL = (
 )
 
 
-def _horner(coefficients, w):
-    p = coefficients[0]
-    for c in coefficients[1:]:
-        p = knp.add(knp.multiply(p, w), c)
-    return p
-
-
 def _erfinv(x):
     """``erf⁻¹(x)``: ``±inf`` at ``±1``, NaN outside ``[-1, 1]``."""
     w = knp.negative(knp.log(knp.multiply(knp.subtract(1, x), knp.add(1, x))))
-    central = _horner(_ERFINV_CENTRAL, knp.subtract(w, 2.5))
-    tail = _horner(_ERFINV_TAIL, knp.subtract(knp.sqrt(knp.where(knp.isinf(w), 0, w)), 3))
+    central = knp.polyval(_ERFINV_CENTRAL, knp.subtract(w, 2.5))
+    tail = knp.polyval(_ERFINV_TAIL, knp.subtract(knp.sqrt(knp.where(knp.isinf(w), 0, w)), 3))
     y = knp.multiply(knp.where(knp.less(w, 5), central, tail), x)
     if knp.dtype_of(x) is DType.f64:
         for _ in range(2):

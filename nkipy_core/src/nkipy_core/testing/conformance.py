@@ -104,6 +104,8 @@ EXTRA_OPINFOS: dict[str, tuple[str, ...]] = {
     "max_pool2d_with_indices_backward": ("nn.functional.max_pool2d",),
     "embedding_dense_backward": ("nn.functional.embedding",),
     "_embedding_bag_forward_only": ("nn.functional.embedding_bag",),
+    "_embedding_bag_dense_backward": ("nn.functional.embedding_bag",),
+    "_embedding_bag_per_sample_weights_backward": ("nn.functional.embedding_bag",),
     "grid_sampler_2d": ("nn.functional.grid_sample",),
     "threshold_backward": ("nn.functional.relu", "nn.functional.threshold"),
     "_to_copy": ("to",),
