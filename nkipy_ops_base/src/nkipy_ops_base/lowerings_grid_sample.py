@@ -11,7 +11,12 @@ Source coordinates follow ATen: grid values in ``[-1, 1]`` are unnormalised (``a
 then ``border`` clamps and ``reflection`` reflects them, tracking the derivative of each step as
 ATen's ``*_set_grad`` helpers do (0 where clamped, sign flips where reflected). Bicubic applies
 the padding to each tap's pixel instead, so its coordinates carry only the unnormalising scale.
-Taps outside the image read zero. Half floats compute in f32 and round once.
+Taps outside the image read zero.
+
+Half floats compute in their own dtype, one rounding per operation, in ATen's order of
+operations: unlike most kernels, ATen's CPU grid sampler does not widen bf16/f16 to f32 (its
+vectorized half arithmetic rounds every step), and a pixel coordinate rounded differently picks
+a different pixel. Bilinear and nearest forwards then match torch bit for bit.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ import torch
 from nkipy_core import knp
 from nkipy_core.ir import DType
 
-from .opmath import compute_dtype
 from .rules import RULES
 
 aten = torch.ops.aten
@@ -87,7 +91,8 @@ def _cubic_weights(t):
 def _axis_taps(grid_coord, size: int, mode: int, padding_mode: int, align_corners: bool):
     """The taps along one axis, and d source / d grid for the chain rule."""
     scale = (size - 1) / 2 if align_corners else size / 2
-    coord = knp.add(knp.multiply(grid_coord, scale), (size - 1) / 2)
+    coord = knp.multiply(knp.add(grid_coord, 1), scale)  # in ATen's order, which half floats round by
+    coord = coord if align_corners else knp.subtract(coord, 0.5)
     slope = knp.full(coord.shape, scale, knp.dtype_of(coord))
     if mode == _BICUBIC:
         base = knp.floor(coord)
@@ -98,8 +103,8 @@ def _axis_taps(grid_coord, size: int, mode: int, padding_mode: int, align_corner
     if mode == _NEAREST:
         return [_AxisTap(knp.round(coord), 1.0, 0.0)], slope
     base = knp.floor(coord)
-    frac = knp.subtract(coord, base)
-    return [_AxisTap(base, knp.subtract(1, frac), -1.0), _AxisTap(knp.add(base, 1), frac, 1.0)], slope
+    after = knp.add(base, 1)
+    return [_AxisTap(base, knp.subtract(after, coord), -1.0), _AxisTap(after, knp.subtract(coord, base), 1.0)], slope
 
 
 class _Sampler:
@@ -109,9 +114,9 @@ class _Sampler:
         self.n, self.c, self.h, self.w = shape
         self.points = grid.shape[1] * grid.shape[2]
         flat = knp.reshape(grid, (self.n, 1, self.points, 2))
-        along_x, self.x_slope = _axis_taps(flat[..., 0], self.w, mode, padding_mode, align_corners)
-        along_y, self.y_slope = _axis_taps(flat[..., 1], self.h, mode, padding_mode, align_corners)
-        self.taps = [(tx, ty) for ty in along_y for tx in along_x]
+        self.along_x, self.x_slope = _axis_taps(flat[..., 0], self.w, mode, padding_mode, align_corners)
+        self.along_y, self.y_slope = _axis_taps(flat[..., 1], self.h, mode, padding_mode, align_corners)
+        self.taps = [(tx, ty) for ty in self.along_y for tx in self.along_x]
 
     def pixel(self, tx: _AxisTap, ty: _AxisTap):
         """The flat pixel index of a tap (0 when outside) and whether it is inside the image."""
@@ -129,19 +134,40 @@ class _Sampler:
         return knp.where(inside, values, 0)
 
 
+def _sum(terms):
+    """``terms`` added left to right (the order ATen's kernel adds them in)."""
+    total = 0
+    for term in terms:
+        total = knp.add(total, term)
+    return total
+
+
 def _image(x, dtype):
     n, c, h, w = x.shape
     return knp.reshape(knp.astype(x, dtype), (n, c, h * w))
 
 
+def _grid_gradient(sampler, image, grad):
+    """d loss / d grid, (N, P, 2): for each axis, the pixels times their weights' slopes, summed
+    over the taps and channels and chained through d source / d grid."""
+    xs, ys = list(enumerate(sampler.along_x)), list(enumerate(sampler.along_y))
+    values = {(i, j): sampler.read(image, tx, ty) for j, ty in ys for i, tx in xs}
+    # differences of pixels first, then weights: ATen's grouping, so that half floats round alike
+    dx = _sum(knp.multiply(_sum(knp.multiply(values[i, j], tx.slope) for i, tx in xs), ty.weight) for j, ty in ys)
+    dy = _sum(knp.multiply(_sum(knp.multiply(values[i, j], ty.slope) for j, ty in ys), tx.weight) for i, tx in xs)
+    shape = (sampler.n, sampler.points)
+    gx = knp.multiply(knp.sum(knp.multiply(dx, grad), 1), knp.reshape(sampler.x_slope, shape))
+    gy = knp.multiply(knp.sum(knp.multiply(dy, grad), 1), knp.reshape(sampler.y_slope, shape))
+    return knp.stack([gx, gy], -1)
+
+
 @RULES.register(aten.grid_sampler_2d.default)
 def grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
-    dtype = compute_dtype(ctx.out_dtype)
+    dtype = ctx.out_dtype
     sampler = _Sampler(x.shape, knp.astype(grid, dtype), interpolation_mode, padding_mode, align_corners)
     image = _image(x, dtype)
-    out = 0
-    for tx, ty in sampler.taps:
-        out = knp.add(out, knp.multiply(sampler.read(image, tx, ty), knp.multiply(tx.weight, ty.weight)))
+    out = _sum(knp.multiply(sampler.read(image, tx, ty), knp.multiply(tx.weight, ty.weight))
+               for tx, ty in sampler.taps)
     return knp.astype(knp.reshape(out, ctx.out.shape), ctx.out_dtype)
 
 
@@ -149,7 +175,7 @@ def grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corner
 def grid_sampler_2d_backward(ctx, grad_output, x, grid, interpolation_mode, padding_mode, align_corners, output_mask):
     """``(grad_input, grad_grid)``; either is skipped (``None``) when ``output_mask`` says so."""
     input_type, grid_type = ctx.out
-    dtype = compute_dtype(knp.dtype_of(x))
+    dtype = knp.dtype_of(x)
     sampler = _Sampler(x.shape, knp.astype(grid, dtype), interpolation_mode, padding_mode, align_corners)
     n, c, points = sampler.n, sampler.c, sampler.points
     grad = knp.reshape(knp.astype(grad_output, dtype), (n, c, points))
@@ -162,19 +188,13 @@ def grid_sampler_2d_backward(ctx, grad_output, x, grid, interpolation_mode, padd
             weight = knp.where(inside, knp.multiply(tx.weight, ty.weight), 0)
             positions.append(knp.reshape(knp.add(plane, index), (-1,)))
             updates.append(knp.reshape(knp.multiply(grad, weight), (-1,)))
-        flat = knp.scatter_add(knp.zeros((math.prod(x.shape),), dtype), knp.concatenate(positions), knp.concatenate(updates))
+        flat = knp.zeros((math.prod(x.shape),), dtype)
+        flat = knp.scatter_add(flat, knp.concatenate(positions), knp.concatenate(updates))
         grad_input = knp.astype(knp.reshape(flat, x.shape), input_type.dtype)
     if output_mask[1]:
         if interpolation_mode == _NEAREST:
             grad_grid = knp.zeros(grid_type.shape, grid_type.dtype)
         else:
-            image = _image(x, dtype)
-            along_x = along_y = 0
-            for tx, ty in sampler.taps:
-                weighted = knp.multiply(sampler.read(image, tx, ty), grad)
-                along_x = knp.add(along_x, knp.multiply(weighted, knp.multiply(tx.slope, ty.weight)))
-                along_y = knp.add(along_y, knp.multiply(weighted, knp.multiply(tx.weight, ty.slope)))
-            gx = knp.multiply(knp.sum(along_x, 1), knp.reshape(sampler.x_slope, (n, points)))
-            gy = knp.multiply(knp.sum(along_y, 1), knp.reshape(sampler.y_slope, (n, points)))
-            grad_grid = knp.astype(knp.reshape(knp.stack([gx, gy], -1), grid_type.shape), grid_type.dtype)
+            gradient = _grid_gradient(sampler, _image(x, dtype), grad)
+            grad_grid = knp.astype(knp.reshape(gradient, grid_type.shape), grid_type.dtype)
     return grad_input, grad_grid
