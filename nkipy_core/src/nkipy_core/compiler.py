@@ -337,6 +337,48 @@ def _parse_type(text: str) -> TensorType:
     return TensorType(tuple(int(d) for d in dims.split("x") if d), DType(dtype))
 
 
+def _written_argument(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The argument an ``out=`` or in-place node writes and returns (``atan2.out``'s ``out``,
+    ``add_``'s ``self``), if it writes exactly one and returns it; else ``None``."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or node.target in _GLUE:
+        return None
+    schema = node.target._schema
+    written = [(i, a) for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    if len(written) != 1 or len(schema.returns) != 1 or schema.returns[0].alias_info is None:
+        return None
+    ((index, argument),) = written
+    value = node.kwargs.get(argument.name, node.args[index] if index < len(node.args) else None)
+    return value if isinstance(value, torch.fx.Node) else None
+
+
+def functionalize_writes(gm: torch.fx.GraphModule) -> int:
+    """Make a node that writes an argument (``out=``, in-place) the value its later readers read.
+
+    A kernel computes values; it cannot write into one of its inputs. Graphs from AOTAutograd are
+    already functional, but a graph handed over otherwise may hold ``atan2(a, b, out=o)``: every
+    later use of ``o`` then reads the node instead, and a graph input written this way gets the
+    final value copied back (``copy_``, which stays in torch) before the graph returns. Returns
+    how many nodes were rewritten.
+    """
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    latest: dict[torch.fx.Node, torch.fx.Node] = {}
+    count = 0
+    for node in list(gm.graph.nodes):
+        target = _written_argument(node)
+        if target is None:
+            continue
+        count += 1
+        base = next((b for b, v in latest.items() if v is target), target)
+        target.replace_all_uses_with(node, delete_user_cb=lambda user: order.get(user, -1) > order[node])
+        latest[base] = node
+    for base, value in latest.items():
+        if base.op == "placeholder":
+            with gm.graph.inserting_before(output):
+                gm.graph.call_function(torch.ops.aten.copy_.default, (base, value))
+    return count
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config) -> torch.fx.GraphModule:
     """Replace every maximal supported subgraph of ``gm`` by a compiled kernel call."""
     loaded = plugins.get(strict=config.strict)
@@ -345,6 +387,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
     for passes in loaded.manager.hook.nkipy_graph_passes(stage="aten"):
         for graph_pass in passes or ():
             graph_pass(gm)
+    functionalize_writes(gm)
     for node in gm.graph.nodes:
         if node.op == "call_function" and regions.in_cpu_region(node) and not is_view(node.target):
             node.args = (node.target, *node.args)

@@ -178,8 +178,9 @@ def copysign(ctx, x, other):
 def atan2_out(ctx, x, other, *, out):
     """The value ``atan2(x, other, out=out)`` leaves in ``out``: computed in the promoted float
     dtype of the inputs, then converted to ``out``'s dtype, as torch's ``out=`` kernels do.
-    AOTAutograd functionalizes ``out=`` calls into ``atan2`` and a copy; a graph that keeps the
-    ``out=`` form reads the result from this node, which is what its users refer to."""
+    AOTAutograd functionalizes ``out=`` calls into ``atan2`` and a copy; in a graph that keeps
+    the ``out=`` form, the core's ``functionalize_writes`` makes later readers of ``out`` read
+    this node and copies the value into ``out`` when it is a graph input."""
     dtype = knp.result_type(x, other)
     dtype = dtype if dtype.is_float else DType.from_torch(torch.get_default_dtype())
     result = opmath(dtype, knp.arctan2, x, other)
