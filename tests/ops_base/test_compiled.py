@@ -190,3 +190,21 @@ def test_out_nodes_in_an_unfunctionalized_graph_write_their_arguments():
     actual = compiled(*actual_args)
     _assert_close(actual, expected, "outputs")
     _assert_close(actual_args, expected_args, "arguments written")
+
+
+def test_as_strided_reads_the_storage_of_each_call_not_a_cached_kernel():
+    """Two calls whose inputs have one shape but different layouts compile to different plans:
+    as_strided addresses storage, so the transposed input is declined (and runs on CPU) instead
+    of reusing the kernel lowered for the contiguous one."""
+    from nkipy_core import FallbackWarning
+
+    def fn(x):
+        return x.as_strided((3, 3), (1, 3), 1) * 2
+
+    compiled = torch.compile(fn, backend="nkipy", dynamic=False)  # both graphs have static shapes
+    x = randn(4, 4)
+    _assert_close(compiled(x), fn(x), "contiguous input")
+    transposed = randn(4, 4).t()
+    with pytest.warns(FallbackWarning, match="as_strided of a non-contiguous tensor"):
+        actual = compiled(transposed)
+    _assert_close(actual, fn(transposed), "transposed input")

@@ -31,7 +31,7 @@ from .ir.passes import simplify
 from .ir.printer import format_kernel
 from .ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
 from .ir.verify import verify
-from .lowering import invoke, output_types, tensor_type
+from .lowering import Layout, invoke, output_types, tensor_type
 from .registry import LoweringRule, op_name, source_digest
 from .runtime.base import CompileOptions, DeviceArray, Signature
 
@@ -101,8 +101,16 @@ def _versions_key() -> str:
     return digest("versions", _core_version(), source_digest("nkipy_core"), torch.__version__, *providers)
 
 
+def _placeholder_key(node: torch.fx.Node) -> str:
+    """A graph input as a cache key sees it: its fake tensor, and its layout, which rules may
+    read (``LoweringContext.layouts``) and which shapes alone do not determine."""
+    val = node.meta.get("val")
+    layout = Layout.of(val)
+    return f"{val}" if layout is None else f"{val}/{layout.stride}+{layout.storage_offset}"
+
+
 def _plan_key(gm: torch.fx.GraphModule, registry, runtime_name: str) -> str:
-    metas = [str(n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
+    metas = [_placeholder_key(n) for n in gm.graph.nodes if n.op == "placeholder"]
     rules = sorted({r.fingerprint for n in _candidates(gm) for r in registry.rules_for(n.target)})
     return digest("plan", gm.code, *metas, *rules, _versions_key(), runtime_name)
 
@@ -267,7 +275,7 @@ class KernelCall(torch.nn.Module):
 
 
 def _subgraph_key(sub: torch.fx.GraphModule, base: str) -> str:
-    metas = [str(tensor_type(n.meta["val"])) for n in sub.graph.nodes if n.op == "placeholder"]
+    metas = [f"{tensor_type(n.meta['val'])}/{_placeholder_key(n)}" for n in sub.graph.nodes if n.op == "placeholder"]
     rules = [n.meta[RULE].fingerprint for n in sub.graph.nodes if RULE in n.meta]
     return digest("subgraph", base, sub.code, *metas, *rules)
 
