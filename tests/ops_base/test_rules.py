@@ -606,6 +606,10 @@ def _reducing_scatter_cases():
                id="scatter_reduce-amax-bf16")
     yield case(aten.scatter_reduce.two, special(), 0, torch.tensor([0, 2, 2, 7]), torch.tensor([1.0, 5.0, math.nan, -1.0]),
                "amax", id="scatter_reduce-amax-nan")
+    for reduce in ("add", "multiply"):
+        yield case(aten.scatter.reduce, t(3, 5), 1, index, t(2, 4), reduce=reduce, id=f"scatter-reduce-{reduce}")
+        yield case(aten.scatter.value_reduce, t(3, 5, dtype=bf16), 0, index[:, :3] % 3, 1.5, reduce=reduce,
+                   id=f"scatter-value-reduce-{reduce}-bf16")
     for include_self in (True, False):
         yield case(aten.index_reduce.default, t(3, 4, 2), 1, torch.tensor([3, 0, 3]), t(3, 3, 2), "mean",
                    include_self=include_self, id=f"index_reduce-mean-{include_self}")

@@ -216,12 +216,7 @@ def scatter_reduce(ctx, x, dim, index, src, reduce, *, include_self=True):
     the ``scatter_reduce`` primitive, on ``x`` flattened."""
     require(x.ndim > 0, "scatter into a 0-d tensor")
     if reduce in _COMBINE:
-        dim %= x.ndim
-        positions = _linear_positions(x.shape, dim, knp.astype(index, DType.i64))
-        updates = knp.broadcast_to(knp.astype(_leading(src, index.shape), knp.dtype_of(x)), index.shape)
-        updates = knp.reshape(updates, (-1,))
-        out = _combine(knp.reshape(x, (-1,)), positions, updates, reduce, include_self, 0)
-        return knp.reshape(out, x.shape)
+        return _scatter_combine(x, dim, index, src, reduce, include_self)
     base = x if include_self else _scatter(x, dim, index, knp.zeros(index.shape, knp.dtype_of(x)), "set")
     total = _scatter(base, dim, index, src, "add")
     if reduce == "sum":
@@ -269,6 +264,24 @@ def _combine(x, index, updates, reduce: str, include_self: bool, axis: int):
         identity = _identity(knp.dtype_of(x), extreme)
         x = knp.where(_hit(x.shape[axis], index, x.ndim, axis), identity, x)
     return knp.scatter_reduce(x, index, updates, kind, axis)
+
+
+def _scatter_combine(x, dim: int, index, src, reduce: str, include_self: bool):
+    """``scatter_reduce`` with ``amax``/``amin``/``prod``, on ``x`` flattened."""
+    dim %= x.ndim
+    positions = _linear_positions(x.shape, dim, knp.astype(index, DType.i64))
+    source = _leading(src, index.shape) if is_array(src) else src
+    updates = knp.reshape(knp.broadcast_to(knp.astype(source, knp.dtype_of(x)), index.shape), (-1,))
+    return knp.reshape(_combine(knp.reshape(x, (-1,)), positions, updates, reduce, include_self, 0), x.shape)
+
+
+@RULES.register(aten.scatter.reduce, aten.scatter.value_reduce)
+def scatter_with_reduce(ctx, x, dim, index, src, *, reduce):
+    """``scatter``'s older ``reduce=`` form: ``"add"`` or ``"multiply"`` into ``x``."""
+    require(x.ndim > 0, "scatter into a 0-d tensor")
+    if reduce == "add":
+        return _scatter(x, dim, index, src, "add")
+    return _scatter_combine(x, dim, index, src, "prod", include_self=True)
 
 
 @RULES.register(aten.index_reduce.default)
