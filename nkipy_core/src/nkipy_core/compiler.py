@@ -359,32 +359,29 @@ def _written_argument(node: torch.fx.Node) -> torch.fx.Node | None:
     return value if isinstance(value, torch.fx.Node) else None
 
 
-def functionalize_writes(gm: torch.fx.GraphModule) -> int:
+def functionalize_writes(gm: torch.fx.GraphModule) -> None:
     """Make a node that writes an argument (``out=``, in-place) the value its later readers read.
 
     A kernel computes values; it cannot write into one of its inputs. Graphs from AOTAutograd are
     already functional, but a graph handed over otherwise may hold ``atan2(a, b, out=o)``: every
     later use of ``o`` then reads the node instead, and a graph input written this way gets the
-    final value copied back (``copy_``, which stays in torch) before the graph returns. Returns
-    how many nodes were rewritten.
+    final value copied back (``copy_``, which stays in torch) before the graph returns.
     """
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     output = next(n for n in gm.graph.nodes if n.op == "output")
     latest: dict[torch.fx.Node, torch.fx.Node] = {}
-    count = 0
     for node in list(gm.graph.nodes):
         target = _written_argument(node)
         if target is None:
             continue
-        count += 1
         base = next((b for b, v in latest.items() if v is target), target)
-        target.replace_all_uses_with(node, delete_user_cb=lambda user: order.get(user, -1) > order[node])
+        later = order[node]
+        target.replace_all_uses_with(node, delete_user_cb=lambda user, later=later: order.get(user, -1) > later)
         latest[base] = node
     for base, value in latest.items():
         if base.op == "placeholder":
             with gm.graph.inserting_before(output):
                 gm.graph.call_function(torch.ops.aten.copy_.default, (base, value))
-    return count
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config) -> torch.fx.GraphModule:
