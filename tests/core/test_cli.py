@@ -190,22 +190,27 @@ def test_coverage_counts_registered_core_ops_and_lists_the_rest(plugin_env, caps
     report = run_json(capsys, "list", "--coverage", "core-aten")
     assert report["opset"] == "core-aten" and report["torch"] == torch.__version__
     assert report["covered"] == len(core_registered) == len(report["covered_ops"]) == 4
-    assert report["covered"] + len(report["missing"]) == report["total"] == len(core_aten_ops())
+    excluded = {e["op"]: e["reason"] for e in report["excluded"]}
+    assert report["covered"] + len(excluded) + len(report["missing"]) == report["total"] == len(core_aten_ops())
     assert set(report["covered_ops"]) == set(core_registered)
     assert not set(report["missing"]) & set(registered)
+    assert not set(report["missing"]) & set(excluded)
     assert "aten::sigmoid.default" in report["missing"]
+    assert excluded["aten::nonzero.default"].startswith("data-dependent output shape:")
 
     code, out, err = run(capsys, "list", "--coverage", "core-aten")
     assert code == 0, err
     assert re.search(rf"\b4/{report['total']} overloads lowered\b", out)
-    assert f"missing ({report['total'] - 4}):" in out
+    assert f"missing ({report['total'] - 4 - len(excluded)}):" in out
+    assert f"excluded ({len(excluded)}), not lowerable by design:" in out
+    assert re.search(r"^  aten::sym_size\.int +symbolic-size query: ", out, re.M)
     assert "  aten::sigmoid.default" in out.splitlines()
     assert "  aten::add.Tensor" not in out.splitlines()
 
 
 def test_coverage_with_core_alone_and_per_pack(plugin_env, capsys):
     report = run_json(capsys, "list", "--coverage", "core-aten")
-    assert report["covered"] == 0 and len(report["missing"]) == report["total"]
+    assert report["covered"] == 0 and len(report["missing"]) + len(report["excluded"]) == report["total"]
 
     plugin_env.add(pack(arithmetic_rules()), "arith", "arith-pack", "1.2")
     plugin_env.add(pack(declining_rules(priority=10)), "fastexp", "fast-exp", "0.3")

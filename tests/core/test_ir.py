@@ -57,6 +57,36 @@ def test_type_promotion_follows_torch():
     assert knp.add(np.ones(2, ml_dtypes.bfloat16), np.ones(2, np.float32)).dtype == np.float32
 
 
+def test_python_scalars_keep_full_precision_against_f64():
+    """A Python float is a double, as in torch: it must not round through f32 on its way."""
+    x = np.ones(2)
+    assert knp.multiply(x, 676.520368121885098567)[0] == 676.520368121885098567
+    assert knp.astype(0.1, DType.f64) == np.float64(0.1)
+
+
+def test_polyval_matches_numpy_traced_and_untraced():
+    coefficients = (2.5, -1.0, 0.0, 3.0)
+    x = np.linspace(-2, 2, 7, dtype=np.float32)
+    np.testing.assert_allclose(knp.polyval(coefficients, x), np.polyval(coefficients, x), rtol=1e-6)
+    (out,) = codegen.load(codegen.generate(trace(lambda a: knp.polyval(coefficients, a), TensorType((7,), F32))))(x)
+    np.testing.assert_allclose(out, np.polyval(coefficients, x), rtol=1e-6)
+    with pytest.raises(ValueError, match="degree >= 1"):
+        knp.polyval((1.0,), x)
+
+
+def test_new_scans_and_scatters_follow_numpy():
+    x = np.array([[1.0, np.nan, 0.5], [2.0, -1.0, 3.0]], np.float32)
+    np.testing.assert_array_equal(knp.cummax(x, 1), [[1.0, np.nan, np.nan], [2.0, 2.0, 3.0]])
+    np.testing.assert_array_equal(knp.cummin(x, 0), [[1.0, np.nan, 0.5], [1.0, np.nan, 0.5]])
+    base = np.zeros((3, 2), np.float32)
+    index, updates = np.array([2, 0, 2]), np.array([[1.0, 5.0], [2.0, 2.0], [4.0, -1.0]], np.float32)
+    np.testing.assert_array_equal(knp.scatter_reduce(base, index, updates, "max"), [[2, 2], [0, 0], [4, 5]])
+    np.testing.assert_array_equal(knp.scatter_reduce(base + 1, index, updates, "prod"), [[2, 2], [1, 1], [4, -5]])
+    np.testing.assert_array_equal(knp.signbit(np.array([-0.0, 0.0, -np.nan, 1.0], np.float32)), [True, False, True, False])
+    with pytest.raises(VerificationError, match="scatter_reduce: unknown kind 'mean'"):
+        trace(lambda a: knp.scatter_reduce(a, np.array([0]), a[:1], "mean"), TensorType((3, 2), F32))
+
+
 def test_bf16_computes_in_f32_and_rounds_once_per_op():
     x = np.linspace(-3, 3, 64, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(8, 8)
     kernel = trace(lambda a: knp.exp(a) * a, TensorType((8, 8), DType.bf16))

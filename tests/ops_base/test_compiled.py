@@ -49,6 +49,23 @@ def _cnn(x, w1, b1, w2):
     return F.avg_pool2d(y, 2, ceil_mode=True) + F.adaptive_avg_pool2d(y, (2, 2))
 
 
+def _embedding_bags(w, i, o, s):
+    return (F.embedding_bag(i, w, o, mode="sum", per_sample_weights=s).sum(1)
+            + F.embedding_bag(i, w, o, mode="mean", padding_idx=2).sum(1)
+            + F.embedding_bag(i, w, o, mode="max").sum(1))
+
+
+def _grid_samples(x, g):
+    return (F.grid_sample(x, g, align_corners=False)
+            + F.grid_sample(x, g, mode="nearest", padding_mode="border", align_corners=True)
+            + F.grid_sample(x, g, mode="bicubic", padding_mode="reflection", align_corners=False))
+
+
+def _strided_views(x):
+    y = x * 2
+    return y.as_strided((3, 4), (1, 3), 1) + y.as_strided((3, 4), (4, 1), 2).exp()
+
+
 #: name -> (function, argument factory, differentiate the float arguments too)
 PROGRAMS = {
     "pointwise-promotion": (lambda x, n: ((x * 2 + n).sin() / (x.abs() + 1)) ** 2 - n // 2, lambda: (randn(4, 5), idx(9, 5)), True),
@@ -86,6 +103,14 @@ PROGRAMS = {
     "adaptive-max-pool": (lambda x: F.adaptive_max_pool2d(x, (3, 2)) + F.interpolate(x, size=(3, 2)), lambda: (randn(2, 3, 7, 5),), True),
     "statistics-and-search": (lambda x, b: (torch.var_mean(x, 1)[0] + torch.fmax(x, x * 0.5).sum(1) + torch.hypot(x, x + 1).mean(1), torch.bucketize(x, b)), lambda: (randn(4, 5), torch.tensor([-1.0, 0.0, 0.5])), True),
     "distances": (lambda a, b: torch.cdist(a, b).sum(1) + torch.cdist(a, b, p=1).sum(1) + F.pdist(a).sum(), lambda: (randn(4, 3), randn(5, 3)), True),
+    "special-functions": (lambda x: torch.lgamma(x) + torch.digamma(x.abs() + 0.5) + torch.erfinv(x.tanh() * 0.9) + torch.erfc(x) + torch.copysign(x, -x) + torch.signbit(x).float(), lambda: (randn(4, 5) * 3,), True),
+    "running-extremes": (lambda x: torch.cummax(x, 1).values * 2 + torch.cummin(x, 0).values + torch.logcumsumexp(x, 1), lambda: (randn(4, 6),), True),
+    "order-statistics": (lambda x: (x.kthvalue(2, 1).values + x.median(1).values + x.nanmedian(1).values, x.median(), x.median(0).indices), lambda: (randn(4, 7),), True),
+    "reducing-scatters": (lambda x, i, s: x.scatter_reduce(1, i, s, "amax") + x.scatter_reduce(1, i, s, "prod", include_self=False) + x.index_reduce(0, i[:, 0] % 4, s[:, :1].expand(4, 6), "amin"), lambda: (randn(4, 6), idx(6, 4, 3), randn(4, 3)), True),
+    "embedding-bag": (_embedding_bags, lambda: (randn(10, 3), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0, 0]), torch.tensor([0, 3, 3, 6]), randn(10)), True),
+    "grid-sample": (_grid_samples, lambda: (randn(2, 3, 5, 4), randn(2, 4, 3, 2) * 0.7), True),
+    "as-strided": (_strided_views, lambda: (randn(4, 4),), True),
+    "searchsorted-sorter": (lambda s, v: torch.searchsorted(s, v, sorter=s.argsort(-1)), lambda: (randn(3, 6), randn(3, 4)), False),
     "bf16-mlp": (lambda x, w1, w2: F.linear(F.silu(F.linear(x, w1)), w2).softmax(-1), lambda: (randn(4, 8, dtype=torch.bfloat16), randn(16, 8, dtype=torch.bfloat16), randn(8, 16, dtype=torch.bfloat16)), True),
     "bf16-norm-attention": (lambda x: F.scaled_dot_product_attention(*[F.layer_norm(x, (8,))] * 3, is_causal=True).mean(-1), lambda: (randn(2, 3, 6, 8, dtype=torch.bfloat16),), True),
 }
@@ -176,3 +201,45 @@ def test_bf16_scalar_result_keeps_its_shape():
     x = randn(4, 6, dtype=torch.bfloat16)
     fn = torch.compile(lambda v: F.mse_loss(v, v * 0.5), backend="nkipy", options={"strict": True})
     _assert_close(fn(x), F.mse_loss(x, x * 0.5), "loss")
+
+
+def test_out_nodes_in_an_unfunctionalized_graph_write_their_arguments():
+    """A graph that keeps ``out=`` forms (not what AOTAutograd gives, but a valid ATen graph)
+    lowers completely, and what the node wrote is what later reads and the caller see."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from nkipy_core import config
+    from nkipy_core.compiler import compile_graph
+
+    def program(a, b, o):
+        torch.atan2(a, b, out=o)
+        return o * 2
+
+    args = (randn(3, 4), randn(3, 4), torch.empty(3, 4))
+    gm = make_fx(program)(*[x.clone() for x in args])
+    assert "aten.atan2.out" in {str(n.target) for n in gm.graph.nodes}
+    expected_args = [x.clone() for x in args]
+    expected = program(*expected_args)
+    compiled = compile_graph(gm, args, config.Config(strict=True))
+    actual_args = [x.clone() for x in args]
+    actual = compiled(*actual_args)
+    _assert_close(actual, expected, "outputs")
+    _assert_close(actual_args, expected_args, "arguments written")
+
+
+def test_as_strided_reads_the_storage_of_each_call_not_a_cached_kernel():
+    """Two calls whose inputs have one shape but different layouts compile to different plans:
+    as_strided addresses storage, so the transposed input is declined (and runs on CPU) instead
+    of reusing the kernel lowered for the contiguous one."""
+    from nkipy_core import FallbackWarning
+
+    def fn(x):
+        return x.as_strided((3, 3), (1, 3), 1) * 2
+
+    compiled = torch.compile(fn, backend="nkipy", dynamic=False)  # both graphs have static shapes
+    x = randn(4, 4)
+    _assert_close(compiled(x), fn(x), "contiguous input")
+    transposed = randn(4, 4).t()
+    with pytest.warns(FallbackWarning, match="as_strided of a non-contiguous tensor"):
+        actual = compiled(transposed)
+    _assert_close(actual, fn(transposed), "transposed input")

@@ -19,7 +19,11 @@ OP_BUDGET = 20.0  # seconds per OpInfo
 #: dtype -> OpInfo name -> why its row fails. An entry whose row stops failing makes the test
 #: fail, so that it gets removed.
 KNOWN_FAILURES: dict[torch.dtype, dict[str, str]] = {
-    torch.float32: {},
+    torch.float32: {
+        "logcumsumexp": "backward of a sample with values near 1e4, where the f32 ulp is 1e-3: torch's formula "
+                        "exponentiates differences of logcumsumexp results, and ours (a log-step scan) and torch's "
+                        "(sequential) are each within one ulp of the f64 result but not of each other",
+    },
     torch.bfloat16: {
         "sort": "equal bf16 keys: our sort is stable, torch's CPU sort is not; values match, tie indices differ",
         "topk": "equal bf16 keys: ties come out in stable order, torch's differ; values match, tie indices differ",

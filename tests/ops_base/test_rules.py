@@ -17,11 +17,12 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_map
 
-from nkipy_core import LoweringContext, LoweringRegistry
+from nkipy_core import LoweringContext, LoweringRegistry, Unsupported
 from nkipy_core.compiler import RULE, lower_subgraph
 from nkipy_core.ir import codegen
 from nkipy_core.ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
 from nkipy_core.rng import RNG_KWARG, RandomStream
+from nkipy_core.lowering import Layout
 from nkipy_ops_base.rules import RULES
 
 aten = torch.ops.aten
@@ -556,10 +557,173 @@ def _random_cases():
     yield case(aten.randperm.generator, 9, generator=None, dtype=i32, values=False)
 
 
+def _embedding_bag_cases():
+    weight, indices = t(10, 3), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0, 0])
+    offsets = torch.tensor([0, 3, 3, 6])
+    for op in (aten._embedding_bag.default, aten._embedding_bag_forward_only.default):
+        name = op._schema.name[6:]
+        for mode in (0, 1, 2):
+            for padding_idx in (-1, 2):
+                yield case(op, weight, indices, offsets, False, mode, False, None, False, padding_idx,
+                           id=f"{name}-mode{mode}-padding{padding_idx}")
+    op = aten._embedding_bag.default
+    yield case(op, weight, indices, offsets, False, 0, False, t(10), id="embedding_bag-per-sample-weights")
+    yield case(op, weight, indices, offsets, False, 0, False, t(10), False, 4, id="embedding_bag-per-sample-weights-padding")
+    yield case(op, weight, indices, torch.tensor([0, 3, 3, 6, 10]), False, 1, False, None, True,
+               id="embedding_bag-include-last-offset")
+    yield case(op, t(10, 3, dtype=bf16), indices, offsets, False, 1, id="embedding_bag-mean-bf16")
+    yield case(op, t(10, 3, dtype=bf16), indices, offsets, False, 2, id="embedding_bag-max-bf16")
+    yield case(op, t(6, 2), torch.tensor([0, 1, 1, 0], dtype=i32), torch.tensor([0, 2], dtype=i32), False, 2,
+               id="embedding_bag-max-ties-int32")
+    for mode, padding_idx, freq, weights in ((0, -1, False, None), (0, 4, False, t(10)), (1, 2, False, None),
+                                             (1, -1, False, None), (2, -1, True, None), (2, 2, False, None)):
+        _, offset2bag, bag_size, max_indices = op(weight, indices, offsets, freq, mode, False, weights, False, padding_idx)
+        grad = t(4, 3)
+        yield case(aten._embedding_bag_backward.default, grad, indices, offsets, offset2bag, bag_size, max_indices, 10,
+                   freq, mode, False, weights, padding_idx, id=f"embedding_bag_backward-mode{mode}-padding{padding_idx}-freq{freq}")
+        if offset2bag.numel():
+            yield case(aten._embedding_bag_dense_backward.default, grad, indices, offset2bag, bag_size, max_indices, 10,
+                       freq, mode, weights, padding_idx, id=f"embedding_bag_dense_backward-mode{mode}-padding{padding_idx}")
+    _, offset2bag, bag_size, max_indices = op(t(10, 3, dtype=bf16), indices, offsets, False, 1)
+    yield case(aten._embedding_bag_backward.default, t(4, 3, dtype=bf16), indices, offsets, offset2bag, bag_size,
+               max_indices, 10, False, 1, False, None, id="embedding_bag_backward-bf16")
+    for padding_idx in (-1, 2):
+        offset2bag = op(weight, indices, offsets, False, 0, False, t(10), False, padding_idx)[1]
+        yield case(aten._embedding_bag_per_sample_weights_backward.default, t(4, 3), weight, indices, offsets, offset2bag,
+                   0, padding_idx, id=f"embedding_bag_per_sample_weights_backward-padding{padding_idx}")
+
+
+def _grid_sample_cases():
+    x, grid = t(2, 3, 4, 5), t(2, 3, 6, 2, low=-1.3, high=1.3)
+    for mode in (0, 1, 2):
+        for padding in (0, 1, 2):
+            for align in (False, True):
+                name = f"mode{mode}-padding{padding}-align{align}"
+                yield case(aten.grid_sampler_2d.default, x, grid, mode, padding, align, id=f"grid_sampler_2d-{name}")
+                yield case(aten.grid_sampler_2d_backward.default, t(2, 3, 3, 6), x, grid, mode, padding, align,
+                           [True, True], tol=(1e-4, 1e-4), id=f"grid_sampler_2d_backward-{name}")
+    yield case(aten.grid_sampler_2d.default, t(1, 2, 3, 3, dtype=bf16), t(1, 2, 2, 2, dtype=bf16, low=-1, high=1), 0, 0,
+               False, id="grid_sampler_2d-bf16")
+    yield case(aten.grid_sampler_2d_backward.default, t(1, 2, 2, 2, dtype=bf16), t(1, 2, 3, 3, dtype=bf16),
+               t(1, 2, 2, 2, dtype=bf16, low=-1, high=1), 0, 0, False, [True, True], tol=(3e-2, 3e-2),
+               id="grid_sampler_2d_backward-bf16")
+    yield case(aten.grid_sampler_2d_backward.default, t(2, 3, 3, 6), x, grid, 0, 0, False, [False, True],
+               id="grid_sampler_2d_backward-grid-only")
+    yield case(aten.grid_sampler_2d.default, t(1, 1, 1, 4), t(1, 2, 3, 2, low=-2, high=2), 0, 2, True,
+               id="grid_sampler_2d-reflect-single-row")
+
+
+def _strided_cases():
+    x = t(4, 6)
+    yield case(aten.as_strided.default, x, [3, 3], [6, 1], 2, id="as_strided-rows")
+    yield case(aten.as_strided.default, x, [2, 3, 2], [1, 4, 7], id="as_strided-overlapping")
+    yield case(aten.as_strided.default, x, [5, 2], [0, 3], 11, id="as_strided-broadcast")
+    yield case(aten.as_strided.default, t(3, 2, dtype=bf16), [6], [1], id="as_strided-flatten-bf16")
+    yield case(aten.as_strided.default, x, [0, 4], [1, 1], id="as_strided-empty")
+    yield case(aten.as_strided.default, torch.arange(12.0)[2:], [2, 2], [3, 1], 4, id="as_strided-offset-view")
+    yield case(aten.as_strided_scatter.default, x, t(3, 4), [3, 4], [6, 1], 1, id="as_strided_scatter-rows")
+    yield case(aten.as_strided_scatter.default, x, t(2, 6), [2, 6], [6, 1], 6, id="as_strided_scatter-contiguous")
+    yield case(aten.as_strided_scatter.default, t(3, 4, dtype=bf16), t(4, 2, dtype=bf16), [4, 2], [1, 5],
+               id="as_strided_scatter-transposed-bf16")
+
+
+def _special_function_cases():
+    domains = {"erfc": (-4, 8), "erfinv": (-0.999, 0.999), "lgamma": (-6, 12), "digamma": (-6, 12)}
+    for name, (low, high) in domains.items():
+        op = getattr(aten, name).default
+        for dtype in (f32, bf16):
+            yield case(op, t(4, 6, dtype=dtype, low=low, high=high), id=f"{name}-{dtype}")
+        yield case(op, t(4, 6, dtype=torch.float64, low=low, high=high), tol=(1e-12, 1e-12), id=f"{name}-f64")
+    poles = torch.tensor([0.0, -0.0, -1.0, -2.0, 1.0, 2.0, math.inf, -math.inf, math.nan, -2.5, 1e-30, 1e30])
+    for n in (0, 1, 2, 3, 5):
+        for dtype in (f32, bf16):
+            yield case(aten.polygamma.default, n, t(4, 6, dtype=dtype, low=-6, high=12), tol=(2e-5, 1e-5) if dtype == f32 else None,
+                       id=f"polygamma-{n}-{dtype}")
+        yield case(aten.polygamma.default, n, t(3, 4, dtype=torch.float64, low=-6, high=12), tol=(1e-10, 1e-12), id=f"polygamma-{n}-f64")
+    yield case(aten.polygamma.default, 3, poles, id="polygamma-3-poles")
+    yield case(aten.lgamma.default, poles, id="lgamma-poles")
+    yield case(aten.digamma.default, poles, id="digamma-poles")
+    yield case(aten.erfc.default, torch.tensor([-math.inf, 0.0, 5.0, 9.0, math.inf, math.nan]), tol=(1e-6, 0), id="erfc-tail")
+    yield case(aten.erfinv.default, torch.tensor([-1.0, 1.0, 0.0, 1.5, math.nan, 1 - 2**-20]), id="erfinv-edges")
+    yield case(aten.lgamma.default, t(5, dtype=i64, low=-3, high=6), id="lgamma-int")
+    yield case(aten.signbit.default, special(), id="signbit-special")
+    yield case(aten.signbit.default, torch.tensor([-0.0, math.nan, -math.nan, 1.0], dtype=bf16), id="signbit-bf16")
+    yield case(aten.signbit.default, t(6, dtype=i64, low=-3, high=3), id="signbit-int")
+    yield case(aten.copysign.Tensor, special(), special().flip(0).neg(), id="copysign-special")
+    yield case(aten.copysign.Tensor, t(4, 5, dtype=bf16), t(5))
+    yield case(aten.copysign.Scalar, t(6, dtype=i64, low=-3, high=3), -0.0, id="copysign-int-negative-zero")
+    a, b = t(3, 4), t(4, low=0.5, high=2)
+    yield case(aten.atan2.out, a, b, out=torch.empty(3, 4))
+    yield case(aten.atan2.out, a, b, out=torch.empty(0, dtype=torch.float64), tol=(1e-6, 1e-6),
+               id="atan2-out-resized-f64")
+    yield case(aten.atan2.out, t(3, dtype=bf16), t(3, dtype=bf16), out=torch.empty(3, dtype=bf16), id="atan2-out-bf16")
+
+
+def _scan_cases():
+    ties = torch.tensor([[1.0, 3, 3, 2, 5, 5], [math.nan, 0, 4, math.nan, 9, 1], [2, 1, 1, 0, 0, 7]])
+    for name in ("cummax", "cummin"):
+        op = getattr(aten, name).default
+        yield case(op, ties, 1, id=f"{name}-ties-nan")
+        yield case(op, t(4, 3, dtype=i64, low=-3, high=3), 0, id=f"{name}-int")
+        yield case(op, t(3, 5, dtype=bf16), -1, id=f"{name}-bf16")
+        yield case(op, torch.tensor(2.0), 0, id=f"{name}-0d")
+    yield case(aten.logcumsumexp.default, t(3, 9, low=-30, high=30), 1)
+    yield case(aten.logcumsumexp.default, torch.tensor([-100.0, 0.0, 100.0, -math.inf, math.inf, 3.0]), 0, id="logcumsumexp-extremes")
+    yield case(aten.logcumsumexp.default, t(5, 2, dtype=bf16), 0, id="logcumsumexp-bf16")
+
+
+def _order_statistic_cases():
+    x = distinct(3, 7)
+    yield case(aten.kthvalue.default, x, 3, 1)
+    yield case(aten.kthvalue.default, x, 2, 0, True, id="kthvalue-keepdim")
+    yield case(aten.kthvalue.default, distinct(6, dtype=bf16), 4, id="kthvalue-bf16")
+    with_nan = torch.tensor([[3.0, math.nan, 1.0, math.nan], [4.0, 2.0, 8.0, 6.0], [math.nan] * 4])
+    for name in ("median", "nanmedian"):
+        # an all-NaN row's nanmedian index is whatever torch's nth_element leaves: not compared
+        yield case(getattr(aten, name).dim, with_nan if name == "median" else with_nan[:2], 1, id=f"{name}-nan")
+        yield case(getattr(aten, name).dim, x, 0, True, id=f"{name}-keepdim")
+        yield case(getattr(aten, name).default, distinct(4, 5), id=f"{name}-all")
+        yield case(getattr(aten, name).default, torch.tensor([2.0, math.nan, 1.0]), id=f"{name}-all-nan")
+    yield case(aten.median.dim, distinct(2, 6, dtype=i64), -1, id="median-int")
+    yield case(aten.median.default, distinct(5, dtype=bf16), id="median-bf16")
+
+
+def _reducing_scatter_cases():
+    index = torch.tensor([[0, 3, 3, 1], [2, 1, 0, 3]])
+    for reduce in ("amax", "amin", "prod"):
+        for include_self in (True, False):
+            yield case(aten.scatter_reduce.two, t(3, 5), 1, index, t(2, 4), reduce, include_self=include_self,
+                       id=f"scatter_reduce-{reduce}-{include_self}")
+        yield case(aten.index_reduce.default, t(5, 3), 0, torch.tensor([4, 0, 4, 1]), t(4, 3), reduce,
+                   include_self=False, id=f"index_reduce-{reduce}")
+    yield case(aten.scatter_reduce.two, t(4, dtype=i64, low=-5, high=5), 0, torch.tensor([0, 0, 3]),
+               t(3, dtype=i64, low=-5, high=5), "amin", include_self=False, id="scatter_reduce-amin-int")
+    yield case(aten.scatter_reduce.two, t(2, 4, dtype=bf16), 0, index[:, :3] % 2, t(2, 3, dtype=bf16), "amax",
+               id="scatter_reduce-amax-bf16")
+    yield case(aten.scatter_reduce.two, special(), 0, torch.tensor([0, 2, 2, 7]), torch.tensor([1.0, 5.0, math.nan, -1.0]),
+               "amax", id="scatter_reduce-amax-nan")
+    for reduce in ("add", "multiply"):
+        yield case(aten.scatter.reduce, t(3, 5), 1, index, t(2, 4), reduce=reduce, id=f"scatter-reduce-{reduce}")
+        yield case(aten.scatter.value_reduce, t(3, 5, dtype=bf16), 0, index[:, :3] % 3, 1.5, reduce=reduce,
+                   id=f"scatter-value-reduce-{reduce}-bf16")
+    for include_self in (True, False):
+        yield case(aten.index_reduce.default, t(3, 4, 2), 1, torch.tensor([3, 0, 3]), t(3, 3, 2), "mean",
+                   include_self=include_self, id=f"index_reduce-mean-{include_self}")
+    yield case(aten.index_reduce.default, t(4, dtype=i64, low=0, high=9), 0, torch.tensor([1, 1, 2]),
+               t(3, dtype=i64, low=0, high=9), "mean", id="index_reduce-mean-int")
+    yield case(aten.index_reduce.default, t(4, 2, dtype=bf16), 0, torch.tensor([3, 3]), t(2, 2, dtype=bf16), "prod",
+               id="index_reduce-prod-bf16")
+    sequence = torch.tensor([[3.0, 0.0, 2.0, 1.0], [9.0, 4.0, 6.0, 5.0]])
+    yield case(aten.searchsorted.Tensor, sequence, torch.tensor([[0.5, 2.0], [7.0, 3.0]]), sorter=sequence.argsort(-1),
+               id="searchsorted-sorter")
+
+
 CASES = [
     *_unary_cases(), *_binary_cases(), *_predicate_cases(), *_scalar_cases(), *_creation_cases(), *_shape_cases(),
     *_linalg_cases(), *_reduction_cases(), *_nn_cases(), *_conv_cases(), *_pooling_cases(), *_indexing_cases(),
-    *_sorting_cases(), *_random_cases(),
+    *_sorting_cases(), *_random_cases(), *_special_function_cases(), *_scan_cases(), *_order_statistic_cases(),
+    *_reducing_scatter_cases(), *_strided_cases(), *_embedding_bag_cases(),
+    *_grid_sample_cases(),
 ]
 
 TOLERANCE = {torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (1e-3, 1e-3), torch.float32: (1e-5, 1e-5)}
@@ -637,7 +801,7 @@ def test_rule_matches_torch(op, args, kwargs, tol, values):
     if isinstance(expected, list):
         expected = tuple(expected)
     (rule,) = REGISTRY.rules_for(op)
-    ctx = LoweringContext(op, "case", _types(expected), _stream(op))
+    ctx = LoweringContext(op, "case", _types(expected), _stream(op), tuple(Layout.of(a) for a in args))
     np_args, np_kwargs = tree_map(_numpy, (args, kwargs))
     _check(rule.fn(ctx, *np_args, **np_kwargs), expected, tol, values)
     _check(_traced(op, rule, args, kwargs, expected), expected, tol, values)
@@ -646,3 +810,30 @@ def test_rule_matches_torch(op, args, kwargs, tol, values):
 def test_every_registered_overload_has_a_case():
     tested = {REGISTRY.rules_for(p.values[0])[0].op for p in CASES}
     assert sorted(set(REGISTRY.ops()) - tested) == []
+
+
+def _rule(op):
+    (rule,) = REGISTRY.rules_for(op)
+    return rule.fn
+
+
+@pytest.mark.parametrize(("op", "args", "kwargs", "reason"), [
+    pytest.param(aten.as_strided.default, (t(4, 6).T, [3], [2]), {}, "as_strided of a non-contiguous tensor", id="as_strided-transposed"),
+    pytest.param(aten.as_strided.default, (t(4, 6)[:2], [4], [4]), {}, r"reads storage elements 0\.\.12 outside the tensor's 12",
+                 id="as_strided-beyond-the-view"),
+    pytest.param(aten.as_strided_scatter.default, (t(4, 6), t(3, 3), [3, 3], [1, 1]), {}, "overlapping strides",
+                 id="as_strided_scatter-overlapping"),
+    pytest.param(aten._embedding_bag_backward.default,
+                 (t(2, 3), torch.tensor([0, 1, 1]), torch.tensor([0, 2]), torch.tensor([0, 0, 1]), torch.tensor([2, 1]),
+                  torch.tensor([2, 1]), 4, True, 0, False, None), {}, "scale_grad_by_freq", id="embedding_bag_backward-freq"),
+    pytest.param(aten._embedding_bag_backward.default,
+                 (t(2, 3), torch.tensor([0, 1, 1]), torch.tensor([0, 2]), torch.tensor([0, 0, 1]), torch.tensor([2, 1]),
+                  torch.tensor([2, 1]), 4, False, 0, True, None), {}, "sparse=True", id="embedding_bag_backward-sparse"),
+])
+def test_rule_declines_with_its_reason(op, args, kwargs, reason):
+    """What a rule cannot lower exactly it declines (the node then runs on CPU, named in the
+    fallback warning) instead of computing something else."""
+    ctx = LoweringContext(op, "case", None, tuple(Layout.of(a) for a in args))
+    np_args = tree_map(_numpy, args)
+    with pytest.raises(Unsupported, match=reason):
+        _rule(op)(ctx, *np_args, **kwargs)

@@ -25,6 +25,7 @@ import numpy
 import torch
 
 from . import plugins
+from .coverage_exclusions import EXCLUSIONS
 from .errors import NkipyError
 from .registry import LoweringRule, op_name
 
@@ -149,12 +150,15 @@ def core_aten_ops() -> list[str]:
 
 
 def coverage(lowered: Iterable[str], opset: str = "core-aten") -> dict[str, Any]:
-    """How much of ``opset`` the given lowered ops cover, and the exact list that is missing."""
+    """How much of ``opset`` the given lowered ops cover; what is excluded by design, with the
+    reason (``coverage_exclusions``); and the exact list that is still missing."""
     if opset not in OPSETS:
         raise ValueError(f"unknown opset {opset!r}; known: {', '.join(OPSETS)}")
     wanted = core_aten_ops()
     have = set(lowered)
     covered = [op for op in wanted if op in have]
+    reasons = {e.op: e.reason for e in EXCLUSIONS[opset]}
+    excluded = [{"op": op, "reason": reasons[op]} for op in wanted if op not in have and op in reasons]
     return {
         "opset": opset,
         "torch": torch.__version__,
@@ -162,7 +166,8 @@ def coverage(lowered: Iterable[str], opset: str = "core-aten") -> dict[str, Any]
         "covered": len(covered),
         "percent": round(100.0 * len(covered) / len(wanted), 1) if wanted else 0.0,
         "covered_ops": covered,
-        "missing": [op for op in wanted if op not in have],
+        "excluded": excluded,
+        "missing": [op for op in wanted if op not in have and op not in reasons],
     }
 
 
@@ -287,6 +292,10 @@ def render_coverage(report: dict[str, Any], pack: str | None) -> str:
         f"{report['opset']} (torch {report['torch']}): {report['covered']}/{report['total']} "
         f"overloads lowered{by} ({report['percent']}%)",
     ]
+    if report["excluded"]:
+        lines.append(f"excluded ({len(report['excluded'])}), not lowerable by design:")
+        width = max(len(e["op"]) for e in report["excluded"])
+        lines.extend(f"  {e['op'].ljust(width)}  {e['reason']}" for e in report["excluded"])
     if report["missing"]:
         lines.append(f"missing ({len(report['missing'])}):")
         lines.extend(f"  {op}" for op in report["missing"])

@@ -31,7 +31,7 @@ from .ir.passes import simplify
 from .ir.printer import format_kernel
 from .ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
 from .ir.verify import verify
-from .lowering import invoke, output_types, tensor_type
+from .lowering import Layout, invoke, output_types, tensor_type
 from .registry import LoweringRule, op_name, source_digest
 from .runtime.base import CompileOptions, DeviceArray, Signature
 
@@ -101,8 +101,16 @@ def _versions_key() -> str:
     return digest("versions", _core_version(), source_digest("nkipy_core"), torch.__version__, *providers)
 
 
+def _placeholder_key(node: torch.fx.Node) -> str:
+    """A graph input as a cache key sees it: its fake tensor, and its layout, which rules may
+    read (``LoweringContext.layouts``) and which shapes alone do not determine."""
+    val = node.meta.get("val")
+    layout = Layout.of(val)
+    return f"{val}" if layout is None else f"{val}/{layout.stride}+{layout.storage_offset}"
+
+
 def _plan_key(gm: torch.fx.GraphModule, registry, runtime_name: str) -> str:
-    metas = [str(n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
+    metas = [_placeholder_key(n) for n in gm.graph.nodes if n.op == "placeholder"]
     rules = sorted({r.fingerprint for n in _candidates(gm) for r in registry.rules_for(n.target)})
     return digest("plan", gm.code, *metas, *rules, _versions_key(), runtime_name)
 
@@ -267,7 +275,7 @@ class KernelCall(torch.nn.Module):
 
 
 def _subgraph_key(sub: torch.fx.GraphModule, base: str) -> str:
-    metas = [str(tensor_type(n.meta["val"])) for n in sub.graph.nodes if n.op == "placeholder"]
+    metas = [f"{tensor_type(n.meta['val'])}/{_placeholder_key(n)}" for n in sub.graph.nodes if n.op == "placeholder"]
     rules = [n.meta[RULE].fingerprint for n in sub.graph.nodes if RULE in n.meta]
     return digest("subgraph", base, sub.code, *metas, *rules)
 
@@ -337,6 +345,45 @@ def _parse_type(text: str) -> TensorType:
     return TensorType(tuple(int(d) for d in dims.split("x") if d), DType(dtype))
 
 
+def _written_argument(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The argument an ``out=`` or in-place node writes and returns (``atan2.out``'s ``out``,
+    ``add_``'s ``self``), if it writes exactly one and returns it; else ``None``."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or node.target in _GLUE:
+        return None
+    schema = node.target._schema
+    written = [(i, a) for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    if len(written) != 1 or len(schema.returns) != 1 or schema.returns[0].alias_info is None:
+        return None
+    ((index, argument),) = written
+    value = node.kwargs.get(argument.name, node.args[index] if index < len(node.args) else None)
+    return value if isinstance(value, torch.fx.Node) else None
+
+
+def functionalize_writes(gm: torch.fx.GraphModule) -> None:
+    """Make a node that writes an argument (``out=``, in-place) the value its later readers read.
+
+    A kernel computes values; it cannot write into one of its inputs. Graphs from AOTAutograd are
+    already functional, but a graph handed over otherwise may hold ``atan2(a, b, out=o)``: every
+    later use of ``o`` then reads the node instead, and a graph input written this way gets the
+    final value copied back (``copy_``, which stays in torch) before the graph returns.
+    """
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    latest: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in list(gm.graph.nodes):
+        target = _written_argument(node)
+        if target is None:
+            continue
+        base = next((b for b, v in latest.items() if v is target), target)
+        later = order[node]
+        target.replace_all_uses_with(node, delete_user_cb=lambda user, later=later: order.get(user, -1) > later)
+        latest[base] = node
+    for base, value in latest.items():
+        if base.op == "placeholder":
+            with gm.graph.inserting_before(output):
+                gm.graph.call_function(torch.ops.aten.copy_.default, (base, value))
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config) -> torch.fx.GraphModule:
     """Replace every maximal supported subgraph of ``gm`` by a compiled kernel call."""
     loaded = plugins.get(strict=config.strict)
@@ -345,6 +392,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
     for passes in loaded.manager.hook.nkipy_graph_passes(stage="aten"):
         for graph_pass in passes or ():
             graph_pass(gm)
+    functionalize_writes(gm)
     for node in gm.graph.nodes:
         if node.op == "call_function" and regions.in_cpu_region(node) and not is_view(node.target):
             node.args = (node.target, *node.args)

@@ -32,18 +32,19 @@ Scalar = Union[bool, int, float]
 ArrayLike = Union[Array, Scalar]
 
 __all__ = [
-    "Traced", "abs", "add", "all", "any", "arange", "arccos", "arccosh", "arcsin", "arcsinh",
-    "arctan", "arctan2", "arctanh", "argmax", "argmin", "argsort", "asarray", "astype",
-    "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "broadcast_to", "ceil",
-    "concatenate", "cos", "cosh", "cumprod", "cumsum", "divide", "dtype_of", "equal", "erf",
-    "exp", "exp2", "expand_dims", "expm1", "flip", "floor", "floor_divide", "fmod", "full",
-    "greater", "greater_equal", "is_traced", "isinf", "isnan", "less", "less_equal", "log",
-    "log10", "log1p", "log2", "logical_and", "logical_not", "logical_or", "logical_xor",
+    "abs", "add", "all", "any", "arange", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
+    "arctan2", "arctanh", "argmax", "argmin", "argsort", "asarray", "astype", "bitwise_and",
+    "bitwise_not", "bitwise_or", "bitwise_xor", "broadcast_to", "ceil", "concatenate", "cos",
+    "cosh", "cummax", "cummin", "cumprod", "cumsum", "divide", "dtype_of", "equal", "erf",
+    "erfc", "exp", "exp2", "expand_dims", "expm1", "flip", "floor", "floor_divide", "fmod",
+    "full", "greater", "greater_equal", "is_traced", "isinf", "isnan", "less", "less_equal",
+    "log", "log10", "log1p", "log2", "logical_and", "logical_not", "logical_or", "logical_xor",
     "matmul", "max", "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal",
-    "ones", "pad", "power", "prod", "random_bits", "random_state", "remainder", "reshape", "result_type", "round", "rsqrt",
-    "scatter_add", "sigmoid", "sign", "sin", "sinh", "sort", "sqrt", "squeeze", "stack",
-    "subtract", "sum", "take", "take_along_axis", "tan", "tanh", "transpose", "trunc", "where",
-    "zeros",
+    "ones", "pad", "polyval", "power", "prod", "random_bits", "random_state", "remainder", "reshape", "result_type", "round",
+    "rsqrt",
+    "scatter_add", "scatter_reduce", "sigmoid", "sign", "signbit", "sin", "sinh", "sort", "sqrt",
+    "squeeze", "stack", "subtract", "sum", "take", "take_along_axis", "tan", "tanh", "Traced",
+    "transpose", "trunc", "where", "zeros",
 ]
 
 # -- types ------------------------------------------------------------------------------------
@@ -102,6 +103,8 @@ def asarray(x: ArrayLike, dtype: Any = None) -> Array:
 
 def astype(x: ArrayLike, dtype: Any) -> Array:
     target = to_dtype(dtype)
+    if _is_scalar(x):  # straight to the target: a Python float must not round through f32 first
+        return asarray(x, target)
     x = asarray(x)
     if dtype_of(x) is target:
         return x
@@ -171,6 +174,7 @@ tanh = _unary_float("tanh")
 arctan = _unary_float("atan")
 sigmoid = _unary_float("logistic")
 erf = _unary_float("erf")
+erfc = _unary_float("erfc")
 
 
 def _float_composite(fn):
@@ -283,6 +287,14 @@ def isinf(x: ArrayLike) -> Array:
     return apply("isinf", [x], {}) if dtype_of(x).is_float else full(_shape(x), False, DType.bool)
 
 
+def signbit(x: ArrayLike) -> Array:
+    """Whether the sign bit is set: true for ``-0.0`` and negative NaNs, as well as below zero."""
+    x = asarray(x)
+    if dtype_of(x).is_float:
+        return apply("signbit", [x], {})
+    return less(x, 0) if dtype_of(x) is not DType.bool else full(_shape(x), False, DType.bool)
+
+
 def _binary(prim: str, *, true_divide: bool = False, logical: bool = False):
     def fn(a: ArrayLike, b: ArrayLike) -> Array:
         dtype = result_type(a, b)
@@ -321,6 +333,17 @@ less = _binary("lt")
 less_equal = _binary("le")
 greater = _binary("gt")
 greater_equal = _binary("ge")
+
+
+def polyval(coefficients: Sequence[Scalar], x: ArrayLike) -> Array:
+    """NumPy's ``polyval``: the polynomial with ``coefficients`` (highest degree first, at least
+    two) at ``x``, by Horner's rule."""
+    if len(coefficients) < 2:
+        raise ValueError("polyval needs the coefficients of a polynomial of degree >= 1")
+    result = add(multiply(x, coefficients[0]), coefficients[1])
+    for c in coefficients[2:]:
+        result = add(multiply(result, x), c)
+    return result
 
 
 def where(cond: ArrayLike, a: ArrayLike, b: ArrayLike) -> Array:
@@ -482,6 +505,15 @@ def scatter_add(x: ArrayLike, indices: ArrayLike, updates: ArrayLike, axis: int 
     return apply("scatter_add", [x, asarray(indices), updates], {"axis": _axis(axis, len(_shape(x)))})
 
 
+def scatter_reduce(x: ArrayLike, indices: ArrayLike, updates: ArrayLike, kind: str, axis: int = 0) -> Array:
+    """``x`` with ``updates`` combined in at 1-D ``indices`` along ``axis`` by ``kind``: ``"max"``,
+    ``"min"`` (NaN propagates) or ``"prod"``; a position hit several times combines them all."""
+    x = asarray(x)
+    updates = astype(updates, dtype_of(x))
+    params = {"axis": _axis(axis, len(_shape(x))), "kind": kind}
+    return apply("scatter_reduce", [x, asarray(indices), updates], params)
+
+
 # -- contraction and reduction ----------------------------------------------------------------
 
 
@@ -582,6 +614,18 @@ def cumsum(x: ArrayLike, axis: int, dtype: Any = None) -> Array:
 def cumprod(x: ArrayLike, axis: int, dtype: Any = None) -> Array:
     x = asarray(x) if dtype is None else astype(x, dtype)
     return apply("cumulative", [x], {"kind": "cumprod", "axis": _axis(axis, len(_shape(x)))})
+
+
+def cummax(x: ArrayLike, axis: int) -> Array:
+    """Running maximum along ``axis``; once a NaN is seen the result stays NaN."""
+    x = asarray(x)
+    return apply("cumulative", [x], {"kind": "cummax", "axis": _axis(axis, len(_shape(x)))})
+
+
+def cummin(x: ArrayLike, axis: int) -> Array:
+    """Running minimum along ``axis``; once a NaN is seen the result stays NaN."""
+    x = asarray(x)
+    return apply("cumulative", [x], {"kind": "cummin", "axis": _axis(axis, len(_shape(x)))})
 
 
 def sort(x: ArrayLike, axis: int = -1, descending: bool = False) -> Array:

@@ -27,14 +27,38 @@ TensorTypes = TensorType | tuple[Any, ...]
 
 
 @attrs.frozen
+class Layout:
+    """Where a tensor argument's elements sit in its storage, from the node's fake tensor.
+
+    A kernel sees every operand as a dense row-major array; the few ops whose meaning depends
+    on the storage itself (``as_strided``) read this to check that the two agree.
+    """
+
+    stride: tuple[int, ...]
+    storage_offset: int
+    contiguous: bool
+
+    @classmethod
+    def of(cls, val: Any) -> Layout | None:
+        if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
+            return None
+        try:
+            return cls(tuple(int(s) for s in val.stride()), int(val.storage_offset()), bool(val.is_contiguous()))
+        except (TypeError, RuntimeError):  # symbolic strides
+            return None
+
+
+@attrs.frozen
 class LoweringContext:
-    """What a rule may want besides its arguments: the op, the node and the expected output types."""
+    """What a rule may want besides its arguments: the op, the node, the expected output types
+    and the storage layouts of the positional tensor arguments (``None`` where not a tensor)."""
 
     op: Any
     node_name: str
     out: TensorTypes
     #: the node's random stream (its key input and counter stream), for random ops only
     rng: RandomStream | None = None
+    layouts: tuple[Layout | None, ...] = ()
 
     @property
     def out_dtype(self) -> DType:
@@ -93,9 +117,10 @@ def _as_traced(builder: KernelBuilder, value: Any) -> Any:
 def invoke(rule: LoweringRule, node: torch.fx.Node, builder: KernelBuilder, lookup) -> Any:
     """Run ``rule`` on ``node`` inside ``builder``; check its results against the node's types."""
     expected = output_types(node)
+    layouts = tuple(Layout.of(a.meta.get("val")) if isinstance(a, torch.fx.Node) else None for a in node.args)
     args, kwargs = map_args(node, lookup)
     kwargs, stream = split_kwargs(kwargs)
-    ctx = LoweringContext(node.target, node.name, expected, stream)
+    ctx = LoweringContext(node.target, node.name, expected, stream, layouts)
     origin = f"{op_name(node.target)} via {rule.qualname}"
     with builder.building(origin):
         try:

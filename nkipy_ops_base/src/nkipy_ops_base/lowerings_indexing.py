@@ -1,10 +1,10 @@
 """Gathers and scatters: ``index_select``, ``gather``, ``embedding``, advanced indexing
-(``index.Tensor``, ``index_put``), ``scatter``/``scatter_add``/``scatter_reduce``, ``put``,
-``masked_scatter``; and searching sorted sequences.
+(``index.Tensor``, ``index_put``), ``scatter``/``scatter_add``/``scatter_reduce``,
+``index_reduce``, ``put``, ``masked_scatter``; and searching sorted sequences.
 
-Everything is expressed with the ``take``, ``take_along_axis`` and ``scatter_add`` primitives.
-Multi-dimensional and elementwise scatters address a flattened tensor with linear indices. A
-scatter that overwrites (``index_put`` without ``accumulate``, ``scatter``) places the sum of
+Everything is expressed with the ``take``, ``take_along_axis`` and ``scatter_add`` primitives,
+and ``scatter_reduce`` for the ``amax``/``amin``/``prod`` reductions. Multi-dimensional and
+elementwise scatters address a flattened tensor with linear indices. A scatter that overwrites (``index_put`` without ``accumulate``, ``scatter``) places the sum of
 the values written to each position; ATen leaves the result undefined when indices repeat, and
 for distinct indices this is exact. ``index_put`` with one boolean mask (``x[mask] = v``) is a
 ``where``; reading with a boolean mask has a data-dependent shape and is declined. Searching
@@ -212,19 +212,96 @@ def scatter(ctx, x, dim, index, src):
 
 @RULES.register(aten.scatter_reduce.two)
 def scatter_reduce(ctx, x, dim, index, src, reduce, *, include_self=True):
-    """``sum`` and ``mean`` (the reductions ``scatter_add`` can express)."""
-    require(reduce in ("sum", "mean"), f"scatter_reduce with reduce={reduce!r}")
+    """``sum`` and ``mean`` through ``scatter_add``; ``amax``, ``amin`` and ``prod`` through
+    the ``scatter_reduce`` primitive, on ``x`` flattened."""
     require(x.ndim > 0, "scatter into a 0-d tensor")
+    if reduce in _COMBINE:
+        return _scatter_combine(x, dim, index, src, reduce, include_self)
     base = x if include_self else _scatter(x, dim, index, knp.zeros(index.shape, knp.dtype_of(x)), "set")
     total = _scatter(base, dim, index, src, "add")
     if reduce == "sum":
         return total
     ones = knp.ones(index.shape, knp.dtype_of(x))
     count = _scatter(knp.full(x.shape, 1 if include_self else 0, knp.dtype_of(x)), dim, index, ones, "add")
+    return _mean(total, count)
+
+
+def _mean(total, count):
+    """``total / count`` for a scatter ``mean``: an untouched position (count 0) keeps its
+    value, and integers divide with floor, as torch's kernels do."""
     count = knp.maximum(count, 1)
-    if knp.dtype_of(x).is_float:
+    if knp.dtype_of(total).is_float:
         return knp.divide(total, count)
     return knp.floor_divide(total, count)
+
+
+#: ATen reduction name -> (``scatter_reduce`` primitive kind, identity as the extreme of a dtype)
+_COMBINE = {"amax": ("max", "min"), "amin": ("min", "max"), "prod": ("prod", None)}
+
+
+def _identity(dtype: DType, extreme: str | None):
+    """The value a reduction starts a position at when ``include_self=False``."""
+    if extreme is None:
+        return 1
+    if dtype.is_float:
+        return -math.inf if extreme == "min" else math.inf
+    info = np.iinfo(dtype.numpy)
+    return int(info.min if extreme == "min" else info.max)
+
+
+def _hit(size: int, index, rank: int, axis: int):
+    """Which of ``size`` positions along ``axis`` the 1-D ``index`` reaches, shaped to broadcast
+    against a tensor of ``rank``."""
+    hits = knp.scatter_add(knp.zeros((size,), DType.i32), index, knp.ones(index.shape, DType.i32))
+    return knp.reshape(knp.greater(hits, 0), [size if a == axis else 1 for a in range(rank)])
+
+
+def _combine(x, index, updates, reduce: str, include_self: bool, axis: int):
+    """``x`` with ``updates`` reduced in at the 1-D ``index`` along ``axis`` (``amax``, ``amin``,
+    ``prod``); without ``include_self``, the positions hit start from the reduction's identity."""
+    kind, extreme = _COMBINE[reduce]
+    if not include_self:
+        identity = _identity(knp.dtype_of(x), extreme)
+        x = knp.where(_hit(x.shape[axis], index, x.ndim, axis), identity, x)
+    return knp.scatter_reduce(x, index, updates, kind, axis)
+
+
+def _scatter_combine(x, dim: int, index, src, reduce: str, include_self: bool):
+    """``scatter_reduce`` with ``amax``/``amin``/``prod``, on ``x`` flattened."""
+    dim %= x.ndim
+    positions = _linear_positions(x.shape, dim, knp.astype(index, DType.i64))
+    source = _leading(src, index.shape) if is_array(src) else src
+    updates = knp.reshape(knp.broadcast_to(knp.astype(source, knp.dtype_of(x)), index.shape), (-1,))
+    return knp.reshape(_combine(knp.reshape(x, (-1,)), positions, updates, reduce, include_self, 0), x.shape)
+
+
+@RULES.register(aten.scatter.reduce, aten.scatter.value_reduce)
+def scatter_with_reduce(ctx, x, dim, index, src, *, reduce):
+    """``scatter``'s older ``reduce=`` form: ``"add"`` or ``"multiply"`` into ``x``."""
+    require(x.ndim > 0, "scatter into a 0-d tensor")
+    if reduce == "add":
+        return _scatter(x, dim, index, src, "add")
+    return _scatter_combine(x, dim, index, src, "prod", include_self=True)
+
+
+@RULES.register(aten.index_reduce.default)
+def index_reduce(ctx, x, dim, index, source, reduce, *, include_self=True):
+    """``x`` with slices of ``source`` reduced into the slices ``index`` names along ``dim``."""
+    if x.ndim == 0:
+        x, source, dim = knp.reshape(x, (1,)), knp.reshape(source, (-1,)), 0
+    dim %= x.ndim
+    index = knp.reshape(knp.astype(index, DType.i64), (-1,))
+    source = knp.astype(source, knp.dtype_of(x))
+    if reduce in _COMBINE:
+        out = _combine(x, index, source, reduce, include_self, dim)
+    else:  # mean
+        hit = _hit(x.shape[dim], index, x.ndim, dim)
+        base = x if include_self else knp.where(hit, knp.zeros((), knp.dtype_of(x)), x)
+        total = knp.scatter_add(base, index, source, axis=dim)
+        ones = knp.ones(index.shape, DType.i64)
+        count = knp.scatter_add(knp.full((x.shape[dim],), 1 if include_self else 0, DType.i64), index, ones)
+        out = _mean(total, knp.reshape(count, [x.shape[dim] if a == dim else 1 for a in range(x.ndim)]))
+    return knp.reshape(out, ctx.out.shape)
 
 
 @RULES.register(aten.put.default)
@@ -277,5 +354,7 @@ def bucketize(ctx, x, boundaries, *, out_int32=False, right=False):
 
 @RULES.register(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
 def searchsorted(ctx, sorted_sequence, x, *, out_int32=False, right=False, side=None, sorter=None):
-    require(sorter is None, "searchsorted with a sorter permutation")
+    """With ``sorter``, the boundaries are ``sorted_sequence`` permuted by it along the last dim."""
+    if sorter is not None:
+        sorted_sequence = knp.take_along_axis(sorted_sequence, knp.astype(sorter, DType.i64), -1)
     return _insertion_points(ctx, sorted_sequence, x, right or side == "right")

@@ -1,7 +1,9 @@
 """Shape and layout ops: views, permutations, slicing, joining, padding and scatters into slices.
 
 Kernels have value semantics, so ATen's views (``view``, ``expand``, ``permute``, ``slice``,
-``select``, ``diagonal`` …) are ordinary functions of their input here, and strides never matter.
+``select``, ``diagonal`` …) are ordinary functions of their input here, and strides never matter,
+except to ``as_strided`` (and its backward, ``as_strided_scatter``), which address storage and
+read their input's layout from the node.
 Indices and bounds are normalised the way ATen does (negative values wrap, slice ends clamp).
 Reflection and replication padding copy input positions computed at trace time (a ``take``
 per padded dim); their backward adds the gradient back to those positions.
@@ -10,13 +12,15 @@ per padded dim); their backward adds the gradient back to those positions.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import torch
 
 from nkipy_core import knp
+from nkipy_core.ir import DType
 
-from .conventions import axes, inverse_permutation
+from .conventions import axes, inverse_permutation, require
 from .rules import RULES
 
 aten = torch.ops.aten
@@ -205,3 +209,73 @@ def slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
 def select_scatter(ctx, x, src, dim, index):
     index %= x.shape[dim]
     return _scatter_slice(x, knp.expand_dims(src, dim), dim, index, index + 1, 1)
+
+
+class _Strided:
+    """The storage elements ``as_strided(x, size, stride, storage_offset)`` addresses, as flat
+    positions in ``x``. The kernel holds ``x`` row-major, which is its storage only when ``x``
+    is contiguous; the elements must lie within ``x`` (storage beyond it, under a sliced view,
+    is not in the kernel). Strides are static, so all of this is checked at lowering time."""
+
+    def __init__(self, ctx, x, size, stride, storage_offset):
+        layout = ctx.layouts[0] if ctx.layouts else None
+        require(layout is not None and layout.contiguous,
+                "as_strided of a non-contiguous tensor (its storage order is not the kernel's)")
+        self.size, self.stride = tuple(size), tuple(stride)
+        self.offset = (layout.storage_offset if storage_offset is None else storage_offset) - layout.storage_offset
+        self.count = math.prod(size)
+        last = self.offset + sum((n - 1) * s for n, s in zip(size, stride))
+        require(self.count == 0 or (0 <= self.offset and last < x.size),
+                f"as_strided reads storage elements {self.offset}..{last} outside the tensor's {x.size}")
+        dense = [math.prod(size[k + 1:]) for k in range(len(size))]
+        #: the elements are x's, consecutive from ``offset``: a slice and a reshape
+        self.contiguous = all(s == d for n, s, d in zip(size, stride, dense) if n > 1)
+
+    def positions(self):
+        """The flat positions, shaped ``size`` (computed in the kernel from ``iota``)."""
+        positions = self.offset
+        for k, (n, s) in enumerate(zip(self.size, self.stride)):
+            coord = knp.reshape(knp.arange(n), [n if a == k else 1 for a in range(len(self.size))])
+            positions = knp.add(positions, knp.multiply(coord, s))
+        return knp.broadcast_to(positions, self.size)
+
+    def overlaps(self) -> bool:
+        """Whether two result elements share a storage element (checked on the static strides)."""
+        grids = np.meshgrid(*(np.arange(n) * s for n, s in zip(self.size, self.stride)), indexing="ij")
+        flat = sum(grids, np.zeros(self.size, np.int64)).reshape(-1)
+        return len(np.unique(flat)) < flat.size
+
+
+@RULES.register(aten.as_strided.default)
+def as_strided(ctx, x, size, stride, storage_offset=None):
+    """Element ``i`` of the result is storage element ``offset + Σ i_k · stride_k`` (``_Strided``);
+    a contiguous result is a slice and a reshape, anything else a gather."""
+    strided = _Strided(ctx, x, size, stride, storage_offset)
+    if strided.count == 0:
+        return knp.zeros(size, knp.dtype_of(x))
+    flat = knp.reshape(x, (-1,))
+    if strided.contiguous:
+        return knp.reshape(flat[strided.offset:strided.offset + strided.count], size)
+    return knp.take(flat, strided.positions())
+
+
+@RULES.register(aten.as_strided_scatter.default)
+def as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
+    """``x`` with the elements ``as_strided`` addresses replaced by ``src`` (``as_strided``'s
+    backward). Overlapping strides write one element several times, in an order ATen does not
+    define: declined."""
+    strided = _Strided(ctx, x, size, stride, storage_offset)
+    if strided.count == 0:
+        return x
+    require(not strided.overlaps(), "as_strided_scatter with overlapping strides")
+    flat = knp.reshape(x, (-1,))
+    values = knp.reshape(knp.astype(src, knp.dtype_of(x)), (-1,))
+    if strided.contiguous:
+        start, end = strided.offset, strided.offset + strided.count
+        updated = knp.concatenate([flat[:start], values, flat[end:]])
+    else:
+        positions = knp.reshape(strided.positions(), (-1,))
+        placed = knp.scatter_add(knp.zeros(flat.shape, knp.dtype_of(x)), positions, values)
+        written = knp.scatter_add(knp.zeros(flat.shape, DType.i32), positions, knp.ones(positions.shape, DType.i32))
+        updated = knp.where(knp.greater(written, 0), placed, flat)
+    return knp.reshape(updated, x.shape)

@@ -1,4 +1,5 @@
-"""Sorting: ``sort`` (stable or not) and ``topk``, on the ``sort`` primitive.
+"""Sorting: ``sort`` (stable or not), ``topk`` and the order statistics ``kthvalue``,
+``median`` and ``nanmedian``, on the ``sort`` primitive.
 
 The primitive sorts stably, descending by sorting the negated keys; negation is not an order
 reversal for unsigned and bool tensors, so descending sorts of those are declined. Like NumPy,
@@ -40,3 +41,66 @@ def topk(ctx, x, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - ATen's a
     dim %= x.ndim
     order = _order(x, dim, largest)[(slice(None),) * dim + (slice(0, k),)]
     return knp.take_along_axis(x, order, dim), order
+
+
+# -- order statistics: kthvalue, median, nanmedian ------------------------------------------------
+
+
+def _order_statistic(x, dim: int, keepdim: bool, position):
+    """Value and index of the element at ``position`` (a static int, or an array with ``dim``
+    kept at size 1) of ``x`` sorted ascending along ``dim``: NaN sorts last, ties keep their
+    order (torch's kernels pick among equal values in an unspecified order)."""
+    order = knp.argsort(x, dim)
+    if isinstance(position, int):
+        position = knp.full(x.shape[:dim] + (1,) + x.shape[dim + 1:], position, DType.i64)
+    index = knp.take_along_axis(order, position, dim)
+    value = knp.take_along_axis(x, index, dim)
+    if not keepdim:
+        value, index = knp.squeeze(value, dim), knp.squeeze(index, dim)
+    return value, index
+
+
+def _median_position(x, dim: int, ignore_nan: bool):
+    """The lower median's place in the sorted row: among the non-NaN values if ``ignore_nan``;
+    otherwise the first NaN if the row has one (the median of a row with NaN is NaN)."""
+    n = x.shape[dim]
+    if not knp.dtype_of(x).is_float:
+        return (n - 1) // 2
+    nans = knp.sum(knp.astype(knp.isnan(x), DType.i64), dim, keepdims=True)
+    if ignore_nan:
+        return knp.maximum(knp.floor_divide(knp.subtract(n - 1, nans), 2), 0)
+    return knp.where(knp.greater(nans, 0), knp.subtract(n, nans), (n - 1) // 2)
+
+
+@RULES.register(aten.kthvalue.default)
+def kthvalue(ctx, x, k, dim=-1, keepdim=False):
+    if x.ndim == 0:
+        return x, knp.zeros((), DType.i64)
+    return _order_statistic(x, dim % x.ndim, keepdim, k - 1)
+
+
+def _median(x, dim, keepdim, ignore_nan: bool):
+    if x.ndim == 0:
+        return x, knp.zeros((), DType.i64)
+    dim %= x.ndim
+    return _order_statistic(x, dim, keepdim, _median_position(x, dim, ignore_nan))
+
+
+@RULES.register(aten.median.dim)
+def median_dim(ctx, x, dim, keepdim=False):
+    return _median(x, dim, keepdim, ignore_nan=False)
+
+
+@RULES.register(aten.nanmedian.dim)
+def nanmedian_dim(ctx, x, dim, keepdim=False):
+    return _median(x, dim, keepdim, ignore_nan=True)
+
+
+@RULES.register(aten.median.default)
+def median(ctx, x):
+    return _median(knp.reshape(x, (-1,)), 0, False, ignore_nan=False)[0]
+
+
+@RULES.register(aten.nanmedian.default)
+def nanmedian(ctx, x):
+    return _median(knp.reshape(x, (-1,)), 0, False, ignore_nan=True)[0]

@@ -57,4 +57,11 @@ def _random_bits(state, shape, part):
     return words.T.reshape(-1)[:n].reshape(shape)
 
 
-HELPERS = (_blob, _scatter_add, _philox4x32, _random_bits)
+def _scatter_reduce(x, index, updates, ufunc):
+    """``x`` with each update combined into its position by ``ufunc`` (``np.maximum``...)."""
+    out = np.array(x, copy=True)
+    ufunc.at(out, index, updates)
+    return out
+
+
+HELPERS = (_blob, _scatter_add, _scatter_reduce, _philox4x32, _random_bits)

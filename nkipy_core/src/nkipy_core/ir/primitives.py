@@ -71,14 +71,18 @@ _UNARY_FLOAT = {
     "atan": "np.arctan({0})",
     "logistic": "1 / (1 + np.exp(-{0}))",
     "erf": "np.vectorize(math.erf, otypes=[{0}.dtype])({0})",
+    "erfc": "np.vectorize(math.erfc, otypes=[{0}.dtype])({0})",
     "floor": "np.floor({0})",
     "ceil": "np.ceil({0})",
     "round": "np.round({0})",
     "isnan": "np.isnan({0})",
     "isinf": "np.isinf({0})",
+    "signbit": "np.signbit({0})",
 }
 _UNARY_NUMERIC = {"neg": "-{0}", "abs": "np.abs({0})", "sign": "np.sign({0})"}
 _UNARY_LOGICAL = {"not": "np.logical_not({0})", "bitwise_not": "np.invert({0})"}
+#: unary primitives whose result is pred
+_PREDICATES = ("isnan", "isinf", "signbit", "not")
 
 
 def _infer_unary(name: str, kind: str) -> Infer:
@@ -87,7 +91,7 @@ def _infer_unary(name: str, kind: str) -> Infer:
             _check(x.dtype.is_float, f"{name} needs a float operand, got {x}")
         if kind == "numeric":
             _check(x.dtype is not DType.bool, f"{name} needs a numeric operand, got {x}")
-        if name in ("isnan", "isinf", "not"):
+        if name in _PREDICATES:
             return TensorType(x.shape, DType.bool)
         return x
 
@@ -102,7 +106,7 @@ for _table, _kind in ((_UNARY_FLOAT, "float"), (_UNARY_NUMERIC, "numeric"), (_UN
             _infer_unary(_name, _kind),
             (lambda fmt: lambda x: fmt.format(x))(_fmt),
             f"elementwise `{_fmt.format('x')}`",
-            half=_kind != "any" and _name not in ("isnan", "isinf"),
+            half=_kind != "any" and _name not in _PREDICATES,
         )
 
 _BINARY_ARITH = {
@@ -291,20 +295,33 @@ _define("take_along_axis", 2, _infer_take_along,
         "elementwise gather along one axis (`torch.gather`)")
 
 
-def _infer_scatter_add(x: TensorType, idx: TensorType, upd: TensorType, *, axis: int) -> TensorType:
-    _check(idx.dtype.is_integer and idx.rank == 1, f"scatter_add: indices must be 1-D integers, got {idx}")
-    _check(upd.dtype == x.dtype and upd.rank == x.rank, f"scatter_add: updates {upd} do not match {x}")
-    _check(upd.shape[axis] == idx.shape[0], f"scatter_add: updates {upd} need {idx.shape[0]} rows on axis {axis}")
-    return x
+def _infer_scatter(name: str) -> Infer:
+    def infer(x: TensorType, idx: TensorType, upd: TensorType, *, axis: int, kind: str = "add") -> TensorType:
+        _check(idx.dtype.is_integer and idx.rank == 1, f"{name}: indices must be 1-D integers, got {idx}")
+        _check(upd.dtype == x.dtype and upd.rank == x.rank, f"{name}: updates {upd} do not match {x}")
+        _check(upd.shape[axis] == idx.shape[0], f"{name}: updates {upd} need {idx.shape[0]} rows on axis {axis}")
+        _check(kind in (_SCATTER_KINDS if name == "scatter_reduce" else ("add",)), f"{name}: unknown kind {kind!r}")
+        return x
+
+    return infer
 
 
-def _emit_scatter_add(x: str, i: str, u: str, *, axis: int) -> str:
-    index = ", ".join([":"] * axis + [i])
-    return f"_scatter_add({x}, np.s_[{index}], {u})"
+def _scatter_index(i: str, axis: int) -> str:
+    return "np.s_[{}]".format(", ".join([":"] * axis + [i]))
 
 
-_define("scatter_add", 3, _infer_scatter_add, _emit_scatter_add,
+_define("scatter_add", 3, _infer_scatter("scatter_add"),
+        lambda x, i, u, axis: f"_scatter_add({x}, {_scatter_index(i, axis)}, {u})",
         "`x` with `updates` added at 1-D `indices` along `axis` (duplicates accumulate, `index_add`)",
+        half=True)
+
+#: scatter_reduce kinds -> the NumPy ufunc whose ``at`` combines a position's old and new values
+_SCATTER_KINDS = {"max": "np.maximum", "min": "np.minimum", "prod": "np.multiply"}
+
+_define("scatter_reduce", 3, _infer_scatter("scatter_reduce"),
+        lambda x, i, u, axis, kind: f"_scatter_reduce({x}, {_scatter_index(i, axis)}, {u}, {_SCATTER_KINDS[kind]})",
+        "`x` combined with `updates` at 1-D `indices` along `axis` by `kind` (`max`, `min` propagating "
+        "NaN, `prod`); every update of a position counts (`index_reduce`, XLA's scatter with a combiner)",
         half=True)
 
 
@@ -359,14 +376,22 @@ _define("argreduce", 1, _infer_argreduce,
 
 
 def _infer_cumulative(x: TensorType, *, kind: str, axis: int) -> TensorType:
-    _check(kind in ("cumsum", "cumprod"), f"cumulative: unknown kind {kind!r}")
+    _check(kind in _SCANS, f"cumulative: unknown kind {kind!r}")
     _check(0 <= axis < x.rank, f"cumulative: bad axis {axis} for {x}")
     return x
 
 
+#: cumulative kinds -> NumPy; ``cummax``/``cummin`` propagate NaN (once seen, NaN stays), as torch's
+_SCANS = {
+    "cumsum": "np.cumsum({x}, axis={axis}, dtype={x}.dtype)",
+    "cumprod": "np.cumprod({x}, axis={axis}, dtype={x}.dtype)",
+    "cummax": "np.maximum.accumulate({x}, axis={axis})",
+    "cummin": "np.minimum.accumulate({x}, axis={axis})",
+}
+
 _define("cumulative", 1, _infer_cumulative,
-        lambda x, kind, axis: f"np.{kind}({x}, axis={axis}, dtype={x}.dtype)",
-        "inclusive scan (`cumsum`, `cumprod`) along `axis`", half=True)
+        lambda x, kind, axis: _SCANS[kind].format(x=x, axis=axis),
+        "inclusive scan (`cumsum`, `cumprod`, `cummax`, `cummin`) along `axis`", half=True)
 
 
 def _infer_sort(x: TensorType, *, axis: int, descending: bool, indices: bool) -> TensorType:
