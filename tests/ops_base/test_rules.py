@@ -801,7 +801,7 @@ def test_rule_matches_torch(op, args, kwargs, tol, values):
     if isinstance(expected, list):
         expected = tuple(expected)
     (rule,) = REGISTRY.rules_for(op)
-    ctx = LoweringContext(op, "case", _types(expected), _stream(op), tuple(Layout.of(a) for a in args))
+    ctx = LoweringContext(op, "case", _types(expected), rng=_stream(op), layouts=tuple(Layout.of(a) for a in args))
     np_args, np_kwargs = tree_map(_numpy, (args, kwargs))
     _check(rule.fn(ctx, *np_args, **np_kwargs), expected, tol, values)
     _check(_traced(op, rule, args, kwargs, expected), expected, tol, values)
@@ -833,7 +833,7 @@ def _rule(op):
 def test_rule_declines_with_its_reason(op, args, kwargs, reason):
     """What a rule cannot lower exactly it declines (the node then runs on CPU, named in the
     fallback warning) instead of computing something else."""
-    ctx = LoweringContext(op, "case", None, tuple(Layout.of(a) for a in args))
+    ctx = LoweringContext(op, "case", None, layouts=tuple(Layout.of(a) for a in args))
     np_args = tree_map(_numpy, args)
     with pytest.raises(Unsupported, match=reason):
         _rule(op)(ctx, *np_args, **kwargs)

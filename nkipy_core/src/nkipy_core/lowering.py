@@ -120,7 +120,7 @@ def invoke(rule: LoweringRule, node: torch.fx.Node, builder: KernelBuilder, look
     layouts = tuple(Layout.of(a.meta.get("val")) if isinstance(a, torch.fx.Node) else None for a in node.args)
     args, kwargs = map_args(node, lookup)
     kwargs, stream = split_kwargs(kwargs)
-    ctx = LoweringContext(node.target, node.name, expected, stream, layouts)
+    ctx = LoweringContext(node.target, node.name, expected, rng=stream, layouts=layouts)
     origin = f"{op_name(node.target)} via {rule.qualname}"
     with builder.building(origin):
         try:

@@ -80,4 +80,5 @@ def _logcumsumexp(x, axis: int):
 def logcumsumexp(ctx, x, dim):
     if x.ndim == 0:
         return knp.astype(x, ctx.out_dtype)
-    return opmath(ctx.out_dtype, _logcumsumexp, x, dim % x.ndim)
+    axis = dim % x.ndim
+    return opmath(ctx.out_dtype, lambda v: _logcumsumexp(v, axis), x)
