@@ -71,3 +71,15 @@ def test_naming_another_runtime_after_the_device_holds_tensors_is_an_error(defau
     with pytest.raises(ConfigurationError, match=r"the nkipy device already holds tensors on runtime 'cpu' .* "
                        r"call init_nkipy_backend\(runtime='fake-trn'\) before the first use of the device"):
         init_nkipy_backend(runtime="fake-trn")
+
+
+def test_init_after_torchs_opinfo_database_touched_the_device():
+    """Importing OpInfo asks ``torch.accelerator``, which configures us implicitly: no conflict."""
+    result = python(
+        "import torch.testing._internal.common_methods_invocations\n"
+        "from nkipy_core import init_nkipy_backend\n"
+        "print(init_nkipy_backend(strict=True).strict)\n",
+        NKIPY_RUNTIME=None,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "True\n"
