@@ -59,9 +59,10 @@ def test_a_hardware_runtime_is_the_accelerator_without_opt_in(defaults, monkeypa
     assert not torch.nkipy.is_available()
 
 
-def test_is_available_does_not_fix_the_configuration(defaults):
-    assert not torch.nkipy.is_available()  # first touch: implicit defaults...
-    assert init_nkipy_backend(runtime="cpu", strict=True).strict  # ...yield to the first call
+def test_is_available_configures_nothing(defaults):
+    assert not torch.nkipy.is_available()
+    assert config._config is None  # a question is not a configuration
+    assert init_nkipy_backend(runtime="cpu", strict=True).strict
     assert torch.nkipy.is_available()
 
 
@@ -74,7 +75,7 @@ def test_naming_another_runtime_after_the_device_holds_tensors_is_an_error(defau
 
 
 def test_init_after_torchs_opinfo_database_touched_the_device():
-    """Importing OpInfo asks ``torch.accelerator``, which configures us implicitly: no conflict."""
+    """Importing OpInfo asks ``torch.accelerator``; that must not stand in the way of the first call."""
     result = python(
         "import torch.testing._internal.common_methods_invocations\n"
         "from nkipy_core import init_nkipy_backend\n"

@@ -97,8 +97,9 @@ def init_nkipy_backend(
     naming a runtime, ``"cpu"`` included, also lets ``torch.accelerator`` pick the ``nkipy`` device.
     ``log_level=None`` leaves the ``nkipy`` logger as it is.
 
-    Before any call, the first use of the backend or the device (a compile, ``.to("nkipy")``,
-    ``torch.accelerator.is_available()``) configures the process with these same defaults; the
+    Before any call, the first use of the backend or the device (a compile, ``.to("nkipy")``)
+    configures the process with these same defaults (questions such as
+    ``torch.accelerator.is_available()`` configure nothing); the
     first call replaces that implicit configuration. Calling it again with the same settings is a
     no-op; with different settings it is a ``ConfigurationError``, because compiled functions
     already hold the first settings.
@@ -165,6 +166,13 @@ def current() -> Config:
             _apply(config)
             _config = config
         return _config
+
+
+def peek() -> Config:
+    """The configuration in force, or else the one the first use would take, without taking it:
+    answering a question (``torch.nkipy.is_available()``) configures nothing."""
+    with _lock:
+        return _config if _config is not None else _resolve()
 
 
 def reset() -> None:

@@ -36,7 +36,7 @@ def is_available() -> bool:
     from .. import config
 
     try:
-        settings = config.current()
+        settings = config.peek()
         runtime = config.select_runtime(settings)
     except NkipyError:
         return False
