@@ -98,11 +98,10 @@ def init_nkipy_backend(
     ``log_level=None`` leaves the ``nkipy`` logger as it is.
 
     Before any call, the first use of the backend or the device (a compile, ``.to("nkipy")``)
-    configures the process with these same defaults (questions such as
-    ``torch.accelerator.is_available()`` configure nothing); the
-    first call replaces that implicit configuration. Calling it again with the same settings is a
-    no-op; with different settings it is a ``ConfigurationError``, because compiled functions
-    already hold the first settings.
+    configures the process with these same defaults, and the first call replaces that implicit
+    configuration; questions such as ``torch.accelerator.is_available()`` configure nothing.
+    Calling it again with the same settings is a no-op; with different settings it is a
+    ``ConfigurationError``, because compiled functions already hold the first settings.
     """
     global _config, _explicit
     config = _resolve(
