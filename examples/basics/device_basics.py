@@ -15,7 +15,9 @@ def main() -> int:
     x = torch.randn(2, 3)
     d = x.to("nkipy")  # a host-to-device copy into a buffer owned by the runtime
     print(d)
-    print("device:", d.device, "| available:", torch.nkipy.is_available(), "| count:", torch.nkipy.device_count())
+    # explicit use needs no opt-in; the cpu simulator is torch's accelerator only if named
+    # (NKIPY_RUNTIME=cpu), so `torch.accelerator` keeps other programs on CPU
+    print("device:", d.device, "| torch.accelerator picks it:", torch.accelerator.is_available())
 
     # eager ops run as cached single-op kernels lowered by the installed packs
     y = (d @ d.t()).softmax(-1) * 2 + 1

@@ -91,3 +91,29 @@ def test_rank_and_world_size_come_from_torch_distributed_first(plugin_env, monke
         assert (cfg.rank, cfg.world_size) == (0, 1)
     finally:
         dist.destroy_process_group()
+
+
+def test_implicit_defaults_yield_to_the_first_explicit_call(plugin_env):
+    implicit = config.current()  # what any first touch of the backend or the device does
+    assert init_nkipy_backend() == implicit  # the same defaults, explicit or not
+    config.reset()
+    config.current()
+    assert init_nkipy_backend(strict=True, nkipy_cache="c1").strict  # replaces, no conflict
+    with pytest.raises(ConfigurationError, match=r"already called with different settings \(strict: True -> False\)"):
+        init_nkipy_backend(nkipy_cache="c1")  # explicit against explicit still conflicts
+
+
+def test_default_log_level_leaves_the_nkipy_logger_alone(plugin_env):
+    import logging
+
+    logger = logging.getLogger("nkipy")
+    before = logger.level
+    try:
+        logger.setLevel(logging.DEBUG)  # the application's logging configuration
+        init_nkipy_backend()
+        assert logger.level == logging.DEBUG
+        config.reset()
+        init_nkipy_backend(log_level=logging.ERROR)
+        assert logger.level == logging.ERROR
+    finally:
+        logger.setLevel(before)

@@ -7,8 +7,11 @@ from fixture_packs import pack
 from nkipy_core import RuleSet, Unsupported, knp
 from nkipy_core.testing import (
     ConformanceReport,
+    ExpectedFailures,
+    OpResult,
     assert_conformance,
     conformance_cases,
+    expected_failures_for,
     lowered_ops,
     run_conformance,
 )
@@ -101,11 +104,21 @@ def test_classifies_pass_fail_fallback_and_backward_only(test_pack):
     with pytest.raises(AssertionError, match=r"2 conformance row\(s\) not acceptable") as info:
         assert_conformance(report)
     assert "exp" in str(info.value) and "cos" in str(info.value)
-    assert_conformance(report, known_failures={"exp": "off by one", "cos": "raises"})
+    assert rows["exp"].failed_samples[0][0] == "0" and "not close" in rows["exp"].failed_samples[0][1]
+    assert rows["exp"].checked_samples == ("0",)
+    both = ExpectedFailures.parse("exp float32 0 off by one\ncos float32 0 raises\n")
+    assert_conformance(report, expected_failures=both)
     with pytest.raises(AssertionError, match="sin"):
-        assert_conformance(report, allow_fallback=False, known_failures={"exp": "x", "cos": "y"})
-    with pytest.raises(AssertionError, match="neg is listed as a known failure but is now 'pass'"):
-        assert_conformance(report, known_failures={"exp": "x", "cos": "y", "neg": "fixed since"})
+        assert_conformance(report, allow_fallback=False, expected_failures=both)
+    stale = ExpectedFailures.parse(both.format() + "neg float32 0 fixed since\ngone float32 0 renamed\n")
+    with pytest.raises(AssertionError) as info:
+        assert_conformance(report, expected_failures=stale)
+    assert str(info.value).splitlines() == [
+        "2 expected failure(s) that no longer fail (remove the lines):",
+        "  gone float32 0: the run has no row gone [float32]",
+        "  neg float32 0: passes now (listed as: fixed since)",
+        "Fix the failures, or rewrite the file from this run with NKIPY_UPDATE_EXPECTED_FAILURES=1 and review the diff.",
+    ]
 
 
 def test_explicit_ops_without_a_rule_fall_back_and_ops_without_opinfo_skip(plugin_env):
@@ -137,3 +150,44 @@ def test_random_samples_are_compared_by_shape_and_dtype_and_the_row_says_so(plug
     assert rows["bernoulli"].status == "pass", rows["bernoulli"]
     assert "compared by shape and dtype only" in rows["bernoulli"].note
     assert rows["randn_like"].status == "fail", rows["randn_like"]
+
+
+def _row(op, dtype, checked, failed=()):
+    return OpResult(op, dtype, "fail" if failed else "pass", (), checked_samples=checked, failed_samples=failed)
+
+
+def test_expected_failures_file_is_rewritten_from_a_run_keeping_reasons(tmp_path, monkeypatch):
+    path = tmp_path / "expected.txt"
+    path.write_text(
+        "# header comment, kept\n"
+        "sort float32 1 ties in stable order\n"
+        "topk float32 0:grad fixed by now\n"
+        "topk float32 3 not run this time (time budget)\n"
+        "sort bfloat16 1 another dtype, not judged\n"
+    )
+    report = ConformanceReport((
+        _row("sort", "float32", ("0", "1"), (("1", "fwd output: not close"),)),
+        _row("topk", "float32", ("0:grad", "1")),
+        _row("cumsum", "float32", ("0",), (("0", "fwd raised ValueError: boom"),)),
+    ))
+    with pytest.raises(AssertionError) as info:
+        assert_conformance(report, expected_failures=expected_failures_for(report, path))
+    assert "cumsum float32 0: fwd raised ValueError: boom" in str(info.value)
+    assert "topk float32 0:grad: passes now (listed as: fixed by now)" in str(info.value)
+
+    monkeypatch.setenv("NKIPY_UPDATE_EXPECTED_FAILURES", "1")
+    assert_conformance(report, expected_failures=expected_failures_for(report, path))
+    assert path.read_text() == (
+        "# header comment, kept\n"
+        "cumsum  float32   0  fwd raised ValueError: boom\n"
+        "sort    bfloat16  1  another dtype, not judged\n"
+        "sort    float32   1  ties in stable order\n"
+        "topk    float32   3  not run this time (time budget)\n"
+    )
+    assert ExpectedFailures.read(path) == ExpectedFailures.parse(path.read_text())
+
+
+@pytest.mark.parametrize("line", ["sort float32 1", "sort float32 1 a\nsort float32 1 b"])
+def test_malformed_expected_failures_name_the_line(line):
+    with pytest.raises(ValueError, match=r"<expected failures>:[12]: "):
+        ExpectedFailures.parse(line)

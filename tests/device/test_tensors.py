@@ -124,6 +124,7 @@ def test_torch_save_of_a_view_keeps_the_view():
 
 
 def test_torch_nkipy_module():
+    nkipy_core.init_nkipy_backend(runtime="cpu")  # the simulator is an accelerator only when named
     assert torch.nkipy.is_available()
     assert torch.nkipy.device_count() == 1
     assert torch.nkipy.current_device() == 0

@@ -40,8 +40,16 @@ def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
 
 @attrs.frozen
 class Config:
+    """The settings of the process (``init_nkipy_backend``); field defaults are the defaults of
+    both ``init_nkipy_backend()`` and of a process that never calls it.
+
+    ``log_level=None`` leaves the ``nkipy`` logger as the application configured it (WARNING
+    unless told otherwise); ``runtime=None`` picks the best available runtime, which the ``nkipy``
+    device presents to torch as an accelerator only if it is hardware (see ``torch.nkipy.is_available``).
+    """
+
     nkipy_cache: Path = attrs.field(default=Path("./nkipy_cache"), converter=Path)
-    log_level: int = logging.WARNING
+    log_level: int | None = None
     rank: int = 0
     world_size: int = 1
     additional_compiler_args: str = ""
@@ -67,47 +75,62 @@ class Config:
         return attrs.evolve(self, **options)
 
 
+_DEFAULTS = Config()
 _lock = threading.Lock()
 _config: Config | None = None
+#: whether ``_config`` was set by ``init_nkipy_backend`` (then it stays) or by the defaults at the
+#: first use of the backend or the device (then the first explicit call replaces it)
+_explicit = False
+
+
+def _resolve(rank: int | None = None, world_size: int | None = None, runtime: str | None = None, **settings) -> Config:
+    """A configuration from the given settings, the environment and the defaults: the one place
+    that fills in rank, world size and ``NKIPY_RUNTIME``, for explicit and implicit configs alike."""
+    detected_rank, detected_world = _detect_rank_world()
+    return Config(
+        rank=detected_rank if rank is None else rank,
+        world_size=detected_world if world_size is None else world_size,
+        runtime=runtime or os.environ.get("NKIPY_RUNTIME") or None,
+        **settings,
+    )
 
 
 def init_nkipy_backend(
-    nkipy_cache: str | os.PathLike = "./nkipy_cache",
-    log_level: int = logging.INFO,
+    nkipy_cache: str | os.PathLike = _DEFAULTS.nkipy_cache,
+    log_level: int | None = _DEFAULTS.log_level,
     rank: int | None = None,
     world_size: int | None = None,
-    additional_compiler_args: str = "",
+    additional_compiler_args: str = _DEFAULTS.additional_compiler_args,
     runtime: str | None = None,
-    strict: bool = False,
-    max_specializations: int = 32,
-    fallback_random: bool = False,
+    strict: bool = _DEFAULTS.strict,
+    max_specializations: int = _DEFAULTS.max_specializations,
+    fallback_random: bool = _DEFAULTS.fallback_random,
 ) -> Config:
     """Configure the nkipy backend for this process.
 
     ``rank``/``world_size`` default to torch.distributed's, then LOCAL_RANK/RANK/WORLD_SIZE.
-    ``runtime=None`` picks the highest-priority available runtime (``NKIPY_RUNTIME`` overrides).
+    ``runtime=None`` picks the highest-priority available runtime (``NKIPY_RUNTIME`` overrides);
+    naming a runtime, ``"cpu"`` included, also lets ``torch.accelerator`` pick the ``nkipy`` device.
+    ``log_level=None`` leaves the ``nkipy`` logger as it is.
     ``max_specializations`` bounds the static kernel graphs compiled for one graph whose sizes
     change between calls (one per distinct size set); past it new sizes run as torch on CPU.
     ``fallback_random=True`` takes random tensors from torch's CPU generator on the host, as eager
     does (bit-exact under the same seed), instead of generating them in the kernels.
+
+    Before any call, the first use of the backend or the device (a compile, ``.to("nkipy")``)
+    configures the process with these same defaults, and the first call replaces that implicit
+    configuration; questions such as ``torch.accelerator.is_available()`` configure nothing.
     Calling it again with the same settings is a no-op; with different settings it is a
     ``ConfigurationError``, because compiled functions already hold the first settings.
     """
-    global _config
-    detected_rank, detected_world = _detect_rank_world()
-    config = Config(
-        nkipy_cache=Path(nkipy_cache),
-        log_level=log_level,
-        rank=detected_rank if rank is None else rank,
-        world_size=detected_world if world_size is None else world_size,
-        additional_compiler_args=additional_compiler_args,
-        runtime=runtime or os.environ.get("NKIPY_RUNTIME") or None,
-        strict=strict,
-        max_specializations=max_specializations,
-        fallback_random=fallback_random,
+    global _config, _explicit
+    config = _resolve(
+        rank, world_size, runtime, nkipy_cache=Path(nkipy_cache), log_level=log_level,
+        additional_compiler_args=additional_compiler_args, strict=strict,
+        max_specializations=max_specializations, fallback_random=fallback_random,
     )
     with _lock:
-        if _config is not None and _config != config:
+        if _explicit and _config != config:
             changed = [
                 f"{f.name}: {getattr(_config, f.name)!r} -> {getattr(config, f.name)!r}"
                 for f in attrs.fields(Config)
@@ -119,47 +142,64 @@ def init_nkipy_backend(
                 + "). Call it once per process, or pass per-function settings with "
                 "torch.compile(..., options={...})."
             )
-        if _config is None:
-            _apply(config, strict)
-        _config = config
+        if _config != config:
+            _apply(config)
+        _config, _explicit = config, True
         return config
 
 
-def _apply(config: Config, strict: bool) -> None:
-    logger = logging.getLogger("nkipy")
-    logger.setLevel(config.log_level)
-    if not logger.handlers and not logging.getLogger().handlers:
-        # the user asked for a level, so show it even if the application configured no logging
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
-        logger.addHandler(handler)
-    loaded = plugins.get(strict=strict)
-    select_runtime(config)  # fail now, not at the first compile, if the runtime is wrong
+def _apply(config: Config) -> None:
+    if config.log_level is not None:
+        logger = logging.getLogger("nkipy")
+        logger.setLevel(config.log_level)
+        if not logger.handlers and not logging.getLogger().handlers:
+            # the user asked for a level, so show it even if the application configured no logging
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
+            logger.addHandler(handler)
+    loaded = plugins.get(strict=config.strict)
+    runtime = select_runtime(config)  # fail now, not at the first compile, if the runtime is wrong
+    _check_device_runtime(config, runtime)
     loaded.manager.hook.nkipy_configure(config=config)
 
 
+def _check_device_runtime(config: Config, runtime) -> None:
+    """The device keeps the runtime of its first tensors: naming another one later is an error."""
+    from .device import memory
+
+    held = memory.selected()
+    if config.runtime is not None and held is not None and held.name != runtime.name:
+        raise ConfigurationError(
+            f"the nkipy device already holds tensors on runtime {held.name!r} (chosen at its first "
+            f"use, with the default settings), so it cannot switch to {runtime.name!r}; call "
+            f"init_nkipy_backend(runtime={runtime.name!r}) before the first use of the device."
+        )
+
+
 def current() -> Config:
-    """The process configuration; if never initialised, the defaults (logging left as it is)."""
+    """The process configuration; if never initialised, the defaults (which a later
+    ``init_nkipy_backend`` call replaces)."""
     global _config
     with _lock:
         if _config is None:
-            rank, world = _detect_rank_world()
-            config = Config(
-                log_level=logging.getLogger("nkipy").getEffectiveLevel(),
-                rank=rank,
-                world_size=world,
-                runtime=os.environ.get("NKIPY_RUNTIME") or None,
-            )
-            _apply(config, strict=False)
+            config = _resolve()
+            _apply(config)
             _config = config
         return _config
 
 
+def peek() -> Config:
+    """The configuration in force, or else the one the first use would take, without taking it:
+    answering a question (``torch.nkipy.is_available()``) configures nothing."""
+    with _lock:
+        return _config if _config is not None else _resolve()
+
+
 def reset() -> None:
     """Forget the configuration (tests, notebooks); compiled functions keep theirs."""
-    global _config
+    global _config, _explicit
     with _lock:
-        _config = None
+        _config, _explicit = None, False
 
 
 def select_runtime(config: Config):

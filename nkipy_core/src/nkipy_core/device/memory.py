@@ -45,6 +45,11 @@ def runtime():
     return _runtime
 
 
+def selected():
+    """The runtime that owns device memory, or None before the device's first use."""
+    return _runtime
+
+
 def is_nkipy(t: object) -> bool:
     return isinstance(t, torch.Tensor) and t.device.type == NAME
 

@@ -3,6 +3,10 @@
 One process drives one device, as with torchrun on Trainium (the runtime decides how many it
 sees). Random numbers for ``nkipy`` tensors are drawn by torch's CPU generator, so
 ``torch.manual_seed`` makes device runs reproduce CPU runs.
+
+Torch calls these functions from user code that dynamo compiles (``torch.random.fork_rng``,
+``freeze_rng_state``); dynamo calls them without tracing them, as it does ``torch.cuda``'s
+(``untraced.py``).
 """
 
 from __future__ import annotations
@@ -21,12 +25,22 @@ def _runtime():
 
 
 def is_available() -> bool:
-    """Whether a runtime can back the device on this machine."""
+    """Whether torch may pick ``nkipy`` as this machine's accelerator (``torch.accelerator``
+    and device-generic code ask this): yes if a hardware runtime backs the device, or if the user
+    named the runtime (``NKIPY_RUNTIME=cpu`` or ``init_nkipy_backend(runtime="cpu")``).
+
+    A simulator such as the ``cpu`` runtime is not the machine's accelerator unless asked for:
+    otherwise ``torch.accelerator.is_available()`` would move every program on a CPU machine onto
+    it. Explicit use (``.to("nkipy")``, ``device="nkipy"``) works either way.
+    """
+    from .. import config
+
     try:
-        _runtime()
+        settings = config.peek()
+        runtime = config.select_runtime(settings)
     except NkipyError:
         return False
-    return True
+    return getattr(runtime, "hardware", False) or settings.runtime is not None
 
 
 def is_initialized() -> bool:
@@ -38,6 +52,7 @@ def _is_in_bad_fork() -> bool:
 
 
 def device_count() -> int:
+    """Devices torch may use as accelerators: 0 unless ``is_available()``, as torch expects."""
     from . import memory
 
     return memory.device_count() if is_available() else 0

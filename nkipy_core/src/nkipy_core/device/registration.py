@@ -1,12 +1,13 @@
 """Wire the ``nkipy`` device into torch: the PrivateUse1 name, generated ``Tensor.nkipy()``-style
-methods, the ``torch.nkipy`` module, the backend hooks and device guard, and the ATen kernels."""
+methods, the ``torch.nkipy`` module, the backend hooks and device guard, the ATen kernels, and
+dynamo's skip list (``untraced.py``)."""
 
 from __future__ import annotations
 
 import torch
 
 from ..errors import DeviceError
-from . import aten, module, serialization
+from . import aten, module, serialization, untraced
 from . import NAME
 
 
@@ -66,3 +67,4 @@ def register() -> None:
     aten.install()
     _clone_storage_on_the_device()
     torch.serialization.register_package(serialization.PRIORITY, serialization.tag, serialization.restore)
+    untraced.skip_in_dynamo(__package__)

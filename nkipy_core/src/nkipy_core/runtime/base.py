@@ -116,10 +116,17 @@ class Executable(Protocol):
 
 @runtime_checkable
 class Runtime(Protocol):
-    """A device runtime. ``priority`` orders the default choice among available runtimes."""
+    """A device runtime. ``priority`` orders the default choice among available runtimes.
+
+    ``hardware`` says whether the runtime drives a real accelerator (``nrt``) or simulates one
+    (``cpu``). Only a hardware runtime makes ``torch.nkipy.is_available()`` (and with it
+    ``torch.accelerator``) say yes on its own; a simulator does when the user names it. A runtime
+    that does not say is taken for a simulator.
+    """
 
     name: str
     priority: int
+    hardware: bool
 
     def available(self) -> tuple[bool, str]:
         """(True, "") or (False, what is missing and how to get it)."""

@@ -40,6 +40,7 @@ class CpuRuntime:
 
     name = "cpu"
     priority = 0
+    hardware = False  # a simulator: torch sees the device as an accelerator only on request
 
     def __init__(self) -> None:
         self.stats = DeviceStats()

@@ -12,8 +12,9 @@ from .conformance import (
     run_case,
     run_conformance,
 )
+from .expected_failures import ExpectedFailures, expected_failures_for
 
 __all__ = [
-    "ConformanceReport", "OpCase", "OpResult", "assert_conformance", "check_case",
-    "conformance_cases", "load_op_db", "lowered_ops", "run_case", "run_conformance",
+    "ConformanceReport", "ExpectedFailures", "OpCase", "OpResult", "assert_conformance", "check_case",
+    "conformance_cases", "load_op_db", "lowered_ops", "run_case", "run_conformance", "expected_failures_for",
 ]

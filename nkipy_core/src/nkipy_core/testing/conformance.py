@@ -72,6 +72,7 @@ from .. import plugins
 from ..compiler import FallbackWarning
 from ..hookspecs import hookimpl
 from ..registry import op_name
+from .expected_failures import ExpectedFailures
 
 __all__ = [
     "EXTRA_OPINFOS", "STATUSES", "TOLERANCES", "ConformanceReport", "OpCase", "OpResult",
@@ -429,6 +430,7 @@ class _Sample:
     """What one sample did: compared (ok or not) or skipped, and the fallbacks it produced."""
 
     index: int = 0
+    grad: bool = False
     fwd_checked: bool = False
     fwd_ok: bool = False
     bwd_checked: bool = False
@@ -438,6 +440,20 @@ class _Sample:
     fallbacks: dict[str, str] = attrs.Factory(dict)
     #: values compared, not only shapes and dtypes
     values: bool = True
+
+    @property
+    def id(self) -> str:
+        """How reports and expected-failures files name it: the OpInfo sample index, with
+        ``:grad`` for a run with ``requires_grad`` inputs (outputs and gradients compared)."""
+        return f"{self.index}:grad" if self.grad else str(self.index)
+
+    def failure(self) -> str:
+        """Why this sample fails ("" if it does not): a mismatch or exception, or a rule that
+        raised while the backend tried it (the core falls back; for a pack it is a bug)."""
+        if self.error:
+            return self.error
+        raised = [(op, why) for op, why in sorted(self.fallbacks.items()) if _RAISED.search(why)]
+        return _one_line(f"rule raised while lowering {raised[0][0]}: {raised[0][1]}") if raised else ""
 
 
 def _compiled(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
@@ -552,6 +568,9 @@ class OpResult:
     fallbacks: tuple[str, ...] = ()
     other_fallbacks: tuple[str, ...] = ()
     seconds: float = 0.0
+    #: ids of the samples that were compared (see ``_Sample.id``), and (id, why) of those that failed
+    checked_samples: tuple[str, ...] = ()
+    failed_samples: tuple[tuple[str, str], ...] = ()
 
     @property
     def backward_checked(self) -> bool:
@@ -689,7 +708,7 @@ def run_case(
                 break
             if i >= len(runs) and (observer.seen & set(case.targets) or any(r.error for r in results)):
                 break  # the search for a sample that reaches the op is over
-            result = _Sample(index=index, values=not random or _deterministic(sample))
+            result = _Sample(index=index, grad=is_bwd, values=not random or _deterministic(sample))
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 _run_sample(
@@ -727,17 +746,15 @@ def _classify(case: OpCase, results: list[_Sample], seen: set[str], truncated: b
         lowered=lowered,
         fallbacks=tuple(f"{op}: {why}" for op, why in sorted(fallbacks.items())),
         other_fallbacks=tuple(sorted(others)),
+        checked_samples=tuple(r.id for r in results if r.fwd_checked),
+        failed_samples=tuple((r.id, r.failure()) for r in results if r.failure()),
     )
     budget = " (time budget reached)" if truncated else ""
-    errors = [r.error for r in results if r.error]
-    if errors:
-        return done("fail", errors[0] + budget, error=errors[0], **counts)
-    # a rule that raised (rather than declined) is a bug wherever it sits in the graph
-    raised = [(op, why) for op, why in sorted({**others, **fallbacks}.items()) if _RAISED.search(why)]
-    if raised:
-        op, why = raised[0]
-        message = f"rule raised while lowering {op}: {why}"
-        return done("fail", _one_line(message), error=message, **counts)
+    # mismatches and exceptions first; then rules that raised (a bug wherever they sit in the graph)
+    failing = [r for r in results if r.error] + [r for r in results if not r.error and r.failure()]
+    if failing:
+        message = failing[0].failure()
+        return done("fail", message + budget, error=message, **counts)
     if not any(r.fwd_ok or r.bwd_ok for r in results):
         skips = [r.skipped for r in results if r.skipped]
         return done("skip", (skips[0] if skips else "no sample had anything to compare") + budget, **counts)
@@ -887,36 +904,32 @@ def assert_conformance(
     *,
     allow_fallback: bool = True,
     allow_skip: bool = True,
-    known_failures: dict[str, str] | None = None,
+    expected_failures: ExpectedFailures | None = None,
 ) -> None:
     """Raise ``AssertionError`` listing the rows that are not acceptable.
 
-    ``fail`` rows always are, unless their op is in ``known_failures`` (``{"div.floor_rounding":
-    "reason"}``); a known failure that no longer fails is reported too, so the entry gets removed.
+    ``fail`` rows always are, unless every failing sample of the row is listed in
+    ``expected_failures`` (usually ``ExpectedFailures.read`` of a checked-in file, see
+    ``expected_failures.py``); a listed sample that ran and passed, or whose row the run no longer
+    has, is reported too, so that the file says what fails today.
     ``fallback`` and ``skip`` rows are acceptable unless ``allow_fallback``/``allow_skip`` is false.
     """
     __tracebackhide__ = True
     if isinstance(report, OpResult):
         report = ConformanceReport((report,))
-    known = dict(known_failures or {})
-    bad: list[OpResult] = []
-    stale: list[str] = []
-    for row in report.rows:
-        is_known = row.op in known or f"{row.op}:{row.dtype}" in known
-        if row.status == "fail" and not is_known:
-            bad.append(row)
-        elif row.status in ("pass", "fallback") and is_known:
-            stale.append(f"{row.op} is listed as a known failure but is now {row.status!r}; remove the entry")
-        elif row.status == "fallback" and not allow_fallback:
-            bad.append(row)
-        elif row.status == "skip" and not allow_skip:
-            bad.append(row)
-    if bad or stale:
-        lines = [f"{len(bad)} conformance row(s) not acceptable:"] if bad else []
-        if bad:
-            lines.append(ConformanceReport(tuple(bad)).table(note_width=None, op_width=None, summary=False))
-            lines.extend(f"{r.op} [{r.dtype}]: {r.error}" for r in bad if r.error and r.error != r.note)
-        lines.extend(stale)
+    expected = expected_failures or ExpectedFailures()
+    bad = [
+        row for row in report.rows
+        if (row.status == "fail" and any((row.op, row.dtype, s) not in expected.reasons for s, _ in row.failed_samples))
+        or (row.status == "fallback" and not allow_fallback)
+        or (row.status == "skip" and not allow_skip)
+    ]
+    lines = []
+    if bad:
+        lines.append(f"{len(bad)} conformance row(s) not acceptable:")
+        lines.append(ConformanceReport(tuple(bad)).table(note_width=None, op_width=None, summary=False))
+    lines.extend(expected.compare(report).lines())
+    if lines:
         raise AssertionError("\n".join(lines))
 
 
