@@ -131,6 +131,33 @@ def test_entry_point_discovery_of_a_third_party_pack(fake_distribution, monkeypa
         plugins.reload()
 
 
+@pytest.mark.parametrize(("probes", "present"), [
+    ("broken = hw_probes:broken\nabsent = hw_probes:absent\n", False),
+    ("broken = hw_probes:broken\npresent = hw_probes:present\n", True),
+])
+def test_hardware_probes_answer_without_loading_plugins(tmp_path, monkeypatch, caplog, probes, present):
+    """``torch.nkipy.is_available()`` asks the ``nkipy.hardware`` probes, not the plugins: a
+    broken probe is logged and counts as no hardware."""
+    site = tmp_path / "site"
+    (site / "hw_pack-1.0.dist-info").mkdir(parents=True)
+    (site / "hw_pack-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: hw-pack\nVersion: 1.0\n")
+    (site / "hw_pack-1.0.dist-info" / "entry_points.txt").write_text("[nkipy.hardware]\n" + probes)
+    (site / "hw_probes.py").write_text(
+        "def broken():\n    raise OSError('no /dev/neuron0')\n"
+        "def absent():\n    return False\n"
+        "def present():\n    return True\n"
+    )
+    monkeypatch.syspath_prepend(str(site))
+    plugins.hardware_present.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="nkipy.plugins"):
+            assert plugins.hardware_present() is present
+        assert "nkipy hardware probe 'broken' failed: OSError: no /dev/neuron0" in caplog.text
+    finally:
+        sys.modules.pop("hw_probes", None)
+        plugins.hardware_present.cache_clear()
+
+
 def test_configure_and_graph_pass_hooks_are_called(plugin_env):
     seen = {}
 

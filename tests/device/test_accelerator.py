@@ -8,7 +8,7 @@ import pytest
 import torch
 from fresh_python import python
 
-from nkipy_core import ConfigurationError, config, init_nkipy_backend
+from nkipy_core import ConfigurationError, config, init_nkipy_backend, plugins
 from nkipy_core.device import memory
 
 ACCELERATOR = (
@@ -16,7 +16,7 @@ ACCELERATOR = (
     "acc = torch.accelerator\n"
     "device = acc.current_accelerator() if acc.is_available() else 'cpu'\n"
     "print(acc.is_available(), acc.current_accelerator(check_available=True), acc.device_count(), device,"
-    " 'torch._dynamo' in sys.modules)\n"
+    " 'torch._dynamo' in sys.modules, 'nkipy_core.runtime.cpu' in sys.modules)\n"
 )
 
 
@@ -24,8 +24,9 @@ def test_torch_accelerator_is_unchanged_by_installing_nkipy():
     without = python(ACCELERATOR, TORCH_DEVICE_BACKEND_AUTOLOAD="0", NKIPY_RUNTIME=None)
     with_nkipy = python(ACCELERATOR, NKIPY_RUNTIME=None)
     assert without.returncode == 0 and with_nkipy.returncode == 0, without.stderr + with_nkipy.stderr
-    assert without.stdout == "False None 0 cpu False\n"
-    assert with_nkipy.stdout == without.stdout  # and registering the device did not import dynamo
+    assert without.stdout == "False None 0 cpu False False\n"
+    # and registering the device imported neither dynamo nor, to answer, any plugin
+    assert with_nkipy.stdout == without.stdout
 
 
 @pytest.mark.parametrize(("opt_in", "env"), [
@@ -35,7 +36,7 @@ def test_torch_accelerator_is_unchanged_by_installing_nkipy():
 def test_naming_the_cpu_runtime_makes_it_the_accelerator(opt_in, env):
     result = python(opt_in + ACCELERATOR, NKIPY_RUNTIME=env)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "True nkipy 1 nkipy False\n"
+    assert result.stdout == "True nkipy 1 nkipy False True\n"
 
 
 @pytest.fixture
@@ -54,6 +55,11 @@ def test_explicit_use_needs_no_opt_in(defaults):
 def test_a_hardware_runtime_is_the_accelerator_without_opt_in(defaults, monkeypatch):
     hardware = types.SimpleNamespace(name="fake-trn", hardware=True)
     monkeypatch.setattr(config, "select_runtime", lambda cfg: hardware)
+    monkeypatch.setattr(plugins, "_loaded", None)  # as in a program that never used nkipy
+    monkeypatch.setattr(plugins, "_extra", [])
+    monkeypatch.setattr(plugins, "hardware_present", lambda: False)
+    assert not torch.nkipy.is_available()  # no probe saw hardware: no plugin is loaded to ask
+    monkeypatch.setattr(plugins, "hardware_present", lambda: True)  # a pack's probe sees a device
     assert torch.nkipy.is_available()
     monkeypatch.setattr(hardware, "hardware", False)
     assert not torch.nkipy.is_available()

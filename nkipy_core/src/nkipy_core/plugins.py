@@ -8,6 +8,7 @@ state is the one piece of process-wide state besides the configuration; ``reload
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from importlib.metadata import entry_points
@@ -23,6 +24,8 @@ from .registry import DecompositionRegistry, LoweringRegistry, Provenance, Runti
 log = logging.getLogger("nkipy.plugins")
 
 ENTRY_POINT_GROUP = "nkipy"
+#: cheap probes of accelerator hardware (``() -> bool``), one per pack that ships a hardware runtime
+HARDWARE_GROUP = "nkipy.hardware"
 _REGISTRATION_HOOKS = {
     "nkipy_register_lowerings": "lowerings",
     "nkipy_register_decompositions": "decompositions",
@@ -74,6 +77,30 @@ def register(plugin: Any, name: str, distribution: str = "<in-process>", version
 
 def unregister(name: str) -> None:
     _extra[:] = [c for c in _extra if c.name != name]
+
+
+def loaded() -> bool:
+    """Whether the plugins are loaded (or in-process ones registered): asking their runtimes is free."""
+    return _loaded is not None or bool(_extra)
+
+
+@functools.cache
+def hardware_present() -> bool:
+    """Whether a probe in the ``nkipy.hardware`` entry-point group sees accelerator hardware.
+
+    torch asks ``torch.nkipy.is_available()`` in every program that dynamo compiles and in every
+    ``torch.accelerator`` query, nkipy user or not. Loading the plugins to answer would import every
+    pack into unrelated programs; a probe (``nkipy_runtime.probe:neuron_devices``, say) only looks
+    at the machine. Asked once per process: hardware does not come and go. A probe that fails is
+    logged and counts as no hardware.
+    """
+    for ep in sorted(entry_points(group=HARDWARE_GROUP), key=lambda e: e.name):
+        try:
+            if ep.load()():
+                return True
+        except Exception as exc:  # noqa: BLE001 - a broken probe must not break torch's query
+            log.warning("nkipy hardware probe %r failed: %s: %s", ep.name, type(exc).__name__, exc)
+    return False
 
 
 def _entry_point_candidates() -> list[_Candidate]:

@@ -33,10 +33,12 @@ def is_available() -> bool:
     otherwise ``torch.accelerator.is_available()`` would move every program on a CPU machine onto
     it. Explicit use (``.to("nkipy")``, ``device="nkipy"``) works either way.
     """
-    from .. import config
+    from .. import config, plugins
 
     try:
         settings = config.peek()
+        if settings.runtime is None and not plugins.loaded() and not plugins.hardware_present():
+            return False  # no pack reports hardware here: answered without importing any pack
         runtime = config.select_runtime(settings)
     except NkipyError:
         return False
