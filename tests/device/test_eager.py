@@ -41,6 +41,10 @@ OPS = {
     "linear": lambda a, b: F.linear(a, b, torch.ones(4).to(a.device)),
     "inplace_chain": lambda a, b: a.clone().mul_(2).add_(b).sigmoid_(),
     "out_variant": lambda a, b: torch.add(a, b, out=torch.empty(0, device=a.device)),
+    # composites that hand a wrapped Python number to a Tensor overload (xlogy.OutTensor)
+    "xlogy_scalar_other": lambda a, b: torch.xlogy(a.abs(), 1.1),
+    "xlogy_scalar_self": lambda a, b: torch.xlogy(2, a.abs()),
+    "xlogy_int_tensor": lambda a, b: torch.xlogy(torch.arange(16).reshape(4, 4).to(a.device), 1.5),
 }
 
 

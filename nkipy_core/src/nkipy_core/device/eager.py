@@ -91,8 +91,37 @@ def _state() -> _Kernels:
 _INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl", "_index_put_impl_"})
 
 
+#: op -> positions of its arguments declared ``Tensor``
+_TENSOR_POSITIONS: dict[torch._ops.OpOverload, tuple[int, ...]] = {}
+
+
+def _numbers_as_tensors(op: torch._ops.OpOverload, args: tuple) -> tuple:
+    """``args`` with a Python number in a ``Tensor`` position made a 0-dim CPU tensor again.
+
+    A composite such as ``xlogy.Scalar_Other`` calls ``xlogy.OutTensor`` with the scalar wrapped
+    as a 0-dim tensor, and torch's boxing hands the device's fallback that wrapped number as a
+    Python number, which the ``Tensor`` overload then refuses. The tensor keeps the number's
+    category without promoting a dimensioned operand of it (f64 beside floats, else the default
+    float dtype, i64 or bool), as the wrapped number did.
+    """
+    positions = _TENSOR_POSITIONS.get(op)
+    if positions is None:
+        positions = _TENSOR_POSITIONS[op] = tuple(
+            i for i, a in enumerate(op._schema.arguments) if isinstance(a.type, torch.TensorType) and not a.kwarg_only
+        )
+    if not any(i < len(args) and type(args[i]) in (bool, int, float) for i in positions):
+        return args
+    floats = any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in args)
+    number_dtypes = {bool: torch.bool, int: torch.int64, float: torch.float64 if floats else torch.get_default_dtype()}
+    return tuple(
+        torch.scalar_tensor(a, dtype=number_dtypes[type(a)]) if i in positions and type(a) in number_dtypes else a
+        for i, a in enumerate(args)
+    )
+
+
 def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     """Run one ATen op on ``nkipy`` tensors (what the device's boxed fallback calls)."""
+    args = _numbers_as_tensors(op, args)
     if _updates_running_stats(op, args):
         return _batch_norm_training(*args)
     if len(args) > 1 and isinstance(args[1], (list, tuple)) and _base_name(op) in _INDEXING:
