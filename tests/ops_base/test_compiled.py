@@ -9,10 +9,13 @@ an error, so each case also proves that its forward (and backward) graphs lower 
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
+
+from nkipy_core import FallbackWarning
 
 _generator = torch.Generator().manual_seed(0)
 
@@ -231,15 +234,39 @@ def test_as_strided_reads_the_storage_of_each_call_not_a_cached_kernel():
     """Two calls whose inputs have one shape but different layouts compile to different plans:
     as_strided addresses storage, so the transposed input is declined (and runs on CPU) instead
     of reusing the kernel lowered for the contiguous one."""
-    from nkipy_core import FallbackWarning
-
     def fn(x):
-        return x.as_strided((3, 3), (1, 3), 1) * 2
+        return x.as_strided((3, 3), (1, 3)) * 2
 
     compiled = torch.compile(fn, backend="nkipy", dynamic=False)  # both graphs have static shapes
     x = randn(4, 4)
-    _assert_close(compiled(x), fn(x), "contiguous input")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        _assert_close(compiled(x), fn(x), "contiguous input")
     transposed = randn(4, 4).t()
     with pytest.warns(FallbackWarning, match="as_strided of a non-contiguous tensor"):
         actual = compiled(transposed)
     _assert_close(actual, fn(transposed), "transposed input")
+
+
+@pytest.mark.parametrize("dynamic", [False, None], ids=["static", "automatic"])
+def test_as_strided_with_a_storage_offset_of_a_graph_input_is_declined(dynamic):
+    """An explicit storage_offset addresses the input's storage, and the input's own offset is
+    not guarded between calls: the rule declines rather than bake the first call's offset in."""
+    def fn(x):
+        return torch.as_strided(x, (4,), (1,), 10) * 2
+
+    compiled = torch.compile(fn, backend="nkipy", dynamic=dynamic)
+    base = torch.arange(64.0).reshape(8, 8)
+    with pytest.warns(FallbackWarning, match="explicit storage_offset of a graph input"):
+        _assert_close(compiled(base[1:4]), fn(base[1:4]), "offset 8")
+    _assert_close(compiled(base[2:5]), fn(base[2:5]), "offset 16")
+
+
+def test_as_strided_with_a_storage_offset_inside_a_kernel_is_lowered():
+    def fn(x):
+        return (x * 2).as_strided((3, 3), (1, 3), 1) + 1
+
+    x = randn(4, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        _assert_close(torch.compile(fn, backend="nkipy", dynamic=False)(x), fn(x), "intermediate")

@@ -31,7 +31,7 @@ from .ir.passes import simplify
 from .ir.printer import format_kernel
 from .ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
 from .ir.verify import verify
-from .lowering import Layout, invoke, output_types, tensor_type
+from .lowering import GRAPH_INPUT, Layout, invoke, output_types, tensor_type
 from .registry import LoweringRule, op_name, source_digest
 from .runtime.base import CompileOptions, DeviceArray, Signature
 
@@ -398,6 +398,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
             node.args = (node.target, *node.args)
             node.target = regions.run_on_cpu
     rng.seed_random_ops(gm, config.fallback_random)
+    for node in gm.graph.find_nodes(op="placeholder"):
+        node.meta[GRAPH_INPUT] = True
     gm.graph.lint()
     gm.recompile()
     decisions = plan(gm, config, cache, runtime.name)

@@ -37,15 +37,33 @@ class Layout:
     stride: tuple[int, ...]
     storage_offset: int
     contiguous: bool
+    #: an input of the compiled graph: its storage offset is the traced call's, and dynamo does
+    #: not guard it, so a later call may bring another (strides and sizes are guarded)
+    graph_input: bool = False
 
     @classmethod
-    def of(cls, val: Any) -> Layout | None:
+    def of(cls, val: Any, graph_input: bool = False) -> Layout | None:
         if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
             return None
         try:
-            return cls(tuple(int(s) for s in val.stride()), int(val.storage_offset()), bool(val.is_contiguous()))
+            return cls(
+                tuple(int(s) for s in val.stride()), int(val.storage_offset()), bool(val.is_contiguous()), graph_input
+            )
         except (TypeError, RuntimeError):  # symbolic strides
             return None
+
+    @classmethod
+    def of_node(cls, node: Any) -> Layout | None:
+        """The layout of an FX argument (``None`` for a non-node); ``GRAPH_INPUT`` in its meta
+        marks an input of the graph being compiled, and survives partitioning."""
+        if not isinstance(node, torch.fx.Node):
+            return None
+        return cls.of(node.meta.get("val"), bool(node.meta.get(GRAPH_INPUT)))
+
+
+#: node.meta key on the placeholders of a graph given to ``compile_graph`` (copied onto the
+#: placeholders of its fused subgraphs), read by ``Layout.of_node``
+GRAPH_INPUT = "nkipy_graph_input"
 
 
 @attrs.frozen
@@ -117,7 +135,7 @@ def _as_traced(builder: KernelBuilder, value: Any) -> Any:
 def invoke(rule: LoweringRule, node: torch.fx.Node, builder: KernelBuilder, lookup) -> Any:
     """Run ``rule`` on ``node`` inside ``builder``; check its results against the node's types."""
     expected = output_types(node)
-    layouts = tuple(Layout.of(a.meta.get("val")) if isinstance(a, torch.fx.Node) else None for a in node.args)
+    layouts = tuple(Layout.of_node(a) for a in node.args)
     args, kwargs = map_args(node, lookup)
     kwargs, stream = split_kwargs(kwargs)
     ctx = LoweringContext(node.target, node.name, expected, rng=stream, layouts=layouts)

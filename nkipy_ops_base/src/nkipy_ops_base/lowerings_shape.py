@@ -221,6 +221,9 @@ class _Strided:
         layout = ctx.layouts[0] if ctx.layouts else None
         require(layout is not None and layout.contiguous,
                 "as_strided of a non-contiguous tensor (its storage order is not the kernel's)")
+        require(storage_offset is None or not layout.graph_input,
+                "as_strided with an explicit storage_offset of a graph input (its own offset in "
+                "storage can differ from call to call, and nothing re-checks it)")
         self.size, self.stride = tuple(size), tuple(stride)
         self.offset = (layout.storage_offset if storage_offset is None else storage_offset) - layout.storage_offset
         self.count = math.prod(size)
