@@ -263,6 +263,21 @@ def test_fallback_random_is_bit_exact_with_eager(graphs):
     assert nkipy_core.cache_stats["host_random_ops"] - host_ops == 8  # counted, at compile time
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("p", [0.1, 0.5, 1.0])
+def test_fallback_random_dropout_is_bit_exact_with_eager(dtype, p):
+    """``F.dropout`` on CPU rounds the kept value ``1/(1-p)`` to the dtype before multiplying;
+    the host-noise split does the same, so half-float dropout matches eager bit for bit."""
+    dropout = torch.nn.Dropout(p).train()
+    x = torch.randn(64, 64).to(dtype)
+    fn = compiled(dropout, fallback_random=True)
+    torch.manual_seed(3)
+    expected = dropout(x)
+    torch.manual_seed(3)
+    actual = fn(x)
+    assert actual.dtype == expected.dtype and torch.equal(actual, expected)
+
+
 def test_kernel_numbers_are_not_eagers():
     """Without ``fallback_random`` the numbers are Philox's (documented), not torch's."""
     torch.manual_seed(0)

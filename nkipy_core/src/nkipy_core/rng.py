@@ -187,13 +187,18 @@ def _dropping(node: torch.fx.Node) -> bool:
 
 
 def _split_dropout(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """A host Bernoulli draw and kernel arithmetic in eager ``F.dropout``'s order on CPU:
+    ``noise.div_(1 - p)`` rounds the kept value ``1/(1-p)`` to the tensor's dtype, then
+    ``x * noise`` (``p = 1`` multiplies by the all-zero noise)."""
     aten = torch.ops.aten
     x, p = node.args[:2]
     out_val, mask_val = node.meta["val"]
     noise = _host(graph, aten.bernoulli.p, (_host_empty(graph, x), 1 - p), {}, out_val)
-    scale = 0.0 if p == 1 else 1 / (1 - p)
-    out = graph.call_function(aten.mul.Tensor, (graph.call_function(aten.mul.Tensor, (x, noise)), scale))
-    out.args[0].meta["val"] = out.meta["val"] = out_val
+    if p != 1:
+        noise = graph.call_function(aten.div.Tensor, (noise, 1 - p))
+        noise.meta["val"] = out_val
+    out = graph.call_function(aten.mul.Tensor, (x, noise))
+    out.meta["val"] = out_val
     mask = graph.call_function(aten.ne.Scalar, (noise, 0))
     mask.meta["val"] = mask_val
     for user in list(node.users):  # AOTAutograd graphs only index native_dropout's results
