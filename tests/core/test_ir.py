@@ -166,3 +166,11 @@ def test_kernel_py_runs_standalone_with_numpy(tmp_path):
     result = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["float32 (20, 30)", "bfloat16 (20, 30)"]
+
+
+@pytest.mark.parametrize("dtype", [DType.u8, DType.i8, DType.i16, DType.i32, DType.i64])
+@pytest.mark.parametrize("value", [-1, 300, -129, 2**40 + 7, 2**63 - 1, -(2**63)])
+def test_an_integer_out_of_range_wraps_as_torch_converts_it(dtype, value):
+    """``masked_fill(m, -1)`` on u8 fills 255 in torch; NumPy would raise instead."""
+    expected = torch.full((), value, dtype=torch.int64).to(dtype.torch).item()
+    assert int(dtype.scalar(value)) == expected

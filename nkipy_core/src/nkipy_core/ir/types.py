@@ -48,10 +48,13 @@ class DType(enum.Enum):
         """A Python number as a 0-d array of this type, rounded as torch converts a ``Scalar``:
         half floats are constructed from an f32 (``c10::Half(float)``), so a double is rounded
         to f32 first. The direct cast can differ: ``1 + 2**-11 + 2**-40`` is 1.0 in torch's f16,
-        1.001 in NumPy's."""
+        1.001 in NumPy's. An integer out of an integer type's range wraps around, as C's
+        conversion does (``-1`` is 255 in u8), where NumPy would raise."""
         with np.errstate(over="ignore"):  # too large for the type is infinity, as in torch
             if self.is_half:
                 return np.asarray(np.float32(value), dtype=self.numpy)
+            if self.is_integer and isinstance(value, int):
+                return np.asarray(value % 2**64, dtype=np.uint64).astype(self.numpy)
             return np.asarray(value, dtype=self.numpy)
 
     @property
