@@ -83,13 +83,14 @@ def test_core_alone_lists_no_lowerings_cpu_plugin_and_runtime(plugin_env, capsys
     plugin_row = line_of(section(out, "Plugins"), "cpu ")
     assert plugin_row == ["cpu", "nkipy-core", version("nkipy-core"), "ok", "nkipy_core.runtime.cpu"]
     runtime_row = line_of(section(out, "Runtimes"), "cpu ")
-    assert runtime_row == ["cpu", "0", "nkipy-core", version("nkipy-core"), "yes", "-"]
+    assert runtime_row == ["cpu", "0", "nkipy-core", version("nkipy-core"), "no", "yes", "-"]  # a simulator
 
     data = run_json(capsys, "list")
     assert data["lowerings"] == []
     assert [(p["name"], p["status"]) for p in data["plugins"]] == [("cpu", "ok")]
     assert data["runtimes"] == [
-        {"name": "cpu", "priority": 0, "provider": "nkipy-core", "version": version("nkipy-core"), "available": True, "reason": ""}
+        {"name": "cpu", "priority": 0, "provider": "nkipy-core", "version": version("nkipy-core"), "hardware": False,
+         "available": True, "reason": ""}
     ]
 
 
@@ -243,9 +244,9 @@ def test_doctor_reports_versions_and_what_unavailable_runtimes_need(plugin_env, 
         ("fakehw-runtime", "0.7"),
     ]:
         assert line_of(out, f"  {name} ")[1] == value
-    assert line_of(section(out, "Runtimes"), "fakehw ")[:5] == ["fakehw", "10", "fakehw-runtime", "0.7", "no"]
+    assert line_of(section(out, "Runtimes"), "fakehw ")[:6] == ["fakehw", "10", "fakehw-runtime", "0.7", "no", "no"]
     assert "Runtime torch.compile will use: cpu (highest-priority available)" in out
-    assert "Torch device: nkipy (registered by torch autoload)" in out
+    assert "Torch device: nkipy (registered by torch autoload); torch.accelerator does not pick it: " in out
     assert (
         "Note: runtime 'fakehw' is unavailable: fakehw-driver not found on PATH; "
         "pip install fakehw[driver] on a FakeHW host"
@@ -254,7 +255,7 @@ def test_doctor_reports_versions_and_what_unavailable_runtimes_need(plugin_env, 
 
     report = run_json(capsys, "doctor")
     assert report["ok"] is True and report["selection"]["selected"] == "cpu"
-    assert report["device"] == {"name": "nkipy", "registered": True, "autoload": True, "privateuse1": "nkipy"}
+    assert report["device"] == {"name": "nkipy", "registered": True, "autoload": True, "privateuse1": "nkipy", "accelerator": False}
     assert [r["name"] for r in report["runtimes"]] == ["fakehw", "crashy", "cpu"]
     assert by(report["runtimes"], "name", "fakehw")["reason"].startswith("fakehw-driver not found")
 

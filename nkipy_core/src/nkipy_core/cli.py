@@ -121,6 +121,7 @@ def runtime_rows(loaded: plugins.Plugins) -> list[dict[str, Any]]:
                 "priority": getattr(runtime, "priority", 0),
                 "provider": provenance.distribution if provenance else "<unknown>",
                 "version": provenance.version if provenance else "?",
+                "hardware": bool(getattr(runtime, "hardware", False)),
                 "available": ok,
                 "reason": reason,
             }
@@ -278,9 +279,10 @@ def render_plugins(rows: list[dict[str, Any]]) -> str:
 def render_runtimes(rows: list[dict[str, Any]]) -> str:
     return _table_section(
         "Runtimes", "no runtimes registered",
-        ["runtime", "priority", "provider", "available", "reason"],
+        ["runtime", "priority", "provider", "hardware", "available", "reason"],
         [
-            (r["name"], r["priority"], f"{r['provider']} {r['version']}", "yes" if r["available"] else "no", r["reason"] or "-")
+            (r["name"], r["priority"], f"{r['provider']} {r['version']}", "yes" if r["hardware"] else "no",
+             "yes" if r["available"] else "no", r["reason"] or "-")
             for r in rows
         ],
     )
@@ -303,8 +305,9 @@ def render_coverage(report: dict[str, Any], pack: str | None) -> str:
 
 
 def device_status() -> dict[str, Any]:
-    """Whether torch knows the ``nkipy`` device, and how it was registered."""
-    from .device import NAME
+    """Whether torch knows the ``nkipy`` device, how it was registered, and whether torch may
+    pick it as the machine's accelerator (``torch.nkipy.is_available()``)."""
+    from .device import NAME, module
 
     taken = torch._C._get_privateuse1_backend_name()
     return {
@@ -312,6 +315,7 @@ def device_status() -> dict[str, Any]:
         "registered": taken == NAME,
         "autoload": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "1") == "1",
         "privateuse1": taken,
+        "accelerator": taken == NAME and module.is_available(),
     }
 
 
@@ -322,7 +326,14 @@ def render_device(device: dict[str, Any]) -> str:
             f"{device['privateuse1']!r} (another package took it)"
         )
     how = "torch autoload" if device["autoload"] else "import nkipy_core (TORCH_DEVICE_BACKEND_AUTOLOAD=0)"
-    return f"Torch device: {device['name']} (registered by {how})"
+    if device["accelerator"]:
+        accelerator = "torch.accelerator picks it"
+    else:
+        accelerator = (
+            "torch.accelerator does not pick it: no hardware runtime is available; name a runtime to "
+            "opt in (NKIPY_RUNTIME=cpu or init_nkipy_backend(runtime='cpu')), or use .to('nkipy')"
+        )
+    return f"Torch device: {device['name']} (registered by {how}); {accelerator}"
 
 
 def render_doctor(report: dict[str, Any]) -> str:

@@ -11,9 +11,12 @@ Torch calls these functions from user code that dynamo compiles (``torch.random.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..errors import NkipyError
+
+log = logging.getLogger("nkipy.device")
 
 _current = 0
 
@@ -41,6 +44,9 @@ def is_available() -> bool:
             return False  # no pack reports hardware here: answered without importing any pack
         runtime = config.select_runtime(settings)
     except NkipyError:
+        return False
+    except Exception as exc:  # noqa: BLE001 - torch asks in every compile: a broken runtime must not break it
+        log.warning("torch.nkipy.is_available(): a runtime failed while asked: %s: %s", type(exc).__name__, exc)
         return False
     return getattr(runtime, "hardware", False) or settings.runtime is not None
 
