@@ -1,0 +1,3 @@
+"""Emitters of the indexing primitives (see registry.py for the emitter contract)."""
+
+from __future__ import annotations

@@ -1,0 +1,88 @@
+"""A whole kernel as a StableHLO module: ``func.func @main`` over the kernel's parameters.
+
+Half floats follow the cpu runtime exactly: a ``half_compute`` primitive converts its f16/bf16
+operands to f32, computes, and rounds the result once; a conversion from f64, i64 or i32 to a
+half float goes through f32, as torch's does. Every op carries its origin (the ATen op and rule
+that built it) as its MLIR location, which becomes HLO ``metadata.op_name`` for profilers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+
+from nkipy_core.errors import NkipyError
+from nkipy_core.ir import DType, Kernel, Op, TensorType
+from nkipy_core.ir.primitives import primitive
+
+from . import elementwise, indexing, random, reductions, shapes  # noqa: F401 - register emitters
+from .builder import FunctionBuilder, Val, tensor_type
+from .registry import EMITTERS
+
+#: element types a conversion to a half float rounds to f32 first, as torch does
+_WIDE = frozenset({DType.f64, DType.i64, DType.i32})
+
+
+class EmissionError(NkipyError):
+    """A kernel holds a primitive this version of nkipy-runtime cannot emit."""
+
+
+def _f32(t: TensorType) -> TensorType:
+    return TensorType(t.shape, DType.f32) if t.dtype.is_half else t
+
+
+def emit_op(b: FunctionBuilder, op: Op, operands: list[Val]) -> Val:
+    """Write one IR op; the half-float rule of the module docstring lives here only."""
+    try:
+        emitter = EMITTERS[op.prim]
+    except KeyError:
+        raise EmissionError(
+            f"nkipy-runtime has no StableHLO emitter for primitive {op.prim!r}; upgrade "
+            "nkipy-runtime to a version made for this nkipy-core"
+        ) from None
+    result = op.result.type
+    params = op.params
+    if op.prim == "convert" and result.dtype.is_half and operands[0].dtype in _WIDE:
+        return b.convert(b.convert(operands[0], DType.f32), result.dtype)
+    half = primitive(op.prim).half_compute and any(t.dtype.is_half for t in (*[o.type for o in operands], result))
+    if not half:
+        return emitter(b, result, *operands, **params)
+    wide = emitter(b, _f32(result), *[b.convert(o, DType.f32) if o.dtype.is_half else o for o in operands], **params)
+    return b.convert(wide, result.dtype)
+
+
+def _location(origin: str) -> str:
+    return f" loc({json.dumps(origin)})" if origin else ""
+
+
+def module_name(kernel: Kernel) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", kernel.name) or "kernel"
+
+
+def emit_module(kernel: Kernel, aliases: Mapping[int, int] | None = None) -> str:
+    """StableHLO text of ``kernel``. ``aliases`` maps an output index to the parameter whose
+    buffer it may reuse (an in-place update); it becomes ``tf.aliasing_output`` on that
+    parameter, which XLA turns into the module's input/output alias."""
+    aliases = dict(aliases or {})
+    by_param = {p: o for o, p in aliases.items()}
+    b = FunctionBuilder()
+    env: dict[int, Val] = {}
+    params = []
+    for i, p in enumerate(kernel.params):
+        env[p.id] = Val(f"%arg{i}", p.type)
+        alias = f" {{tf.aliasing_output = {by_param[i]} : i32}}" if i in by_param else ""
+        params.append(f"%arg{i}: {tensor_type(p.type)}{alias}")
+    for op in kernel.ops:
+        start = len(b.lines)
+        env[op.result.id] = emit_op(b, op, [env[v.id] for v in op.operands])
+        loc = _location(op.origin)
+        b.lines[start:] = [line + loc if line.startswith("%") else line for line in b.lines[start:]]
+    outputs = [env[o.id] for o in kernel.outputs]
+    b.returns(outputs, "func.return")
+    results = ", ".join(tensor_type(o.type) for o in outputs)
+    body = "\n".join("    " + line for line in b.lines)
+    return (
+        f"module @{module_name(kernel)} {{\n"
+        f"  func.func public @main({', '.join(params)}) -> ({results}) {{\n{body}\n  }}\n}}\n"
+    )
