@@ -1,0 +1,177 @@
+"""The ``xla`` runtime: its buffer hooks against NumPy, kernels on XLA buffers without host
+round trips, the HLO files in the kernel cache, and jax left as the user configured it."""
+
+import json
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+from nkipy_core import cache_stats, init_nkipy_backend
+from nkipy_core.ir import DType, KernelBuilder, TensorType
+from nkipy_core.runtime.base import CompileOptions, DeviceArray, contiguous_strides
+from nkipy_runtime.xla_runtime import HLO_PROTO, HLO_TEXT, STABLEHLO, XlaRuntime
+
+DTYPES = [DType.bool, DType.i8, DType.i16, DType.i32, DType.i64, DType.u8, DType.u32, DType.u64,
+          DType.f16, DType.bf16, DType.f32, DType.f64]
+
+
+def sample(dtype: DType, shape, seed=0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dtype is DType.bool:
+        return rng.random(shape) < 0.5
+    if dtype.is_float:
+        return (rng.standard_normal(shape) * 100).astype(dtype.numpy)
+    info = np.iinfo(dtype.numpy)
+    return rng.integers(info.min, info.max, shape, dtype=dtype.numpy, endpoint=True)
+
+
+def put(rt, host: np.ndarray, dtype: DType) -> DeviceArray:
+    array = DeviceArray.contiguous(rt.allocate(host.nbytes), TensorType(host.shape, dtype))
+    rt.to_device(host, array)
+    return array
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_round_trip_is_exact_for_every_dtype(dtype):
+    rt = XlaRuntime()
+    host = sample(dtype, (3, 5))
+    back = rt.to_host(put(rt, host, dtype))
+    assert back.dtype == host.dtype
+    np.testing.assert_array_equal(back.view(np.uint8), host.view(np.uint8))  # bit for bit
+
+
+def strided(array: DeviceArray, shape, strides, offset, dtype=None) -> DeviceArray:
+    return DeviceArray(array.buffer, dtype or array.dtype, shape, strides, offset)
+
+
+def test_strided_views_read_and_write_like_numpy():
+    rt = XlaRuntime()
+    host = sample(DType.f32, (4, 6))
+    array = put(rt, host, DType.f32)
+    # a transposed, stepped view with an offset: x[1:, ::2].T
+    view = strided(array, (3, 3), (2, 6), 6)
+    np.testing.assert_array_equal(rt.to_host(view), host[1:, ::2].T)
+    update = sample(DType.f32, (3, 3), seed=1)
+    rt.to_device(update, view)
+    expected = host.copy()
+    expected[1:, ::2] = update.T
+    np.testing.assert_array_equal(rt.to_host(array), expected)
+    # device-to-device copy into another view, without any transfer
+    before = rt.stats.transfers()
+    rt.copy(strided(array, (6,), (1,), 0), strided(array, (6,), (1,), 18))
+    assert rt.stats.transfers() == before
+    expected[3] = expected[0]
+    np.testing.assert_array_equal(rt.to_host(array), expected)
+
+
+def test_views_that_reinterpret_bytes_see_the_same_bits_as_numpy():
+    rt = XlaRuntime()
+    host = sample(DType.f32, (8,))
+    array = put(rt, host, DType.f32)
+    as_i32 = strided(array, (8,), (1,), 0, DType.i32)
+    np.testing.assert_array_equal(rt.to_host(as_i32), host.view(np.int32))
+    as_bf16 = strided(array, (16,), (1,), 0, DType.bf16)
+    np.testing.assert_array_equal(rt.to_host(as_bf16).view(np.uint16), host.view(np.uint16))
+    as_bytes = strided(array, (32,), (1,), 0, DType.u8)
+    np.testing.assert_array_equal(rt.to_host(as_bytes), host.view(np.uint8))
+    # writing one i16 half of an element changes exactly those bytes
+    half = strided(array, (1,), (1,), 3, DType.i16)
+    rt.to_device(np.array([-2], dtype=np.int16), half)
+    expected = host.copy().view(np.int16)
+    expected[3] = -2
+    np.testing.assert_array_equal(rt.to_host(array).view(np.int16), expected)
+
+
+def test_a_buffer_whose_size_is_not_a_multiple_of_the_element_keeps_its_tail_bytes():
+    rt = XlaRuntime()
+    raw = np.arange(10, dtype=np.uint8)
+    buffer = put(rt, raw, DType.u8)
+    rt.to_device(np.array([-1.0], dtype=np.float32), strided(buffer, (1,), (1,), 1, DType.f32))
+    expected = raw.copy()
+    expected[4:8] = np.array([-1.0], dtype=np.float32).view(np.uint8)
+    np.testing.assert_array_equal(rt.to_host(buffer), expected)
+
+
+def add_kernel(dtype: DType, shape=(2, 3)):
+    b = KernelBuilder("add")
+    x, y = b.param(TensorType(shape, dtype)), b.param(TensorType(shape, dtype))
+    return b.finish([x + y, x])
+
+
+@pytest.mark.parametrize("dtype", [DType.bf16, DType.i64, DType.u8, DType.f64], ids=str)
+def test_kernels_run_on_device_buffers_and_return_device_buffers(dtype):
+    rt = XlaRuntime()
+    exe = rt.compile(add_kernel(dtype), CompileOptions())
+    x, y = sample(dtype, (2, 3)), sample(dtype, (2, 3), seed=1)
+    with np.errstate(over="ignore"):
+        expected = (x.astype(np.float32) + y.astype(np.float32)).astype(dtype.numpy) if dtype.is_half else x + y
+    before = rt.stats.transfers()
+    out, same = rt.run(exe, [put(rt, x, dtype), put(rt, y, dtype)])
+    assert rt.stats.host_to_device == before["host_to_device"] + 2 and rt.stats.device_to_host == 0
+    np.testing.assert_array_equal(rt.to_host(out), expected)
+    np.testing.assert_array_equal(rt.to_host(same), x)  # an input returned as an output
+
+
+def test_kernels_read_strided_views_of_buffers():
+    rt = XlaRuntime()
+    exe = rt.compile(add_kernel(DType.f32, (3, 2)), CompileOptions())
+    host = sample(DType.f32, (2, 3))
+    array = put(rt, host, DType.f32)
+    transposed = strided(array, (3, 2), (1, 3), 0)
+    (out, _) = rt.run(exe, [transposed, transposed])
+    np.testing.assert_array_equal(rt.to_host(out), host.T + host.T)
+
+
+def test_compile_produces_the_hlo_artifacts_and_load_reuses_them():
+    rt = XlaRuntime()
+    exe = rt.compile(add_kernel(DType.f32), CompileOptions())
+    files = exe.artifacts()
+    assert set(files) == {STABLEHLO, HLO_PROTO, HLO_TEXT}
+    assert b"stablehlo.add" in files[STABLEHLO]
+    assert b"HloModule add" in files[HLO_TEXT] and b"add(" in files[HLO_TEXT]
+    assert files[HLO_PROTO][:1] and files[HLO_PROTO] != files[HLO_TEXT]
+    loaded = rt.load(files, exe.signature, CompileOptions())
+    x = sample(DType.f32, (2, 3))
+    (out, _) = rt.run(loaded, [put(rt, x, DType.f32), put(rt, x, DType.f32)])
+    np.testing.assert_array_equal(rt.to_host(out), x + x)
+
+
+def test_compiled_graph_on_xla_writes_hlo_into_the_cache_and_a_warm_process_does_not_lower(tmp_path):
+    init_nkipy_backend(runtime="xla", nkipy_cache=tmp_path / "cache")
+    f = torch.compile(lambda a, b: torch.exp(a) * b - b, backend="nkipy")
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    torch.testing.assert_close(f(a, b), torch.exp(a) * b - b)
+    (entry,) = (tmp_path / "cache" / "kernels").iterdir()
+    meta = json.loads((entry / "meta.json").read_text())
+    assert meta["runtime"] == "xla"
+    for name in (STABLEHLO, HLO_PROTO, HLO_TEXT):
+        assert (entry / "artifacts" / name).stat().st_size > 0
+    assert "exponential" in (entry / "artifacts" / HLO_TEXT).read_text()
+    torch._dynamo.reset()
+    lowered = cache_stats["lowered_kernels"]
+    torch.testing.assert_close(f(a, b), torch.exp(a) * b - b)
+    assert cache_stats["lowered_kernels"] == lowered
+
+
+def test_jax_64_bit_setting_is_left_as_the_user_had_it():
+    import jax
+
+    rt = XlaRuntime()
+    big = np.array([2**40 + 1, -(2**62)], dtype=np.int64)
+    assert rt.to_host(put(rt, big, DType.i64)).tolist() == big.tolist()
+    assert not jax.config.jax_enable_x64
+    assert jax.numpy.asarray(big.astype(np.int32)).dtype == np.int32
+
+
+def test_without_jax_the_runtime_says_what_to_install():
+    code = (
+        "import sys; sys.modules['jax'] = None; sys.modules['jaxlib'] = None\n"
+        "from nkipy_runtime.xla_runtime import XlaRuntime\n"
+        "print(XlaRuntime().available())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "(False, " in result.stdout and "pip install 'nkipy-runtime[xla]'" in result.stdout
