@@ -7,9 +7,11 @@ run takes about a minute per dtype on two cores; ``RUN_BUDGET`` only guards agai
 a run that exhausts it fails, since the rows it did not reach would go unjudged. See the table
 with ``pytest -s``.
 
-Samples that fail on purpose are listed, with why, in ``conformance_expected_failures.txt``; the
-test fails on a failing sample that is not listed and on a listed one that passes. After changing
-rules, rewrite the file from a run and review the diff::
+The run uses the runtime the backend selects (``NKIPY_RUNTIME=xla`` runs it on XLA). Samples that
+fail on purpose are listed, with why, in ``conformance_expected_failures.txt`` (the ``cpu`` runtime)
+or ``conformance_expected_failures.<runtime>.txt``; the test fails on a failing sample that is not
+listed and on a listed one that passes. After changing rules, rewrite the file from a run and
+review the diff::
 
     NKIPY_UPDATE_EXPECTED_FAILURES=1 pytest tests/ops_base/test_conformance.py
 """
@@ -19,11 +21,18 @@ from pathlib import Path
 import pytest
 import torch
 
+from nkipy_core import config
 from nkipy_core.testing import assert_conformance, expected_failures_for, run_conformance
 
 RUN_BUDGET = 600.0  # seconds for the whole run: ten times what it takes on two idle cores
 OP_BUDGET = 20.0  # seconds per OpInfo
-EXPECTED_FAILURES = Path(__file__).with_name("conformance_expected_failures.txt")
+
+
+def expected_failures_file() -> Path:
+    runtime = config.select_runtime(config.current()).name
+    suffix = "" if runtime == "cpu" else f".{runtime}"
+    return Path(__file__).with_name(f"conformance_expected_failures{suffix}.txt")
+
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -46,4 +55,4 @@ def test_ops_base_matches_eager_on_opinfo_samples(dtype):
     assert report.summary()["pass"] > 0
     unjudged = [r.op for r in report.rows if "time budget of the run exhausted" in r.note]
     assert not unjudged, f"the run exceeded RUN_BUDGET={RUN_BUDGET}s; {len(unjudged)} rows went unjudged: {unjudged}"
-    assert_conformance(report, expected_failures=expected_failures_for(report, EXPECTED_FAILURES))
+    assert_conformance(report, expected_failures=expected_failures_for(report, expected_failures_file()))

@@ -124,9 +124,21 @@ def runtime_rows(loaded: plugins.Plugins) -> list[dict[str, Any]]:
                 "hardware": bool(getattr(runtime, "hardware", False)),
                 "available": ok,
                 "reason": reason,
+                "details": _details(runtime) if ok else "",
             }
         )
     return rows
+
+
+def _details(runtime: Any) -> str:
+    """What an available runtime runs on, if it says (the optional ``Runtime.describe``)."""
+    describe = getattr(runtime, "describe", None)
+    if describe is None:
+        return ""
+    try:
+        return describe()
+    except Exception as exc:  # noqa: BLE001 - the doctor reports, it does not crash
+        return f"describe() raised {type(exc).__name__}: {exc}"
 
 
 def core_aten_ops() -> list[str]:
@@ -354,6 +366,8 @@ def render_doctor(report: dict[str, Any]) -> str:
     for row in report["runtimes"]:
         if not row["available"]:
             lines.append(f"Note: runtime {row['name']!r} is unavailable: {row['reason']}")
+        elif row["details"]:
+            lines.append(f"Runtime {row['name']!r}: {row['details']}")
     return "\n".join(lines)
 
 

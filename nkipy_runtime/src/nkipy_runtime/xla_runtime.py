@@ -75,7 +75,7 @@ class XlaRuntime:
     jaxlib sees one)."""
 
     name = "xla"
-    priority = 5
+    priority = -10  # below cpu until the figures say otherwise (see docs/runtimes.md)
     hardware = False  # XLA stands in for the accelerator; torch sees nkipy only on request
 
     def __init__(self) -> None:
@@ -84,6 +84,12 @@ class XlaRuntime:
     def available(self) -> tuple[bool, str]:
         ok, reason = xla_bridge.available()
         return (True, "") if ok else (False, reason)
+
+    def describe(self) -> str:
+        import jax
+        import jaxlib
+
+        return f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, device {self.device}"
 
     @functools.cached_property
     def device(self) -> Any:

@@ -162,6 +162,9 @@ class Runtime(Protocol):
         """Run a kernel on device arrays; its outputs are new contiguous device arrays."""
         ...
 
+    # Optional: ``describe() -> str`` says what an available runtime runs on (versions, devices);
+    # ``nkipy-ops doctor`` prints it.
+    #
     # Optional: ``run_host(executable, arrays) -> arrays`` runs a kernel on host NumPy arrays
     # directly; a runtime whose device memory is host memory offers it so that graphs of CPU
     # tensors skip staging. Without it, CPU tensors go through to_device/run/to_host.
