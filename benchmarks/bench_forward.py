@@ -1,19 +1,23 @@
-"""Forward latency of the Llama-style block: nkipy (cpu runtime) vs eager vs inductor.
+"""Forward latency of the Llama-style block: nkipy on each runtime vs eager vs inductor.
 
 Inference (``torch.no_grad()``), fp32 and bf16, all measured in this run after compiling and
-checking each compiled output against eager. The ``cpu`` runtime runs the generated NumPy
-kernels: it is the reference executor that makes the pipeline testable without Trainium, not a
-performance target, so the nkipy row measures the cost of the pipeline's glue plus NumPy, not
-of Trainium. The ops that no installed pack lowers run as torch between the kernels; they are
-listed, because the figures depend on how much of the block is lowered.
+checking each compiled output against eager. One nkipy row per available runtime (``--runtimes``):
+``cpu`` runs the generated NumPy kernels (the reference executor, not a performance target);
+``xla`` (nkipy-runtime[xla]) runs the StableHLO that would go to neuronx-cc, compiled by XLA for
+this CPU. For each runtime the time its ``compile`` took per kernel is printed too (the cost of
+the backend compiler, which a warm kernel cache skips). The ops that no installed pack lowers run
+as torch between the kernels; they are listed, because the figures depend on how much of the
+block is lowered.
 
-Run: python benchmarks/bench_forward.py [--dtypes float32 bfloat16] [--repeat 15] [--sdpa]
+Run: python benchmarks/bench_forward.py [--dtypes float32 bfloat16] [--repeat 15] [--sdpa] [--runtimes cpu xla]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
+import time
 import traceback
 import warnings
 
@@ -22,17 +26,51 @@ from _timing import machine, median_time, print_table  # first: it sets the thre
 import torch
 
 import nkipy_core
+from nkipy_core import plugins
 from nkipy_core.testing.models import LlamaBlock
 
 
-def measure(dtype: torch.dtype, repeat: int, sdpa: bool) -> None:
+@contextlib.contextmanager
+def compile_timer(runtime, seconds: list[float]):
+    """Record how long each ``runtime.compile`` call takes (one per kernel compiled)."""
+    original = runtime.compile
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - start)
+
+    runtime.compile = timed
+    try:
+        yield
+    finally:
+        del runtime.compile
+
+
+def nkipy_candidate(model, runtime: str, compile_seconds: list[float]):
+    cache = tempfile.mkdtemp(prefix=f"nkipy-bench-forward-{runtime}-")
+    compiled = torch.compile(model, backend="nkipy", options={"nkipy_cache": cache, "runtime": runtime})
+
+    def first_call_timed(x):
+        with compile_timer(plugins.get().runtimes.get(runtime), compile_seconds):
+            return compiled(x)
+
+    return compiled, first_call_timed
+
+
+def measure(dtype: torch.dtype, repeat: int, sdpa: bool, runtimes: list[str]) -> None:
     model = LlamaBlock(sdpa=sdpa).to(dtype).eval()
     x = model.example_input(dtype)
-    cache = tempfile.mkdtemp(prefix="nkipy-bench-forward-")
+    compile_seconds: dict[str, list[float]] = {name: [] for name in runtimes}
     candidates = {
-        "eager": lambda: model,
-        "inductor": lambda: torch.compile(model, backend="inductor"),
-        "nkipy (cpu)": lambda: torch.compile(model, backend="nkipy", options={"nkipy_cache": cache}),
+        "eager": lambda: (model, model),
+        "inductor": lambda: (torch.compile(model, backend="inductor"),) * 2,
+        **{
+            f"nkipy ({name})": (lambda name=name: nkipy_candidate(model, name, compile_seconds[name]))
+            for name in runtimes
+        },
     }
     tolerance = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 5e-2, "rtol": 5e-2}
     rows, notes, fallbacks = [], {}, []
@@ -43,8 +81,8 @@ def measure(dtype: torch.dtype, repeat: int, sdpa: bool) -> None:
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    fn = make()
-                    out = fn(x)  # compiles
+                    fn, first = make()
+                    out = first(x)  # compiles
                 fallbacks += [str(w.message) for w in caught if issubclass(w.category, nkipy_core.FallbackWarning)]
                 torch.testing.assert_close(out, expected, **tolerance)
                 notes[name] = f"max|out - eager| {(out.float() - expected.float()).abs().max().item():.1e}"
@@ -65,6 +103,15 @@ def measure(dtype: torch.dtype, repeat: int, sdpa: bool) -> None:
     )
     ops = sorted({m.removeprefix("nkipy: ").split(" runs on CPU")[0] for m in fallbacks})
     print(f"  nkipy: {len(ops)} ATen op(s) ran as torch on CPU between kernels: {', '.join(ops) or '-'}")
+    for name, seconds in compile_seconds.items():
+        if seconds:
+            print(f"  nkipy ({name}): compile per kernel {1e3 * sum(seconds) / len(seconds):.1f} ms mean, "
+                  f"{1e3 * max(seconds):.1f} ms max, {len(seconds)} kernel(s)")
+
+
+def available_runtimes() -> list[str]:
+    registry = plugins.get().runtimes
+    return [name for name in registry.names() if registry.get(name).available()[0]]
 
 
 def main() -> None:
@@ -72,10 +119,11 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], help="torch dtype names")
     parser.add_argument("--repeat", type=int, default=15, help="timed runs; the median is reported")
     parser.add_argument("--sdpa", action="store_true", help="attention via F.scaled_dot_product_attention")
+    parser.add_argument("--runtimes", nargs="+", default=None, help="nkipy runtimes to measure (default: all available)")
     args = parser.parse_args()
     print(f"machine: {machine()}")
     for name in args.dtypes:
-        measure(getattr(torch, name), args.repeat, args.sdpa)
+        measure(getattr(torch, name), args.repeat, args.sdpa, args.runtimes or available_runtimes())
 
 
 if __name__ == "__main__":
