@@ -2,7 +2,8 @@
 
 ``nkipy-ops list`` answers "who lowers this op, and who did it override?" (and, with
 ``--coverage core-aten``, "what is still missing?"); ``nkipy-ops doctor`` answers "why does my
-compile fall back or fail here?". Both read the same plugin state the backend uses
+compile fall back or fail here?"; ``nkipy-ops precompile -- CMD`` fills the kernel cache for a
+device this machine lacks while CMD runs on the ``cpu`` runtime. Both read the same plugin state the backend uses
 (``nkipy_core.plugins.get()``), so what they show is what ``torch.compile`` will do.
 
 The data is gathered as plain JSON-ready dicts first and rendered second, so ``--format json``
@@ -16,15 +17,18 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 import numpy
 import torch
 
-from . import plugins
+from . import plugins, precompile
 from .coverage_exclusions import EXCLUSIONS
 from .errors import NkipyError
 from .registry import LoweringRule, op_name
@@ -371,6 +375,15 @@ def render_doctor(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render_precompile(report: dict[str, Any]) -> str:
+    headers = ["kernels", "compiled", "cached", "failed", "compiler seconds"]
+    row = [report["kernels"], report["compiled"], report["cached"], report["failed"], f"{report['compiler_seconds']:.1f}"]
+    lines = [f"Precompile for {report['runtime']} into {report['cache']}", format_table(headers, [row])]
+    lines += [f"  failed: {f['kernel']}: {f['error']}" for f in report["failures"]]
+    lines.append(f"command exited with code {report['exit_code']}")
+    return "\n".join(lines)
+
+
 def _emit(data: Any, text: str, fmt: str) -> None:
     print(json.dumps(data, indent=2) if fmt == "json" else text)
 
@@ -421,6 +434,35 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     report["ok"] = not report["selection"]["problem"]
     _emit(report, render_doctor(report), args.format)
     return EXIT_OK if report["ok"] else EXIT_NO_RUNTIME
+
+
+def cmd_precompile(args: argparse.Namespace) -> int:
+    """Run the command on the ``cpu`` runtime with every kernel also compiled for ``--runtime``
+    into the cache; print what was compiled. Exit code: the command's, else 1 if a kernel failed.
+
+    The command runs in a child process, configured by environment variables only, so that any
+    program (``python train.py``, ``torchrun ...``) works unchanged; it writes its counts to a
+    file at exit (``nkipy_core.precompile``), which is read back here.
+    """
+    command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
+    if not command:
+        raise _UsageError("give the command to run after --, e.g. nkipy-ops precompile -- python train.py")
+    precompile.target_runtime(args.runtime, args.strict)  # fail before running anything
+    cache = Path(args.cache or os.environ.get("NKIPY_CACHE") or "nkipy_cache").resolve()
+    with tempfile.TemporaryDirectory(prefix="nkipy-precompile-") as scratch:
+        report_path = Path(scratch) / "report.json"
+        env = {
+            **os.environ, "NKIPY_RUNTIME": "cpu", "NKIPY_PRECOMPILE": args.runtime, "NKIPY_CACHE": str(cache),
+            precompile.REPORT_ENV: str(report_path),
+        }
+        if args.target:
+            env["NKIPY_TARGET"] = args.target
+        exit_code = subprocess.call(command, env=env)
+        # no report: the command compiled nothing (or died before its exit handlers ran)
+        counts = json.loads(report_path.read_text()) if report_path.exists() else precompile.Report().as_dict()
+    report = {"runtime": args.runtime, "cache": str(cache), "exit_code": exit_code, **counts}
+    _emit(report, render_precompile(report), args.format)
+    return exit_code or (1 if report["failed"] else EXIT_OK)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -475,6 +517,18 @@ def build_parser() -> argparse.ArgumentParser:
         "NKIPY_RUNTIME names, if set), else 1.",
     )
     doctor.set_defaults(handler=cmd_doctor)
+
+    pre = commands.add_parser(
+        "precompile", parents=[common], help="run a command and compile its kernels for a device this machine lacks",
+        description="Run COMMAND (after --) on the cpu runtime while every kernel it compiles is also "
+        "compiled for --runtime into the cache; then print kernels, compiled, cached, failed and "
+        "compiler seconds. Copy the cache directory to the device host: nothing compiles there.",
+    )
+    pre.add_argument("--runtime", default="nrt", help="runtime to compile for (default: nrt)")
+    pre.add_argument("--cache", metavar="DIR", help="kernel cache directory (default: NKIPY_CACHE, else ./nkipy_cache)")
+    pre.add_argument("--target", help="hardware target to compile for (NKIPY_TARGET; e.g. trn2)")
+    pre.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND")
+    pre.set_defaults(handler=cmd_precompile)
     return parser
 
 

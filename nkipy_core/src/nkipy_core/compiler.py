@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
+import time
 import warnings
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import attrs
 import torch
 import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from . import plugins, regions, rng
+from . import plugins, precompile, regions, rng
 from .cache import STATS, KernelCache, digest
 from .config import Config, select_runtime
 from .device import memory
@@ -31,6 +35,7 @@ from .ir.passes import simplify
 from .ir.printer import format_kernel
 from .ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
 from .ir.verify import verify
+from .progress import CompileProgress
 from .lowering import GRAPH_INPUT, Layout, invoke, output_types, tensor_type
 from .registry import LoweringRule, op_name, source_digest
 from .runtime.base import CompileOptions, DeviceArray, Signature
@@ -125,10 +130,12 @@ def plan(gm: torch.fx.GraphModule, config: Config, cache: KernelCache, runtime_n
         return cached
     decisions = {n.name: _choose_rule(n, registry.rules_for(n.target), config.strict) for n in nodes}
     STATS["planned_nodes"] += len(nodes)
-    cache.put_index(
-        key, {k: ("rule:" + v.fingerprint if isinstance(v, LoweringRule) else v) for k, v in decisions.items()}
-    )
+    cache.put_index(key, _encode_plan(decisions))
     return decisions
+
+
+def _encode_plan(decisions: dict[str, LoweringRule | str]) -> dict[str, str]:
+    return {k: ("rule:" + v.fingerprint if isinstance(v, LoweringRule) else v) for k, v in decisions.items()}
 
 
 def _restore_plan(stored: dict[str, str] | None, nodes, registry) -> dict[str, LoweringRule | str] | None:
@@ -280,19 +287,35 @@ def _subgraph_key(sub: torch.fx.GraphModule, base: str) -> str:
     return digest("subgraph", base, sub.code, *metas, *rules)
 
 
-def compile_kernel(
-    sub: torch.fx.GraphModule, name: str, config: Config, runtime, on_device: bool | None = None,
-    lower=lower_subgraph,
-) -> KernelCall:
-    """Lower (with ``lower``), compile and cache one supported subgraph (each node's rule in
-    ``node.meta[RULE]``).
+def _runtime_tag(runtime, options: CompileOptions) -> str:
+    """What the runtime says its artifacts depend on beyond the IR (its hardware target)."""
+    cache_tag = getattr(runtime, "cache_tag", None)
+    return cache_tag(options) if cache_tag is not None else ""
 
-    Outputs land on the ``nkipy`` device when ``on_device`` says so, else where the graph's
-    example values were (the inputs' device for graphs traced by dynamo).
-    """
+
+@attrs.frozen
+class _Lowered:
+    """A kernel lowered because the cache lacks it: everything its compile and entry need."""
+
+    name: str
+    sub: torch.fx.GraphModule
+    kernel: Any
+    kernel_key: str
+    fx_key: str
+    options: CompileOptions
+    tuple_output: bool
+    devices: list[bool]
+
+
+def _find_or_lower(
+    sub: torch.fx.GraphModule, name: str, config: Config, runtime, on_device: bool | None, lower,
+) -> KernelCall | _Lowered:
+    """The kernel's call rebuilt from the cache (through the fx index without lowering, or by
+    its kernel key after lowering), else the lowered kernel still to compile."""
     cache = KernelCache(config.nkipy_cache)
-    base_key = digest(_versions_key(), runtime.name, config.additional_compiler_args)
-    options = CompileOptions(config.additional_compiler_args, config.rank, config.world_size)
+    options = CompileOptions(config.additional_compiler_args, config.rank, config.world_size, config.target)
+    tag = _runtime_tag(runtime, options)
+    base_key = digest(_versions_key(), runtime.name, tag, config.additional_compiler_args)
     fx_key = _subgraph_key(sub, base_key)
     result = next(iter(sub.graph.find_nodes(op="output"))).args[0]
     tuple_output = isinstance(result, (tuple, list))
@@ -314,32 +337,111 @@ def compile_kernel(
             return KernelCall(name, executable, runtime, tuple_output, indexed["kernel"], devices)
     kernel = lower(sub, name)
     ir_text = format_kernel(kernel, with_origin=False)
-    kernel_key = digest("kernel", ir_text, runtime.name, options.compiler_args, _versions_key())
+    kernel_key = digest("kernel", ir_text, runtime.name, tag, options.compiler_args, _versions_key())
     loaded = cache.load(kernel_key)
-    if loaded is not None:
-        executable = runtime.load(loaded[1], Signature.of(kernel), options)
-    else:
-        executable = runtime.compile(kernel, options)
-        STATS["compiled_kernels"] += 1
-        files = {
-            "graph.py": sub.code.encode(),
-            "kernel.py": codegen.generate(kernel).encode(),
-            "kernel.ir": format_kernel(kernel).encode(),
-        }
-        meta = {
-            "name": name,
-            "runtime": runtime.name,
-            "compiler_args": options.compiler_args,
-            "nkipy_core": _core_version(),
-            "inputs": [str(t) for t in kernel.input_types],
-            "outputs": [str(t) for t in kernel.output_types],
-            "ir_sha256": digest(ir_text),
-        }
-        cache.store(kernel_key, files, executable.artifacts(), meta)
+    if loaded is None:
+        return _Lowered(name, sub, kernel, kernel_key, fx_key, options, tuple_output, devices)
+    executable = runtime.load(loaded[1], Signature.of(kernel), options)
     cache.put_index(fx_key, {"kernel": kernel_key})
     return KernelCall(name, executable, runtime, tuple_output, kernel_key, devices)
 
 
+def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall, float]:
+    """Compile a lowered kernel, store its cache entry and index it; the call and compile seconds.
+    Safe to run in a worker thread (the cache writes are atomic, the counters are the caller's)."""
+    start = time.monotonic()
+    executable = runtime.compile(job.kernel, job.options)
+    seconds = time.monotonic() - start
+    kernel = job.kernel
+    files = {
+        "graph.py": job.sub.code.encode(),
+        "kernel.py": codegen.generate(kernel).encode(),
+        "kernel.ir": format_kernel(kernel).encode(),
+    }
+    meta = {
+        "name": job.name,
+        "runtime": runtime.name,
+        "compiler_args": job.options.compiler_args,
+        "nkipy_core": _core_version(),
+        "inputs": [str(t) for t in kernel.input_types],
+        "outputs": [str(t) for t in kernel.output_types],
+        "ir_sha256": digest(format_kernel(kernel, with_origin=False)),
+        "compile_seconds": round(seconds, 3),
+    }
+    cache = KernelCache(config.nkipy_cache)
+    cache.store(job.kernel_key, files, executable.artifacts(), meta)
+    cache.put_index(job.fx_key, {"kernel": job.kernel_key})
+    return KernelCall(job.name, executable, runtime, job.tuple_output, job.kernel_key, job.devices), seconds
+
+
+def compile_kernel(
+    sub: torch.fx.GraphModule, name: str, config: Config, runtime, on_device: bool | None = None,
+    lower=lower_subgraph,
+) -> KernelCall:
+    """Lower (with ``lower``), compile and cache one supported subgraph (each node's rule in
+    ``node.meta[RULE]``).
+
+    Outputs land on the ``nkipy`` device when ``on_device`` says so, else where the graph's
+    example values were (the inputs' device for graphs traced by dynamo).
+    """
+    found = _find_or_lower(sub, name, config, runtime, on_device, lower)
+    if isinstance(found, KernelCall):
+        return found
+    call, _ = _compile_lowered(found, config, runtime)
+    STATS["compiled_kernels"] += 1
+    return call
+
+
+def compile_kernels(
+    subs: Sequence[tuple[str, torch.fx.GraphModule]], config: Config, runtime,
+    report: precompile.Report | None = None,
+) -> list[KernelCall | None]:
+    """``compile_kernel`` for the subgraphs of one graph, calls in the order given.
+
+    Lowering and cache lookups run in this thread, one kernel after the other; the compiles the
+    cache misses run on up to ``os.cpu_count()`` threads when the runtime sets
+    ``parallel_compile`` (its compiler is a subprocess), else here. With a ``report`` (ahead-of-time
+    compiles), a kernel that fails is recorded there and its call is ``None`` instead of raising.
+    """
+    found: list[KernelCall | _Lowered | None] = []
+    for name, sub in subs:
+        try:
+            found.append(_find_or_lower(sub, name, config, runtime, None, lower_subgraph))
+        except Exception as exc:  # noqa: BLE001 - precompile records every failure and goes on
+            if report is None:
+                raise
+            report.record_failed(name, exc)
+            found.append(None)
+    pending = [f for f in found if isinstance(f, _Lowered)]
+    if report is not None:
+        for _ in range(sum(isinstance(f, KernelCall) for f in found)):
+            report.record_cached()
+    workers = min(len(pending), os.cpu_count() or 1) if getattr(runtime, "parallel_compile", False) else 1
+
+    with CompileProgress(len(pending), runtime.name) as progress:
+
+        def compile_one(job: _Lowered) -> KernelCall | None:
+            try:
+                call, seconds = _compile_lowered(job, config, runtime)
+            except Exception as exc:  # noqa: BLE001 - as above
+                if report is None:
+                    raise
+                report.record_failed(job.name, exc)
+                return None
+            finally:
+                progress.done()
+            if report is not None:
+                report.record_compiled(seconds)
+            return call
+
+        if workers > 1:
+            with ThreadPoolExecutor(workers, thread_name_prefix="nkipy-compile") as pool:
+                compiled = list(pool.map(compile_one, pending))
+        else:
+            compiled = [compile_one(job) for job in pending]
+    STATS["compiled_kernels"] += sum(c is not None for c in compiled)
+    done = iter(compiled)
+    return [next(done) if isinstance(f, _Lowered) else f for f in found]
 def _parse_type(text: str) -> TensorType:
     dtype, dims = text[:-1].split("[")
     return TensorType(tuple(int(d) for d in dims.split("x") if d), DType(dtype))
@@ -403,6 +505,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
     gm.graph.lint()
     gm.recompile()
     decisions = plan(gm, config, cache, runtime.name)
+    if config.precompile:  # the plan the precompiled runtime's process will look up, so it skips planning
+        cache.put_index(_plan_key(gm, loaded.lowerings, config.precompile), _encode_plan(decisions))
     rng.unseed_fallbacks(gm, {n for n, d in decisions.items() if isinstance(d, LoweringRule)})
     _report_fallbacks(gm, decisions, config.strict)
     if not any(isinstance(d, LoweringRule) for d in decisions.values()):
@@ -412,10 +516,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
             node.meta[RULE] = decisions[node.name]
     partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
     fused = partitioner.fuse_partitions(partitioner.propose_partitions(), prefix="nkipy_kernel_")
-    for node in list(fused.graph.nodes):
-        if node.op == "call_module" and node.target.startswith("nkipy_kernel_"):
-            sub = getattr(fused, node.target)
-            setattr(fused, node.target, compile_kernel(sub, node.target, config, runtime))
+    subs = [
+        (node.target, getattr(fused, node.target)) for node in fused.graph.nodes
+        if node.op == "call_module" and node.target.startswith("nkipy_kernel_")
+    ]
+    for (name, _), call in zip(subs, compile_kernels(subs, config, runtime)):
+        setattr(fused, name, call)
+    if config.precompile and config.precompile != runtime.name:
+        compile_kernels(subs, config, precompile.target_runtime(config.precompile, config.strict), precompile.REPORT)
     fused.recompile()
     log.info("compiled a graph into %d kernel(s)", sum(isinstance(m, KernelCall) for m in fused.children()))
     return fused

@@ -61,6 +61,13 @@ class Config:
     #: random ops draw from torch's CPU generator on the host (bit-exact with eager) instead of
     #: the kernels' Philox stream (see ``nkipy_core.rng``)
     fallback_random: bool = False
+    #: the hardware generation runtimes with targets compile for (``nrt``: trn1, trn2, trn3);
+    #: ``None`` lets the runtime detect it from the machine (``NKIPY_TARGET`` overrides)
+    target: str | None = None
+    #: a runtime to compile every kernel for too, into the cache, while the program executes on
+    #: ``runtime``: ahead-of-time compiles on a machine without the device (``NKIPY_PRECOMPILE``;
+    #: ``nkipy-ops precompile`` sets it)
+    precompile: str | None = None
 
     def override(self, options: dict[str, Any] | None) -> Config:
         """This config with ``torch.compile`` options applied; unknown keys are an error."""
@@ -83,20 +90,28 @@ _config: Config | None = None
 _explicit = False
 
 
-def _resolve(rank: int | None = None, world_size: int | None = None, runtime: str | None = None, **settings) -> Config:
+def _resolve(
+    rank: int | None = None, world_size: int | None = None, runtime: str | None = None,
+    nkipy_cache: str | os.PathLike | None = None, target: str | None = None, precompile: str | None = None,
+    **settings,
+) -> Config:
     """A configuration from the given settings, the environment and the defaults: the one place
-    that fills in rank, world size and ``NKIPY_RUNTIME``, for explicit and implicit configs alike."""
+    that fills in rank, world size and the ``NKIPY_*`` variables (``RUNTIME``, ``CACHE``,
+    ``TARGET``, ``PRECOMPILE``), for explicit and implicit configs alike."""
     detected_rank, detected_world = _detect_rank_world()
     return Config(
         rank=detected_rank if rank is None else rank,
         world_size=detected_world if world_size is None else world_size,
         runtime=runtime or os.environ.get("NKIPY_RUNTIME") or None,
+        nkipy_cache=nkipy_cache or os.environ.get("NKIPY_CACHE") or _DEFAULTS.nkipy_cache,
+        target=target or os.environ.get("NKIPY_TARGET") or None,
+        precompile=precompile or os.environ.get("NKIPY_PRECOMPILE") or None,
         **settings,
     )
 
 
 def init_nkipy_backend(
-    nkipy_cache: str | os.PathLike = _DEFAULTS.nkipy_cache,
+    nkipy_cache: str | os.PathLike | None = None,
     log_level: int | None = _DEFAULTS.log_level,
     rank: int | None = None,
     world_size: int | None = None,
@@ -105,6 +120,8 @@ def init_nkipy_backend(
     strict: bool = _DEFAULTS.strict,
     max_specializations: int = _DEFAULTS.max_specializations,
     fallback_random: bool = _DEFAULTS.fallback_random,
+    target: str | None = None,
+    precompile: str | None = None,
 ) -> Config:
     """Configure the nkipy backend for this process.
 
@@ -116,6 +133,10 @@ def init_nkipy_backend(
     change between calls (one per distinct size set); past it new sizes run as torch on CPU.
     ``fallback_random=True`` takes random tensors from torch's CPU generator on the host, as eager
     does (bit-exact under the same seed), instead of generating them in the kernels.
+    ``nkipy_cache=None`` is ``NKIPY_CACHE``, else ``./nkipy_cache``. ``target`` is the hardware
+    generation to compile for (``NKIPY_TARGET``; default: detected by the runtime).
+    ``precompile`` names a runtime to compile every kernel for as well, into the cache, while
+    the program runs on ``runtime`` (``NKIPY_PRECOMPILE``; see ``nkipy-ops precompile``).
 
     Before any call, the first use of the backend or the device (a compile, ``.to("nkipy")``)
     configures the process with these same defaults, and the first call replaces that implicit
@@ -125,8 +146,8 @@ def init_nkipy_backend(
     """
     global _config, _explicit
     config = _resolve(
-        rank, world_size, runtime, nkipy_cache=Path(nkipy_cache), log_level=log_level,
-        additional_compiler_args=additional_compiler_args, strict=strict,
+        rank, world_size, runtime, nkipy_cache=nkipy_cache, target=target, precompile=precompile,
+        log_level=log_level, additional_compiler_args=additional_compiler_args, strict=strict,
         max_specializations=max_specializations, fallback_random=fallback_random,
     )
     with _lock:

@@ -1,14 +1,18 @@
-"""Plugin module of nkipy-runtime: registers the ``xla`` runtime (and, with the Neuron pieces, ``nrt``).
+"""Plugin module of nkipy-runtime: registers the ``nrt`` runtime (Trainium through ``neuronx-cc``
+and NRT) and the ``xla`` runtime (the same HLO on XLA).
 
-Registering imports nothing heavy: jax is imported when the ``xla`` runtime first compiles or
-allocates, so installing this pack does not slow down ``import torch`` or other backends.
+Importing it is cheap and safe without the Neuron SDK or jax: a runtime probes for what it needs
+only when asked whether it is available, and imports jax when it first compiles or allocates, so
+installing this pack does not slow down ``import torch`` or other backends.
 """
 
 from nkipy_core import hookimpl
 
+from .nrt_runtime import NrtRuntime
 from .xla_runtime import XlaRuntime
 
 
 @hookimpl
 def nkipy_register_runtimes(registry) -> None:
+    registry.register(NrtRuntime())
     registry.register(XlaRuntime())

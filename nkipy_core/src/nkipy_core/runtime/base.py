@@ -23,6 +23,9 @@ class CompileOptions:
     compiler_args: str = ""
     rank: int = 0
     world_size: int = 1
+    #: the hardware generation to compile for, as configured (``None``: the runtime decides,
+    #: e.g. from the machine it runs on); a runtime with targets says so through ``cache_tag``
+    target: str | None = None
 
 
 @attrs.frozen
@@ -164,6 +167,14 @@ class Runtime(Protocol):
 
     # Optional: ``describe() -> str`` says what an available runtime runs on (versions, devices);
     # ``nkipy-ops doctor`` prints it.
+    #
+    # Optional, for runtimes whose compiler is a separate, slow tool (``nrt``):
+    # - ``parallel_compile = True``: independent kernels of one graph compile concurrently (threads
+    #   bounded by the cores), because ``compile`` waits on a subprocess rather than holding the GIL.
+    # - ``cache_tag(options) -> str``: what else the artifacts depend on (the resolved hardware
+    #   target), folded into the cache keys so that kernels for two targets never share an entry.
+    # - ``can_compile() -> (bool, reason)``: compiling works here even if ``available()`` says no
+    #   (no device); ahead-of-time compiles (``nkipy-ops precompile``) need only this.
     #
     # Optional: ``run_host(executable, arrays) -> arrays`` runs a kernel on host NumPy arrays
     # directly; a runtime whose device memory is host memory offers it so that graphs of CPU

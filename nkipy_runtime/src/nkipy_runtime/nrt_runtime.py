@@ -1,0 +1,140 @@
+"""The ``nrt`` runtime: kernels compiled by ``neuronx-cc`` and run by the Neuron Runtime.
+
+Compiling and running are separate on purpose. Compiling needs only ``neuronx-cc`` and jaxlib
+(``can_compile``), so a CPU build box can fill the kernel cache ahead of time
+(``nkipy-ops precompile``); running needs the NRT library and Neuron devices as well
+(``available``). ``load`` rebuilds an executable from a cache entry without the compiler, which
+is all a Trainium host does with a cache copied from the build box.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import glob
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from nkipy_core.ir import Kernel
+from nkipy_core.runtime.base import CompileOptions, DeviceArray, DeviceStats, Signature
+
+from . import neuronx_cc, xla_bridge
+from .stablehlo import emit_module
+
+STABLEHLO, HLO_PROTO, HLO_TEXT, NEFF, LOG = (
+    "kernel.stablehlo.mlir", "hlo_module.pb", "hlo.txt", "kernel.neff", "neuronx-cc.log",
+)
+
+
+class NrtExecutable:
+    """A compiled kernel: its NEFF plus the files that explain where it came from."""
+
+    def __init__(self, signature: Signature, artifacts: Mapping[str, bytes]):
+        self.signature = signature
+        self._artifacts = dict(artifacts)
+
+    @property
+    def neff(self) -> bytes:
+        return self._artifacts[NEFF]
+
+    def artifacts(self) -> Mapping[str, bytes]:
+        return self._artifacts
+
+
+def _device_missing() -> list[str]:
+    """What this machine lacks to run NEFFs: the NRT library, Neuron devices (empty if neither)."""
+    missing = []
+    if ctypes.util.find_library("nrt") is None:
+        missing.append("libnrt.so (the Neuron Runtime; install aws-neuronx-runtime-lib)")
+    if not glob.glob("/dev/neuron*"):
+        missing.append("Neuron devices (/dev/neuron*; run on a Trn1/Trn2/Trn3 instance with the Neuron driver)")
+    return missing
+
+
+def _compiler_missing() -> list[str]:
+    """What this machine lacks to compile kernels to NEFF: neuronx-cc, a supported jaxlib."""
+    missing = [] if neuronx_cc.compiler_path() else ["neuronx-cc (on PATH or named by NKIPY_NEURONX_CC)"]
+    ok, reason = xla_bridge.available()
+    return missing if ok else [*missing, reason]
+
+
+def _answer(missing: list[str]) -> tuple[bool, str]:
+    return (False, "missing: " + "; ".join(missing)) if missing else (True, "")
+
+
+class NrtRuntime:
+    """Trainium through ``neuronx-cc`` and NRT. Its compiles take seconds to minutes each, so the
+    core runs independent ones in parallel (``parallel_compile``); a NEFF is specific to one
+    instance family, so the resolved target is part of every cache key (``cache_tag``)."""
+
+    name = "nrt"
+    priority = 100
+    hardware = True
+    parallel_compile = True
+
+    def __init__(self) -> None:
+        self._device: Any = None
+
+    # -- availability ------------------------------------------------------------------------
+
+    def can_compile(self) -> tuple[bool, str]:
+        """Whether kernels can be compiled to NEFF here (no device needed)."""
+        return _answer(_compiler_missing())
+
+    def available(self) -> tuple[bool, str]:
+        return _answer(_compiler_missing() + _device_missing())
+
+    # -- compiling ---------------------------------------------------------------------------
+
+    def cache_tag(self, options: CompileOptions) -> str:
+        return neuronx_cc.resolve_target(options.target)
+
+    def compile(self, kernel: Kernel, options: CompileOptions) -> NrtExecutable:
+        text = emit_module(kernel)
+        hlo = xla_bridge.to_hlo(text)
+        build = neuronx_cc.compile_neff(
+            hlo.proto, target=self.cache_tag(options), extra_args=options.compiler_args,
+            timeout=neuronx_cc.timeout_seconds(),
+        )
+        artifacts = {
+            STABLEHLO: text.encode(), HLO_PROTO: hlo.proto, HLO_TEXT: hlo.text.encode(),
+            NEFF: build.neff, LOG: build.log.encode(),
+        }
+        return NrtExecutable(Signature.of(kernel), artifacts)
+
+    def load(self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions) -> NrtExecutable:
+        return NrtExecutable(signature, artifacts)
+
+    # -- device memory and execution: the NRT binding's ----------------------------------------
+
+    def _device_handle(self) -> Any:
+        if self._device is None:
+            from nkipy_core import config
+
+            from .nrt import NrtDevice
+
+            self._device = NrtDevice(config.current().rank)
+        return self._device
+
+    @property
+    def stats(self) -> DeviceStats:
+        return self._device_handle().stats
+
+    def allocate(self, nbytes: int) -> Any:
+        return self._device_handle().allocate(nbytes)
+
+    def free(self, buffer: Any) -> None:
+        self._device_handle().free(buffer)
+
+    def to_device(self, host: np.ndarray, dst: DeviceArray) -> None:
+        self._device_handle().to_device(host, dst)
+
+    def to_host(self, src: DeviceArray) -> np.ndarray:
+        return self._device_handle().to_host(src)
+
+    def copy(self, src: DeviceArray, dst: DeviceArray) -> None:
+        self._device_handle().copy(src, dst)
+
+    def run(self, executable: NrtExecutable, inputs: Sequence[DeviceArray]) -> list[DeviceArray]:
+        return self._device_handle().run(executable.neff, list(inputs), executable.signature.outputs)
