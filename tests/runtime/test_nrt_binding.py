@@ -11,6 +11,7 @@ real NEFFs or the real libnrt's behaviour: docs/runtimes.md lists what only hard
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import subprocess
 import tomllib
@@ -24,7 +25,7 @@ from fresh_python import python
 from nkipy_core.errors import DeviceError
 from nkipy_core.ir.types import DType, TensorType
 from nkipy_core.runtime.base import DeviceArray
-from nkipy_runtime.nrt import cores, library, probe
+from nkipy_runtime.nrt import cores, layout, library, probe
 from nkipy_runtime.nrt.device import MAX_COPY_RUNS, NeffBindingError, NrtDevice
 from nkipy_runtime.nrt.library import LibnrtNotFoundError, NrtLibrary, TensorInfo
 from nkipy_runtime.nrt.status import NrtError
@@ -41,7 +42,8 @@ NRT_DTYPE = {DType.f32: 0xA, DType.bf16: 0x6, DType.f16: 0x7, DType.i32: 0x8, DT
 def standin_path(tmp_path_factory) -> str:
     """The stand-in compiled into a temp dir (gcc is on every machine these tests run on)."""
     out = tmp_path_factory.mktemp("nrt_standin") / "libnrt_standin.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(out), str(STANDIN_SOURCE)], check=True)
+    command = ["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(out), str(STANDIN_SOURCE)]
+    subprocess.run(command, check=True)
     return str(out)
 
 
@@ -136,9 +138,10 @@ def test_missing_or_broken_library_is_a_typed_error_naming_the_fix(monkeypatch, 
 
 def test_open_gives_one_library_per_process(nrt, standin, standin_path):
     inits = standin.calls("nrt_init")
+    assert inits >= 1  # the session fixture's
     assert NrtLibrary.open(standin_path) is nrt
     nrt.init()
-    assert standin.calls("nrt_init") == inits == 1
+    assert standin.calls("nrt_init") == inits
 
 
 INIT_SCRIPT = """
@@ -363,12 +366,11 @@ def test_buffer_hooks_round_trip_and_count(device, standin, dtype):
 
 def strided_views(buffer, dtype) -> dict[str, tuple[DeviceArray, tuple]]:
     """Views of a (4, 6) buffer, with the NumPy index that gives the same view of a host array."""
-    views = {
+    return {
         "row slice": (DeviceArray(buffer, dtype, (2, 6), (6, 1), 6), np.s_[1:3, :]),
         "column slice": (DeviceArray(buffer, dtype, (4, 3), (6, 1), 2), np.s_[:, 2:5]),
         "every other column": (DeviceArray(buffer, dtype, (4, 3), (6, 2), 1), np.s_[:, 1::2]),
     }
-    return views
 
 
 @pytest.mark.parametrize("dtype", [DType.f32, DType.bf16, DType.i64])
@@ -404,7 +406,7 @@ def test_to_device_rejects_a_mismatched_host_array(device):
     [
         ((4, 6), (6, 1), (6, 1), 1),  # contiguous: one nrt_tensor_copy
         ((4, 3), (6, 2), (3, 1), 12),  # every other column: one per element
-        ((32, 32), (1, 32), (32, 1), 0),  # a transpose: more runs than MAX_COPY_RUNS, via the host
+        ((32, 32), (1, 32), (32, 1), 0),  # a transpose: 1024 runs > MAX_COPY_RUNS, so via the host
     ],
 )
 def test_copy_between_views(device, standin, shape, src_strides, dst_strides, device_copies):
@@ -418,10 +420,13 @@ def test_copy_between_views(device, standin, shape, src_strides, dst_strides, de
     copies, transfers = standin.calls("nrt_tensor_copy"), device.stats.transfers()
     device.copy(src, dst)
     assert standin.calls("nrt_tensor_copy") - copies == device_copies
-    via_host = device_copies == 0
-    assert MAX_COPY_RUNS < n if via_host else True
-    assert device.stats.host_to_device - transfers["host_to_device"] == int(via_host)
-    assert same_bits(device.to_host(dst), device.to_host(src))
+    via_host = int(device_copies == 0)
+    assert (layout.common_runs(src, dst).count > MAX_COPY_RUNS) == bool(via_host)
+    assert device.stats.host_to_device - transfers["host_to_device"] == via_host
+    assert device.stats.device_to_host - transfers["device_to_host"] == via_host
+    step = source_values.itemsize
+    reference = np.lib.stride_tricks.as_strided(source_values[2:], shape, tuple(st * step for st in src_strides))
+    assert same_bits(device.to_host(dst), np.ascontiguousarray(reference))
     device.free(src_buffer)
     device.free(dst_buffer)
 
@@ -532,4 +537,4 @@ def test_hardware_probe_is_registered_for_the_core():
     project = tomllib.loads((REPO / "nkipy_runtime" / "pyproject.toml").read_text())
     target = project["project"]["entry-points"]["nkipy.hardware"]["neuron"]
     module, _, name = target.partition(":")
-    assert getattr(__import__(module, fromlist=[name]), name) is probe.hardware_present
+    assert getattr(importlib.import_module(module), name) is probe.hardware_present
