@@ -116,7 +116,8 @@ class NrtDevice:
         outputs: list[DeviceArray] = []
         try:
             bound_inputs = {info.name: self._bind(a, temporaries) for info, a in zip(model.inputs, inputs)}
-            outputs = [DeviceArray.contiguous(self.allocate(_nbytes(t)), t) for t in output_types]
+            for type_ in output_types:  # appended one by one: a failed allocation frees the earlier ones
+                outputs.append(DeviceArray.contiguous(self.allocate(_nbytes(type_)), type_))
             bound_outputs = {info.name: o.buffer.tensor for info, o in zip(model.outputs, outputs)}
             self.library.execute(model.handle, bound_inputs, bound_outputs)
         except BaseException:
