@@ -9,8 +9,6 @@ is all a Trainium host does with a cache copied from the build box.
 
 from __future__ import annotations
 
-import ctypes.util
-import glob
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +18,7 @@ from nkipy_core.ir import Kernel
 from nkipy_core.runtime.base import CompileOptions, DeviceArray, DeviceStats, Signature
 
 from . import neuronx_cc, xla_bridge
+from .nrt import probe
 from .stablehlo import emit_module
 
 STABLEHLO, HLO_PROTO, HLO_TEXT, NEFF, LOG = (
@@ -40,23 +39,6 @@ class NrtExecutable:
 
     def artifacts(self) -> Mapping[str, bytes]:
         return self._artifacts
-
-
-def _device_missing() -> list[str]:
-    """What this machine lacks to run NEFFs: the NRT library, Neuron devices (empty if neither)."""
-    missing = []
-    if ctypes.util.find_library("nrt") is None:
-        missing.append("libnrt.so (the Neuron Runtime; install aws-neuronx-runtime-lib)")
-    if not glob.glob("/dev/neuron*"):
-        missing.append("Neuron devices (/dev/neuron*; run on a Trn1/Trn2/Trn3 instance with the Neuron driver)")
-    return missing
-
-
-def _compiler_missing() -> list[str]:
-    """What this machine lacks to compile kernels to NEFF: neuronx-cc, a supported jaxlib."""
-    missing = [] if neuronx_cc.compiler_path() else ["neuronx-cc (on PATH or named by NKIPY_NEURONX_CC)"]
-    ok, reason = xla_bridge.available()
-    return missing if ok else [*missing, reason]
 
 
 def _answer(missing: list[str]) -> tuple[bool, str]:
@@ -80,10 +62,10 @@ class NrtRuntime:
 
     def can_compile(self) -> tuple[bool, str]:
         """Whether kernels can be compiled to NEFF here (no device needed)."""
-        return _answer(_compiler_missing())
+        return _answer(probe.compiler_missing())
 
     def available(self) -> tuple[bool, str]:
-        return _answer(_compiler_missing() + _device_missing())
+        return _answer(probe.missing())
 
     # -- compiling ---------------------------------------------------------------------------
 
@@ -110,11 +92,11 @@ class NrtRuntime:
 
     def _device_handle(self) -> Any:
         if self._device is None:
-            from nkipy_core import config
+            from .nrt import NrtDevice, NrtLibrary
 
-            from .nrt import NrtDevice
-
-            self._device = NrtDevice(config.current().rank)
+            # core 0 of what this process sees: NrtLibrary gives each local rank its own
+            # cores (NEURON_RT_VISIBLE_CORES) before nrt_init
+            self._device = NrtDevice(NrtLibrary.open(), core=0)
         return self._device
 
     @property

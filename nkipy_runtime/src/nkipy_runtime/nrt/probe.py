@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 import glob
 import os
-import shutil
 
+from .. import neuronx_cc, xla_bridge
 from .library import LIBRARY_ENV, find_library
 
 #: where the Neuron driver (aws-neuronx-dkms) creates one node per device: neuron0, neuron1, ...
@@ -24,14 +24,24 @@ def neuron_devices() -> list[str]:
     return sorted(glob.glob(os.path.join(DEVICE_DIR, "neuron[0-9]*")))
 
 
-def missing() -> list[str]:
-    """What keeps the ``nrt`` runtime from running here, and how to get it; empty when nothing."""
+def compiler_missing() -> list[str]:
+    """What keeps kernels from being compiled to NEFF here (no device needed for that)."""
     found = []
-    if shutil.which("neuronx-cc") is None:
+    if neuronx_cc.compiler_path() is None:
         found.append(
-            "neuronx-cc is not on PATH: install the Neuron SDK compiler (pip install neuronx-cc "
-            "--extra-index-url https://pip.repos.neuron.amazonaws.com) next to nkipy-runtime"
+            f"neuronx-cc is not on PATH (nor named by {neuronx_cc.COMPILER_ENV}): install the Neuron SDK "
+            "compiler (pip install neuronx-cc --extra-index-url https://pip.repos.neuron.amazonaws.com) "
+            "next to nkipy-runtime[neuron]"
         )
+    ok, reason = xla_bridge.available()
+    if not ok:
+        found.append(reason)
+    return found
+
+
+def device_missing() -> list[str]:
+    """What keeps NEFFs from running here: the NRT library and Neuron devices."""
+    found = []
     if find_library() is None:
         found.append(
             "libnrt.so was not found (/opt/aws/neuron/lib, the linker path): install the Neuron SDK "
@@ -43,6 +53,11 @@ def missing() -> list[str]:
             "Neuron driver aws-neuronx-dkms is not installed"
         )
     return found
+
+
+def missing() -> list[str]:
+    """What keeps the ``nrt`` runtime from running here, and how to get it; empty when nothing."""
+    return compiler_missing() + device_missing()
 
 
 @functools.cache
