@@ -22,6 +22,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from fresh_python import python
+from nrt_standin_neff import NRT_DTYPE, neff
 from nkipy_core.errors import DeviceError
 from nkipy_core.ir.types import DType, TensorType
 from nkipy_core.runtime.base import DeviceArray
@@ -30,21 +31,10 @@ from nkipy_runtime.nrt.device import MAX_COPY_RUNS, NeffBindingError, NrtDevice
 from nkipy_runtime.nrt.library import LibnrtNotFoundError, NrtLibrary, TensorInfo
 from nkipy_runtime.nrt.status import NrtError
 
-STANDIN_SOURCE = Path(__file__).parent / "nrt_standin" / "libnrt_standin.c"
 REPO = Path(__file__).parents[2]
-NRT_DTYPE = {DType.f32: 0xA, DType.bf16: 0x6, DType.f16: 0x7, DType.i32: 0x8, DType.i64: 0xC, DType.u8: 0x3}
 
 
 # ------------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="session")
-def standin_path(tmp_path_factory) -> str:
-    """The stand-in compiled into a temp dir (gcc is on every machine these tests run on)."""
-    out = tmp_path_factory.mktemp("nrt_standin") / "libnrt_standin.so"
-    command = ["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(out), str(STANDIN_SOURCE)]
-    subprocess.run(command, check=True)
-    return str(out)
 
 
 @pytest.fixture(scope="session")
@@ -93,13 +83,6 @@ def device(nrt) -> NrtDevice:
     dev = NrtDevice(nrt, core=1)
     yield dev
     dev.unload_all()
-
-
-def neff(op: str, *tensors: tuple[str, str, DType, tuple[int, ...]]) -> bytes:
-    """A stand-in NEFF (the stand-in's own text format, not Neuron's)."""
-    lines = ["NKIPY-STANDIN-NEFF", f"op {op}"]
-    lines += [f"{kind} {name} {NRT_DTYPE[dt]} {'x'.join(map(str, shape))}" for kind, name, dt, shape in tensors]
-    return "\n".join(lines).encode()
 
 
 def host(dtype: DType, shape, seed=0) -> np.ndarray:

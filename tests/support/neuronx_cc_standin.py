@@ -5,6 +5,8 @@ contract Neuron documents (``compile --framework XLA <file>.pb --target <t> --ou
 [extra...]``), writes a fake NEFF holding the SHA-256 of its input (so a test can compare it with
 the HLO bytes the bridge produced) and appends a record of the call to a log. ``STANDIN_MODE``
 makes it fail (exit 1 after writing a log), hang, or sleep ``STANDIN_SLEEP`` seconds first.
+``STANDIN_NEFF`` names a file whose bytes it writes as the NEFF instead (e.g. one the stand-in
+libnrt can "execute", to drive the whole nrt runtime in a test).
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ if mode == "sleep":
 neff = {{"stand_in": True, "input_sha256": hashlib.sha256(data).hexdigest(), "target": args[5], "extra": args[8:]}}
 with open(args[7], "w") as f:
     json.dump(neff, f)
+if os.environ.get("STANDIN_NEFF"):
+    with open(os.environ["STANDIN_NEFF"], "rb") as src, open(args[7], "wb") as dst:
+        dst.write(src.read())
 with open({calls!r}, "a") as f:
     f.write(json.dumps({{"argv": args, "start": start, "end": time.time()}}) + "\\n")
 '''
