@@ -18,6 +18,8 @@ from nkipy_runtime.stablehlo import emit_module
 def run_on_xla(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     import jax
 
+    jax.config.update("jax_enable_x64", True)  # else device_put narrows i64/f64 inputs to 32 bits
+
     device = xla_bridge.devices("cpu")[0]
     text = emit_module(kernel)
     xla_bridge.to_hlo(text)  # the compiler's input must convert too
@@ -45,3 +47,14 @@ def assert_same(kernel: Kernel, inputs: Sequence[np.ndarray], *, rtol: float = 0
                                        rtol=rtol, atol=atol, equal_nan=True)
         else:
             np.testing.assert_array_equal(g, np.asarray(w).astype(t.dtype.numpy))
+
+
+def assert_same_bits(kernel: Kernel, inputs: Sequence[np.ndarray]) -> None:
+    """XLA and the reference give byte-identical outputs: for ops that only move or make data
+    (shapes, gathers, constants), where even ``-0.0`` and NaN payloads must survive."""
+    got, want = run_on_xla(kernel, inputs), run_reference(kernel, inputs)
+    assert len(got) == len(want)
+    for g, w, t in zip(got, want, kernel.output_types):
+        w = np.asarray(w, dtype=t.dtype.numpy)
+        assert (g.dtype, g.shape) == (w.dtype, w.shape) == (t.dtype.numpy, t.shape), (g.dtype, g.shape, t)
+        assert g.tobytes() == w.tobytes(), f"bits differ:\n{g!r}\n{w!r}"
