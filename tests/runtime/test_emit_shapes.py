@@ -54,7 +54,7 @@ def test_iota(shape, axis, dtype):
 @pytest.mark.parametrize("dtype", [DType.f16, DType.bf16, DType.i8, DType.u8], ids=str)
 def test_iota_counts_past_exact_range(dtype):
     """bf16 holds integers exactly up to 256 and f16 up to 2048; beyond, each count is rounded
-    once to the type, as np.arange fills it. Integers wrap at the type's width."""
+    once to the type, as np.arange fills it. Narrow integers count up to their maximum."""
     n = {DType.f16: 2100, DType.bf16: 300, DType.i8: 127, DType.u8: 255}[dtype]
     assert_same_bits(one_op("iota", [], shape=(n,), dtype=dtype, axis=0), [])
 
