@@ -18,6 +18,8 @@ from nkipy_runtime.stablehlo import emit_module
 def run_on_xla(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     import jax
 
+    jax.config.update("jax_enable_x64", True)  # else device_put narrows i64/f64 inputs to 32 bits
+
     device = xla_bridge.devices("cpu")[0]
     text = emit_module(kernel)
     xla_bridge.to_hlo(text)  # the compiler's input must convert too
@@ -32,16 +34,31 @@ def run_reference(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarr
         return [np.asarray(o) for o in fn(*inputs)]
 
 
-def assert_same(kernel: Kernel, inputs: Sequence[np.ndarray], *, rtol: float = 0.0, atol: float = 0.0) -> None:
+def assert_same(kernel: Kernel, inputs: Sequence[np.ndarray], *, rtol: float | Sequence[float] = 0.0,
+                atol: float = 0.0) -> None:
     """XLA and the reference agree: same dtypes and shapes, values equal (NaN equal to NaN)
-    within ``rtol``/``atol`` for floats, exactly otherwise."""
+    within ``rtol``/``atol`` for floats, exactly otherwise. ``rtol`` may give one tolerance
+    per output, for kernels that check several ops (and dtypes) in one compile."""
+    got, want = run_on_xla(kernel, inputs), run_reference(kernel, inputs)
+    assert len(got) == len(want)
+    rtols = [rtol] * len(got) if np.ndim(rtol) == 0 else list(rtol)
+    for i, (g, w, t, r) in enumerate(zip(got, want, kernel.output_types, rtols, strict=True)):
+        where = f"output {i} ({t})"
+        assert g.dtype == t.dtype.numpy, (where, g.dtype)
+        assert g.shape == t.shape == w.shape, (where, g.shape, w.shape)
+        if t.dtype.is_float:
+            np.testing.assert_allclose(g.astype(np.float64), np.asarray(w, dtype=t.dtype.numpy).astype(np.float64),
+                                       rtol=r, atol=atol, equal_nan=True, err_msg=where)
+        else:
+            np.testing.assert_array_equal(g, np.asarray(w).astype(t.dtype.numpy), err_msg=where)
+
+
+def assert_same_bits(kernel: Kernel, inputs: Sequence[np.ndarray]) -> None:
+    """XLA and the reference give byte-identical outputs: for ops that only move or make data
+    (shapes, gathers, constants), where even ``-0.0`` and NaN payloads must survive."""
     got, want = run_on_xla(kernel, inputs), run_reference(kernel, inputs)
     assert len(got) == len(want)
     for g, w, t in zip(got, want, kernel.output_types):
-        assert g.dtype == t.dtype.numpy, (g.dtype, t)
-        assert g.shape == t.shape == w.shape, (g.shape, w.shape, t)
-        if t.dtype.is_float:
-            np.testing.assert_allclose(g.astype(np.float64), np.asarray(w, dtype=t.dtype.numpy).astype(np.float64),
-                                       rtol=rtol, atol=atol, equal_nan=True)
-        else:
-            np.testing.assert_array_equal(g, np.asarray(w).astype(t.dtype.numpy))
+        w = np.asarray(w, dtype=t.dtype.numpy)
+        assert (g.dtype, g.shape) == (w.dtype, w.shape) == (t.dtype.numpy, t.shape), (g.dtype, g.shape, t)
+        assert g.tobytes() == w.tobytes(), f"bits differ:\n{g!r}\n{w!r}"

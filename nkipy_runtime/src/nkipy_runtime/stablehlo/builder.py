@@ -39,14 +39,23 @@ def dense(array: np.ndarray, dtype: DType) -> str:
     """A ``dense<...>`` literal holding exactly ``array``'s bits (hex of its little-endian bytes;
     booleans as words, since MLIR packs i1 data differently from NumPy)."""
     array = np.asarray(array, dtype=dtype.numpy)
+    if array.size == 0:
+        return "dense<>"  # MLIR reads it as empty whatever the shape; `[]` would claim shape (0,)
     if dtype is DType.bool:
-        if array.size and (array == array.flat[0]).all():
+        if (array == array.flat[0]).all():
             return f"dense<{'true' if array.flat[0] else 'false'}>"
         return "dense<{}>".format(_nested(array))
-    if array.size == 0:
-        return "dense<>" if array.ndim <= 1 else f"dense<{_nested(array)}>"
     data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
     return f'dense<"0x{data.hex().upper()}">'
+
+
+def _is_splat(array: np.ndarray) -> bool:
+    """Every element has the same bits (so one element's literal stands for all). Bits, not
+    ``==``: ``0.0 == -0.0`` and NaN payloads would otherwise be merged or never match."""
+    if array.size == 0:
+        return False
+    rows = np.ascontiguousarray(array).reshape(array.size, 1).view(np.uint8)
+    return bool((rows == rows[0]).all())
 
 
 def _nested(array: np.ndarray) -> str:
@@ -116,10 +125,7 @@ class FunctionBuilder:
         """A literal; a Python number is rounded to ``dtype`` the way the IR's constants are."""
         value = np.broadcast_to(dtype.scalar(array) if np.ndim(array) == 0 else np.asarray(array), tuple(shape))
         type_ = TensorType(tuple(shape), dtype)
-        if value.size and (value == value.flat[0]).all() and not (dtype.is_float and np.isnan(value.flat[0])):
-            literal = dense(np.asarray(value.flat[0]), dtype)  # a splat: `dense<"0x...">` of one element
-        else:
-            literal = dense(value, dtype)
+        literal = dense(value.flat[0], dtype) if _is_splat(value) else dense(value, dtype)
         return self.op("stablehlo.constant", [], type_, {"value": f"{literal} : {tensor_type(type_)}"})
 
     def returns(self, values: Sequence[Val], op: str = "stablehlo.return") -> None:

@@ -22,13 +22,12 @@ _SAME_TYPE_UNARY = {
     "sin": "stablehlo.sine", "cos": "stablehlo.cosine", "tan": "stablehlo.tan", "tanh": "stablehlo.tanh",
     "logistic": "stablehlo.logistic", "erf": "chlo.erf", "erfc": "chlo.erfc",
     "floor": "stablehlo.floor", "ceil": "stablehlo.ceil", "round": "stablehlo.round_nearest_even",
-    "neg": "stablehlo.negate", "sign": "stablehlo.sign", "not": "stablehlo.not", "bitwise_not": "stablehlo.not",
+    "neg": "stablehlo.negate", "bitwise_not": "stablehlo.not",
 }
 _SAME_TYPE_BINARY = {
     "add": "stablehlo.add", "sub": "stablehlo.subtract", "mul": "stablehlo.multiply",
     "div": "stablehlo.divide", "pow": "stablehlo.power", "maximum": "stablehlo.maximum",
     "minimum": "stablehlo.minimum", "fmod": "stablehlo.remainder", "atan2": "stablehlo.atan2",
-    "and": "stablehlo.and", "or": "stablehlo.or", "xor": "stablehlo.xor",
     "bitwise_and": "stablehlo.and", "bitwise_or": "stablehlo.or", "bitwise_xor": "stablehlo.xor",
 }
 _COMPARE = {"eq": "EQ", "ne": "NE", "lt": "LT", "le": "LE", "gt": "GT", "ge": "GE"}
@@ -46,9 +45,34 @@ for _prim, _direction in _COMPARE.items():
     emits(_prim)(lambda b, result, x, y, direction=_direction: b.compare(direction, x, y))
 
 
+_UNSIGNED = (DType.u8, DType.u32, DType.u64)
+
+
+def _truth(b: FunctionBuilder, x: Val) -> Val:
+    """``x`` as booleans, NumPy's way: nonzero is true (NaN included)."""
+    return x if x.dtype is DType.bool else b.compare("NE", x, b.full(0, x.type))
+
+
+@emits("not")
+def _not(b: FunctionBuilder, result: TensorType, x: Val) -> Val:
+    return b.unary("not", _truth(b, x))
+
+
+for _prim, _logical in {"and": "and", "or": "or", "xor": "xor"}.items():
+    emits(_prim)(lambda b, result, x, y, op=_logical: b.binary(op, _truth(b, x), _truth(b, y)))
+
+
+@emits("sign")
+def _sign(b: FunctionBuilder, result: TensorType, x: Val) -> Val:
+    """StableHLO's ``sign`` takes signed types only; an unsigned value's sign is ``x != 0``."""
+    if x.dtype in _UNSIGNED:
+        return b.convert(_truth(b, x), x.dtype)
+    return b.unary("sign", x)
+
+
 @emits("abs")
 def _abs(b: FunctionBuilder, result: TensorType, x: Val) -> Val:
-    if x.dtype in (DType.u8, DType.u32, DType.u64):
+    if x.dtype in _UNSIGNED:
         return x  # StableHLO's abs takes signed types only; unsigned values are their own magnitude
     return b.unary("abs", x)
 
@@ -87,7 +111,7 @@ def _negative(b: FunctionBuilder, x: Val) -> Val:
 def _remainder(b: FunctionBuilder, result: TensorType, x: Val, y: Val) -> Val:
     """NumPy's (Python's) modulo: C's ``fmod``, moved by one divisor when the signs differ."""
     r = b.binary("remainder", x, y)
-    if x.dtype in (DType.u8, DType.u32, DType.u64, DType.bool):
+    if x.dtype in _UNSIGNED:
         return r
     nonzero = b.compare("NE", r, b.full(0, r.type))
     signs_differ = b.compare("NE", _negative(b, r), _negative(b, y))
@@ -99,7 +123,7 @@ def _remainder(b: FunctionBuilder, result: TensorType, x: Val, y: Val) -> Val:
 def _floor_divide(b: FunctionBuilder, result: TensorType, x: Val, y: Val) -> Val:
     if not x.dtype.is_float:
         q = b.binary("divide", x, y)  # truncates toward zero
-        if x.dtype in (DType.u8, DType.u32, DType.u64):
+        if x.dtype in _UNSIGNED:
             return q
         r = b.binary("remainder", x, y)
         nonzero = b.compare("NE", r, b.full(0, r.type))
@@ -130,6 +154,6 @@ def _select(b: FunctionBuilder, result: TensorType, pred: Val, x: Val, y: Val) -
 
 @emits("convert")
 def _convert(b: FunctionBuilder, result: TensorType, x: Val, *, dtype: DType) -> Val:
-    if dtype is DType.bool and x.dtype is not DType.bool:
-        return b.compare("NE", x, b.full(0, x.type))  # NumPy: nonzero is true (NaN included)
+    if dtype is DType.bool:
+        return _truth(b, x)
     return b.convert(x, dtype)

@@ -1,3 +1,136 @@
-"""Emitters of the indexing primitives (see registry.py for the emitter contract)."""
+"""Emitters of the indexing primitives: ``take``, ``take_along_axis`` (``stablehlo.gather``),
+``scatter_add`` and ``scatter_reduce`` (``stablehlo.scatter`` with a combiner region).
+
+Indices follow NumPy: a negative index counts from the end of its axis, so every emitter
+first adds the axis size to negative indices. Out-of-range indices are where the two differ:
+NumPy raises ``IndexError`` while XLA clamps a gather's start into range and drops a
+scatter's out-of-range update. Kernels are built with indices in range (the primitive table
+says so), so the difference never shows in a valid kernel.
+
+Indices of any integer type are widened to i64 first: one index type for every gather keeps
+the dimension numbers uniform, and u8 indices above 127 stay positive.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from nkipy_core.ir import DType, TensorType
+
+from .builder import FunctionBuilder, Val, i64_array
+from .registry import emits
+
+
+def _dims(values: Sequence[int]) -> str:
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def _wrapped(b: FunctionBuilder, indices: Val, size: int) -> Val:
+    """``indices`` as i64, a negative one counting from ``size`` (NumPy's reading)."""
+    indices = b.convert(indices, DType.i64)
+    negative = b.compare("LT", indices, b.full(0, indices.type))
+    return b.select(negative, b.binary("add", indices, b.full(size, indices.type)), indices)
+
+
+def _gather(b: FunctionBuilder, result: TensorType, x: Val, indices: Val, *, offset_dims: Sequence[int],
+            collapsed: Sequence[int], index_map: Sequence[int], slice_sizes: Sequence[int]) -> Val:
+    numbers = (f"#stablehlo.gather<offset_dims = {_dims(offset_dims)}, collapsed_slice_dims = {_dims(collapsed)}, "
+               f"start_index_map = {_dims(index_map)}, index_vector_dim = {indices.type.rank - 1}>")
+    return b.op("stablehlo.gather", [x, indices], result, {
+        "dimension_numbers": numbers, "slice_sizes": i64_array(slice_sizes), "indices_are_sorted": "false",
+    })
+
+
+def _index_vectors(b: FunctionBuilder, indices: Val) -> Val:
+    """``indices`` with a trailing dimension of 1: a one-element start vector per index."""
+    return b.op("stablehlo.reshape", [indices], TensorType((*indices.shape, 1), indices.dtype))
+
+
+@emits("take")
+def _take(b: FunctionBuilder, result: TensorType, x: Val, indices: Val, *, axis: int) -> Val:
+    """Whole slices of ``x`` along ``axis``: the result's dims are ``x``'s before ``axis``,
+    then the indices' dims (the gather's batch dims), then ``x``'s after ``axis``."""
+    starts = _index_vectors(b, _wrapped(b, indices, x.shape[axis]))
+    rank, batch = x.type.rank, indices.type.rank
+    return _gather(
+        b, result, x, starts,
+        offset_dims=[*range(axis), *range(axis + batch, rank - 1 + batch)],
+        collapsed=[axis], index_map=[axis],
+        slice_sizes=[1 if d == axis else n for d, n in enumerate(x.shape)],
+    )
+
+
+@emits("take_along_axis")
+def _take_along_axis(b: FunctionBuilder, result: TensorType, x: Val, indices: Val, *, axis: int) -> Val:
+    """Element ``i`` of the result is ``x`` at ``i`` with ``indices[i]`` in place of its
+    ``axis`` coordinate: a gather of single elements whose full start vectors are the
+    indices along ``axis`` and iotas along every other dimension."""
+    coords = []
+    for d in range(x.type.rank):
+        if d == axis:
+            coord = _wrapped(b, indices, x.shape[axis])
+        else:
+            coord = b.op("stablehlo.iota", [], TensorType(indices.shape, DType.i64), {"iota_dimension": f"{d} : i64"})
+        coords.append(_index_vectors(b, coord))
+    starts = b.op("stablehlo.concatenate", coords, TensorType((*indices.shape, x.type.rank), DType.i64),
+                  {"dimension": f"{x.type.rank} : i64"})
+    every = range(x.type.rank)
+    return _gather(b, result, x, starts, offset_dims=[], collapsed=every, index_map=every,
+                   slice_sizes=[1] * x.type.rank)
+
+
+def _scatter(b: FunctionBuilder, result: TensorType, x: Val, indices: Val, updates: Val, axis: int,
+             combine: Callable[[FunctionBuilder, Val, Val], Val]) -> Val:
+    """``x`` with each update combined into its position by ``combine(old, new)``; each of the
+    1-D ``indices`` picks a slice of ``x`` along ``axis``. ``updates`` broadcast (NumPy's rule)
+    to those slices first, as the ``ufunc.at`` reference does."""
+    updates = b.broadcast(updates, (*x.shape[:axis], indices.shape[0], *x.shape[axis + 1:]),
+                          range(updates.type.rank))
+    starts = _index_vectors(b, _wrapped(b, indices, x.shape[axis]))
+    scalar = TensorType((), x.dtype)
+    with b.region(scalar, scalar) as (body, (old, new)):
+        b.returns([combine(b, old, new)])
+    numbers = (f"#stablehlo.scatter<update_window_dims = {_dims(d for d in range(x.type.rank) if d != axis)}, "
+               f"inserted_window_dims = [{axis}], scatter_dims_to_operand_dims = [{axis}], index_vector_dim = 1>")
+    return b.op("stablehlo.scatter", [x, starts, updates], result, {
+        "scatter_dimension_numbers": numbers, "indices_are_sorted": "false", "unique_indices": "false",
+    }, regions=[body])
+
+
+def _add(b: FunctionBuilder, old: Val, new: Val) -> Val:
+    """NumPy's ``add`` on booleans is ``or``; StableHLO's ``add`` takes numbers only."""
+    return b.binary("or" if old.dtype is DType.bool else "add", old, new)
+
+
+def _multiply(b: FunctionBuilder, old: Val, new: Val) -> Val:
+    return b.binary("and" if old.dtype is DType.bool else "multiply", old, new)
+
+
+def _extremum(direction: str) -> Callable[[FunctionBuilder, Val, Val], Val]:
+    """``np.maximum``/``np.minimum`` of the old and the new value: the old one if it is NaN or
+    strictly beyond the new one (``GT``/``LT``, false against a NaN), else the new one. So NaN
+    wins from either side and a tie (``-0.0`` against ``0.0``) takes the new value's bits, as
+    ``np.maximum.at`` does; compare and select do not depend on how a backend's ``maximum``
+    treats NaN and signed zeros."""
+
+    def combine(b: FunctionBuilder, old: Val, new: Val) -> Val:
+        keep = b.compare(direction, old, new)
+        if old.dtype.is_float:
+            keep = b.binary("or", keep, b.compare("NE", old, old))
+        return b.select(keep, old, new)
+
+    return combine
+
+
+_COMBINERS = {"max": _extremum("GT"), "min": _extremum("LT"), "prod": _multiply}
+
+
+@emits("scatter_add")
+def _scatter_add(b: FunctionBuilder, result: TensorType, x: Val, indices: Val, updates: Val, *, axis: int) -> Val:
+    return _scatter(b, result, x, indices, updates, axis, _add)
+
+
+@emits("scatter_reduce")
+def _scatter_reduce(b: FunctionBuilder, result: TensorType, x: Val, indices: Val, updates: Val, *,
+                    axis: int, kind: str) -> Val:
+    return _scatter(b, result, x, indices, updates, axis, _COMBINERS[kind])
