@@ -11,21 +11,20 @@ from collections.abc import Sequence
 import numpy as np
 
 from nkipy_core.ir import Kernel, codegen
-from nkipy_runtime import xla_bridge
-from nkipy_runtime.stablehlo import emit_module
+from nkipy_core.runtime.base import CompileOptions, DeviceArray
+from nkipy_runtime.xla_runtime import XlaRuntime
 
 
 def run_on_xla(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    import jax
-
-    jax.config.update("jax_enable_x64", True)  # else device_put narrows i64/f64 inputs to 32 bits
-
-    device = xla_bridge.devices("cpu")[0]
-    text = emit_module(kernel)
-    xla_bridge.to_hlo(text)  # the compiler's input must convert too
-    executable = xla_bridge.compile_stablehlo(text, device)
-    arrays = [jax.device_put(np.asarray(a), device) for a in inputs]
-    return [np.asarray(o) for o in xla_bridge.execute(executable, arrays)]
+    """The kernel compiled and run by the ``xla`` runtime (which also converts it to HLO)."""
+    rt = XlaRuntime()
+    executable = rt.compile(kernel, CompileOptions())
+    arrays = []
+    for host, type_ in zip(inputs, kernel.input_types, strict=True):
+        array = DeviceArray.contiguous(rt.allocate(type_.size * type_.dtype.numpy.itemsize), type_)
+        rt.to_device(np.asarray(host, dtype=type_.dtype.numpy), array)
+        arrays.append(array)
+    return [rt.to_host(o) for o in rt.run(executable, arrays)]
 
 
 def run_reference(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
