@@ -18,6 +18,8 @@ from nkipy_runtime.stablehlo import emit_module
 def run_on_xla(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     import jax
 
+    # without x64, device_put silently narrows i64/u64/f64 inputs to 32 bits
+    jax.config.update("jax_enable_x64", True)
     device = xla_bridge.devices("cpu")[0]
     text = emit_module(kernel)
     xla_bridge.to_hlo(text)  # the compiler's input must convert too
