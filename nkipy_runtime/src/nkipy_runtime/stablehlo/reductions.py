@@ -5,14 +5,13 @@ The reference is NumPy (``nkipy_core.ir.primitives``), so every combiner here sp
 NumPy does where StableHLO leaves a choice open: ``max``/``min`` propagate NaN, ``argmax`` and
 ``argmin`` return the first index and count NaN as the extreme, a boolean ``sum`` is ``or``,
 and ``sort`` orders by NumPy's key (``-x`` when descending, wrapping for integers) with NaN
-last. The combiners are written as explicit compare/select regions rather than trusting a
-backend's ``maximum``, because neuronx-cc, not XLA, is the compiler that finally reads them.
+last.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -20,11 +19,6 @@ from nkipy_core.ir import DType, TensorType
 
 from .builder import FunctionBuilder, Val, i64_array
 from .registry import emits
-
-Combine = Callable[[FunctionBuilder, Val, Val], Val]
-
-_SIGNED = (DType.i8, DType.i16, DType.i32, DType.i64)
-
 
 @emits("dot")
 def _dot(b: FunctionBuilder, result: TensorType, x: Val, y: Val) -> Val:
@@ -49,44 +43,28 @@ def _extreme(dtype: DType, *, highest: bool) -> bool | int | float:
     return int(info.max if highest else info.min)
 
 
-def _nan_first(direction: str) -> Combine:
-    """NumPy's ``maximum`` (``GT``) or ``minimum`` (``LT``) on floats: a NaN on either side wins."""
-
-    def combine(b: FunctionBuilder, x: Val, y: Val) -> Val:
-        keep_x = b.op("stablehlo.or", [b.compare(direction, x, y), b.compare("NE", x, x)], TensorType(x.shape, DType.bool))
-        return b.select(keep_x, x, y)
-
-    return combine
-
-
-def _elementwise(name: str) -> Combine:
-    return lambda b, x, y: b.binary(name, x, y)
-
-
 #: reduce kinds on booleans, where NumPy's add/multiply/maximum/minimum are or/and
 _BOOL_KINDS = {"sum": "any", "max": "any", "prod": "all", "min": "all"}
+_COMBINERS = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum", "any": "or", "all": "and"}
 
 
-def _monoid(kind: str, dtype: DType) -> tuple[bool | int | float, Combine]:
-    """Identity and combiner of reduce kind ``kind`` on ``dtype`` values."""
+def _monoid(kind: str, dtype: DType) -> tuple[bool | int | float, str]:
+    """Identity and combining op of reduce kind ``kind`` on ``dtype`` values. StableHLO's
+    maximum/minimum are IEEE-754 maximum/minimum: NaN propagates, as in ``np.max``."""
     if dtype is DType.bool:
         kind = _BOOL_KINDS.get(kind, kind)
-    if kind in ("max", "min"):
-        init = _extreme(dtype, highest=kind == "min")
-        if dtype.is_float:
-            return init, _nan_first("GT" if kind == "max" else "LT")
-        return init, _elementwise("maximum" if kind == "max" else "minimum")
-    return {"sum": (0, _elementwise("add")), "prod": (1, _elementwise("multiply")),
-            "any": (False, _elementwise("or")), "all": (True, _elementwise("and"))}[kind]
+    identity = {"sum": 0, "prod": 1, "any": False, "all": True}
+    init = identity[kind] if kind in identity else _extreme(dtype, highest=kind == "min")
+    return init, _COMBINERS[kind]
 
 
 def _scalar(dtype: DType) -> TensorType:
     return TensorType((), dtype)
 
 
-def _region(b: FunctionBuilder, combine: Combine, dtype: DType) -> list[str]:
+def _region(b: FunctionBuilder, combiner: str, dtype: DType) -> list[str]:
     with b.region(_scalar(dtype), _scalar(dtype)) as (body, (x, y)):
-        b.returns([combine(b, x, y)])
+        b.returns([b.binary(combiner, x, y)])
     return body
 
 
@@ -98,9 +76,9 @@ def _drop(shape: Sequence[int], axes: Sequence[int]) -> tuple[int, ...]:
 def _reduce(b: FunctionBuilder, result: TensorType, x: Val, *, kind: str, axes: tuple, keepdims: bool) -> Val:
     if kind in ("any", "all") and x.dtype is not DType.bool:
         x = b.compare("NE", x, b.full(0, x.type))  # NumPy's truth: nonzero, NaN included
-    init, combine = _monoid(kind, x.dtype)
+    init, combiner = _monoid(kind, x.dtype)
     reduced = b.op("stablehlo.reduce", [x, b.constant(init, x.dtype)], TensorType(_drop(x.shape, axes), x.dtype),
-                   {"dimensions": i64_array(sorted(axes))}, [_region(b, combine, x.dtype)])
+                   {"dimensions": i64_array(sorted(axes))}, [_region(b, combiner, x.dtype)])
     return b.reshape(reduced, result.shape)
 
 
@@ -160,14 +138,14 @@ def _cumulative(b: FunctionBuilder, result: TensorType, x: Val, *, kind: str, ax
     length ending at ``i`` (padded with the identity before the start)."""
     if x.type.size == 0:
         return x
-    init, combine = _monoid(_SCAN_KINDS[kind], x.dtype)
+    init, combiner = _monoid(_SCAN_KINDS[kind], x.dtype)
     n = x.shape[axis]
     window = [n if i == axis else 1 for i in range(x.type.rank)]
     padding = [[n - 1, 0] if i == axis else [0, 0] for i in range(x.type.rank)]
     return b.op("stablehlo.reduce_window", [x, b.constant(init, x.dtype)], x.type, {
         "window_dimensions": i64_array(window),
         "padding": f"dense<{padding}> : tensor<{x.type.rank}x2xi64>",
-    }, [_region(b, combine, x.dtype)])
+    }, [_region(b, combiner, x.dtype)])
 
 
 # -- sort ------------------------------------------------------------------------------------
