@@ -155,7 +155,8 @@ def test_argreduce_first_nan_and_first_tie(dtype):
     x = np.array([[np.inf, 1.0, np.nan, 2.0, np.nan], [-np.inf, 5.0, -0.0, 5.0, -np.inf],
                   [0.0, -0.0, 0.0, -0.0, 0.0], [1.0, 1.0, 1.0, 1.0, 9.0], [-9.0, 1.0, 1.0, 1.0, -9.0]],
                  dtype=dtype.numpy)
-    cases = [([TensorType(x.shape, dtype)], {"kind": kind, "axis": 1, "keepdims": False}) for kind in ("argmax", "argmin")]
+    cases = [([TensorType(x.shape, dtype)], {"kind": kind, "axis": 1, "keepdims": False})
+             for kind in ("argmax", "argmin")]
     assert_same(_cases_kernel("argreduce", cases), [x, x])
 
 

@@ -1,11 +1,12 @@
 """Emitters of the contraction, reduction, scan and sort primitives: ``dot``, ``reduce``,
 ``argreduce``, ``cumulative`` and ``sort``.
 
-The reference is NumPy (``nkipy_core.ir.primitives``), so every combiner here spells out what
-NumPy does where StableHLO leaves a choice open: ``max``/``min`` propagate NaN, ``argmax`` and
-``argmin`` return the first index and count NaN as the extreme, a boolean ``sum`` is ``or``,
-and ``sort`` orders by NumPy's key (``-x`` when descending, wrapping for integers) with NaN
-last.
+The reference is NumPy (``nkipy_core.ir.primitives``), so the combiners and comparators here
+spell out what NumPy does where StableHLO has no single op for it: ``argmax`` and ``argmin``
+return the first index and count NaN as the extreme, a boolean ``sum`` is ``or``, and ``sort``
+orders by NumPy's key (``-x`` when descending, wrapping for integers) with NaN last.
+``max``/``min`` need nothing extra: StableHLO's ``maximum``/``minimum`` propagate NaN as
+``np.max`` does. Scans are ``reduce_window`` over the whole prefix, quadratic in the axis length.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def _dot(b: FunctionBuilder, result: TensorType, x: Val, y: Val) -> Val:
     """``np.matmul``: leading dimensions are batch, ``x``'s last contracts with ``y``'s second-to-last."""
     batch = list(range(x.type.rank - 2))
     numbers = [f"lhs_batching_dimensions = {batch}", f"rhs_batching_dimensions = {batch}"] if batch else []
-    numbers += [f"lhs_contracting_dimensions = [{x.type.rank - 1}]", f"rhs_contracting_dimensions = [{y.type.rank - 2}]"]
+    numbers += [f"lhs_contracting_dimensions = [{x.type.rank - 1}]",
+                f"rhs_contracting_dimensions = [{y.type.rank - 2}]"]
     return b.op("stablehlo.dot_general", [x, y], result,
                 {"dot_dimension_numbers": f"#stablehlo.dot<{', '.join(numbers)}>"})
 
