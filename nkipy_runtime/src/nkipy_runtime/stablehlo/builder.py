@@ -165,6 +165,16 @@ class FunctionBuilder:
         return self.op("stablehlo.broadcast_in_dim", [x], TensorType(shape, x.dtype),
                        {"broadcast_dimensions": i64_array(list(dims))})
 
+    def reshape(self, x: Val, shape: Sequence[int]) -> Val:
+        shape = tuple(shape)
+        if x.shape == shape:
+            return x
+        return self.op("stablehlo.reshape", [x], TensorType(shape, x.dtype))
+
+    def iota(self, like: TensorType, axis: int) -> Val:
+        """``0, 1, 2, ...`` along ``axis`` of ``like``'s shape, in its dtype."""
+        return self.op("stablehlo.iota", [], like, {"iota_dimension": f"{axis} : i64"})
+
     def full(self, value: bool | int | float, like: TensorType) -> Val:
         """A scalar literal broadcast to ``like``'s shape."""
         return self.broadcast(self.constant(value, like.dtype), like.shape)

@@ -43,7 +43,7 @@ def _gather(b: FunctionBuilder, result: TensorType, x: Val, indices: Val, *, off
 
 def _index_vectors(b: FunctionBuilder, indices: Val) -> Val:
     """``indices`` with a trailing dimension of 1: a one-element start vector per index."""
-    return b.op("stablehlo.reshape", [indices], TensorType((*indices.shape, 1), indices.dtype))
+    return b.reshape(indices, (*indices.shape, 1))
 
 
 @emits("take")
@@ -70,7 +70,7 @@ def _take_along_axis(b: FunctionBuilder, result: TensorType, x: Val, indices: Va
         if d == axis:
             coord = _wrapped(b, indices, x.shape[axis])
         else:
-            coord = b.op("stablehlo.iota", [], TensorType(indices.shape, DType.i64), {"iota_dimension": f"{d} : i64"})
+            coord = b.iota(TensorType(indices.shape, DType.i64), d)
         coords.append(_index_vectors(b, coord))
     starts = b.op("stablehlo.concatenate", coords, TensorType((*indices.shape, x.type.rank), DType.i64),
                   {"dimension": f"{x.type.rank} : i64"})

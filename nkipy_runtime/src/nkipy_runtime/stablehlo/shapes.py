@@ -21,7 +21,7 @@ def _broadcast(b: FunctionBuilder, result: TensorType, x: Val, *, shape: tuple[i
 
 @emits("reshape")
 def _reshape(b: FunctionBuilder, result: TensorType, x: Val, *, shape: tuple[int, ...]) -> Val:
-    return b.op("stablehlo.reshape", [x], result)
+    return b.reshape(x, shape)
 
 
 @emits("transpose")
@@ -57,7 +57,7 @@ def _iota(b: FunctionBuilder, result: TensorType, *, shape: tuple, dtype: DType,
     if dtype is DType.bool:
         counts = _iota(b, TensorType(shape, DType.u8), shape=shape, dtype=DType.u8, axis=axis)
         return b.compare("NE", counts, b.full(0, counts.type))
-    return b.op("stablehlo.iota", [], result, {"iota_dimension": f"{axis} : i64"})
+    return b.iota(result, axis)
 
 
 @emits("constant")
