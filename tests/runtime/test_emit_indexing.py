@@ -11,10 +11,8 @@ import pytest
 
 from nkipy_core.ir import DType
 
-pytest.importorskip("jax")
-
-from op_kernels import ALL_DTYPES, one_op, sample  # noqa: E402
-from xla_oracle import assert_same, assert_same_bits  # noqa: E402
+from op_kernels import ALL_DTYPES, one_op, sample
+from xla_oracle import assert_same, assert_same_bits
 
 INDEX_DTYPES = (DType.i8, DType.i16, DType.i32, DType.i64, DType.u8, DType.u32, DType.u64)
 NUMERIC = tuple(d for d in ALL_DTYPES if d is not DType.bool)

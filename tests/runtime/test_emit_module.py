@@ -4,13 +4,13 @@ how profiles of the compiled kernel point back at the ATen ops that built it."""
 import numpy as np
 import pytest
 
-from nkipy_core.ir import DType, KernelBuilder, TensorType
+import attrs
 
-pytest.importorskip("jax")
+from nkipy_core.ir import PRIMITIVES, DType, KernelBuilder, TensorType
 
-from nkipy_runtime import xla_bridge  # noqa: E402
-from nkipy_runtime.stablehlo import emit_module  # noqa: E402
-from xla_oracle import assert_same  # noqa: E402
+from nkipy_runtime import xla_bridge
+from nkipy_runtime.stablehlo import EmissionError, emit_module, missing
+from xla_oracle import assert_same
 
 
 def test_origins_become_hlo_metadata():
@@ -31,3 +31,18 @@ def test_origins_become_hlo_metadata():
         assert origin.replace(".", "_") in hlo.text
     inputs = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([2, -1])]
     assert_same(kernel, inputs, rtol=2 * np.finfo(np.float32).eps)  # exp: XLA's polynomial, not libm
+
+
+def test_every_primitive_of_the_core_has_an_emitter():
+    assert missing() == []
+
+
+def test_a_primitive_without_an_emitter_is_named_by_missing_and_refused(monkeypatch):
+    """A primitive added to the core without an emitter here fails this suite and refuses to
+    emit, naming itself, instead of reaching neuronx-cc as something else."""
+    monkeypatch.setitem(PRIMITIVES, "frobnicate", attrs.evolve(PRIMITIVES["neg"], name="frobnicate"))
+    assert missing() == ["frobnicate"]
+    kb = KernelBuilder("new")
+    kernel = kb.finish([kb.emit("frobnicate", [kb.param(TensorType((2,), DType.f32))], {})])
+    with pytest.raises(EmissionError, match="no StableHLO emitter for primitive 'frobnicate'"):
+        emit_module(kernel)

@@ -10,10 +10,8 @@ import pytest
 
 from nkipy_core.ir import ConstantData, DType
 
-pytest.importorskip("jax")
-
-from op_kernels import ALL_DTYPES, one_op, sample  # noqa: E402
-from xla_oracle import assert_same_bits, run_on_xla  # noqa: E402
+from op_kernels import ALL_DTYPES, one_op, sample
+from xla_oracle import assert_same_bits, run_on_xla
 
 #: (primitive, operand shapes, params); operands are sampled in the dtype under test
 CASES = [
