@@ -13,8 +13,8 @@ import os
 import time
 import warnings
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import attrs
@@ -35,8 +35,8 @@ from .ir.passes import simplify
 from .ir.printer import format_kernel
 from .ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
 from .ir.verify import verify
-from .progress import CompileProgress
 from .lowering import GRAPH_INPUT, Layout, invoke, output_types, tensor_type
+from .progress import CompileProgress
 from .registry import LoweringRule, op_name, source_digest
 from .runtime.base import CompileOptions, DeviceArray, Signature
 
@@ -442,6 +442,8 @@ def compile_kernels(
     STATS["compiled_kernels"] += sum(c is not None for c in compiled)
     done = iter(compiled)
     return [next(done) if isinstance(f, _Lowered) else f for f in found]
+
+
 def _parse_type(text: str) -> TensorType:
     dtype, dims = text[:-1].split("[")
     return TensorType(tuple(int(d) for d in dims.split("x") if d), DType(dtype))
