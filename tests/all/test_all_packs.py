@@ -25,7 +25,23 @@ def test_every_plugin_loads_with_its_provenance():
         assert plugins[name]["status"] == "ok", plugins[name]
         assert plugins[name]["distribution"] == dist
     providers = {row["provider"] for row in listing["lowerings"]}
-    assert providers == {"nkipy-ops-base"}  # the other packs are skeletons that register nothing yet
+    assert providers == {"nkipy-ops-base"}  # collectives and nki are skeletons; nkipy-runtime gives runtimes
+    runtimes = {row["name"]: row for row in listing["runtimes"]}
+    assert {name: row["provider"] for name, row in runtimes.items()} == {
+        "cpu": "nkipy-core", "nrt": "nkipy-runtime", "xla": "nkipy-runtime",
+    }
+    assert runtimes["nrt"]["hardware"] and not runtimes["xla"]["hardware"]
+
+
+def test_doctor_says_what_nrt_and_xla_are_missing_here():
+    """This env installs nkipy-runtime without extras, on a machine without the Neuron SDK."""
+    result = run("nkipy-ops", "doctor", "--format", "json")
+    runtimes = {row["name"]: row for row in json.loads(result.stdout)["runtimes"]}
+    assert not runtimes["nrt"]["available"]
+    for needed in ("neuronx-cc is not on PATH", "libnrt.so was not found", "no Neuron devices (/dev/neuron*)"):
+        assert needed in runtimes["nrt"]["reason"]
+    assert not runtimes["xla"]["available"]
+    assert "pip install 'nkipy-runtime[xla]'" in runtimes["xla"]["reason"]
 
 
 def test_doctor_reports_a_usable_runtime():
