@@ -270,3 +270,16 @@ def test_as_strided_with_a_storage_offset_inside_a_kernel_is_lowered():
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)
         _assert_close(torch.compile(fn, backend="nkipy", dynamic=False)(x), fn(x), "intermediate")
+
+
+def test_outputs_have_the_strides_eager_gives_them(graphs):
+    """A kernel output that eager lays out transposed (here the transposed activation a Linear's
+    backward saves) comes back with eager's strides, so AOTAutograd and the size-set
+    specialisation see the layouts they were traced with."""
+    def f(a, b):
+        return (a[0] * 2).t(), (a + b).permute(2, 0, 1), a - b
+
+    a, b = torch.randn(3, 4, 5), torch.randn(3, 4, 5)
+    for got, want in zip(torch.compile(f, backend="nkipy")(a, b), f(a, b)):
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()

@@ -190,6 +190,34 @@ class _Support(OperatorSupportBase):
         return RULE in node.meta
 
 
+def output_orders(sub: torch.fx.GraphModule) -> tuple[tuple[int, ...] | None, ...]:
+    """Per output of a fused subgraph: the order of its dimensions from outermost to innermost in
+    memory, when its example value is a dense layout other than row-major (a transposed weight
+    saved for backward); else ``None``.
+
+    The kernel returns such an output with its dimensions in that order, row-major, and the call
+    permutes it back: a view with the strides torch (and AOTAutograd's guards and
+    specialisations) expect, whatever layout the runtime gives its results.
+    """
+    result = next(iter(sub.graph.find_nodes(op="output"))).args[0]
+    return tuple(_dense_order(n.meta.get("val")) for n in (result if isinstance(result, (tuple, list)) else [result]))
+
+
+def _dense_order(value: Any) -> tuple[int, ...] | None:
+    if not isinstance(value, torch.Tensor) or value.is_contiguous() or value.storage_offset() != 0:
+        return None
+    strides, sizes = value.stride(), value.shape
+    order = tuple(sorted(range(value.dim()), key=lambda d: (-strides[d], d)))
+    permuted = torch.empty([sizes[d] for d in order], device="meta").permute(_inverse(order))
+    if any(n > 1 and a != b for n, a, b in zip(sizes, permuted.stride(), strides)):
+        return None  # overlapping or with gaps: not a permutation of a dense layout
+    return order
+
+
+def _inverse(order: Sequence[int]) -> tuple[int, ...]:
+    return tuple(sorted(range(len(order)), key=order.__getitem__))
+
+
 def lower_subgraph(sub: torch.fx.GraphModule, name: str):
     """Trace the rules of a fused subgraph into one NKIPy kernel (verified and simplified)."""
     return finish_kernel(trace_subgraph(sub, name))
@@ -221,6 +249,11 @@ def trace_subgraph(sub: torch.fx.GraphModule, name: str):
             outputs = [env[o] for o in outputs]
         else:
             raise LoweringError(f"unexpected {node.op} node {node.name} in a fused subgraph")
+    with builder.building("output layout"):
+        outputs = [
+            o if order is None else builder.emit("transpose", [o], {"perm": order})
+            for o, order in zip(outputs, output_orders(sub))
+        ]
     kernel = builder.finish(outputs)
     verify(kernel)
     return kernel
@@ -233,7 +266,10 @@ class KernelCall(torch.nn.Module):
     to the device and back. Outputs stay on the device when the graph produced them there.
     """
 
-    def __init__(self, name: str, executable: Any, runtime: Any, tuple_output: bool, entry: str, on_device: Sequence[bool]):
+    def __init__(
+        self, name: str, executable: Any, runtime: Any, tuple_output: bool, entry: str, on_device: Sequence[bool],
+        orders: Sequence[tuple[int, ...] | None],
+    ):
         super().__init__()
         self.kernel_name = name
         self.executable = executable
@@ -241,13 +277,20 @@ class KernelCall(torch.nn.Module):
         self.tuple_output = tuple_output
         self.entry = entry
         self.on_device = tuple(on_device)
+        #: outputs the kernel returns in another dimension order (``output_orders``), put back
+        self.inverse_orders = tuple(None if o is None else _inverse(o) for o in orders)
+
+    def _laid_out(self, outputs: tuple[torch.Tensor, ...]):
+        outputs = tuple(
+            t if inverse is None else t.contiguous().permute(inverse) for t, inverse in zip(outputs, self.inverse_orders)
+        )
+        return outputs if self.tuple_output else outputs[0]
 
     def forward(self, *args: torch.Tensor):
         on_device = [memory.is_nkipy(a) for a in args]
         if not any(on_device) and not any(self.on_device) and hasattr(self.runtime, "run_host"):
             results = self.runtime.run_host(self.executable, [torch_to_numpy(a) for a in args])
-            outputs = tuple(numpy_to_torch(r) for r in results)
-            return outputs if self.tuple_output else outputs[0]
+            return self._laid_out(tuple(numpy_to_torch(r) for r in results))
         runtime = memory.runtime() if any(on_device) else self.runtime  # who owns the buffers
         if runtime.name != self.runtime.name:
             raise ConfigurationError(
@@ -266,10 +309,9 @@ class KernelCall(torch.nn.Module):
         results = runtime.run(self.executable, inputs)
         for array in staged:
             runtime.free(array.buffer)
-        outputs = tuple(
+        return self._laid_out(tuple(
             memory.wrap(r) if dev else self._fetch(runtime, r) for r, dev in zip(results, self.on_device)
-        )
-        return outputs if self.tuple_output else outputs[0]
+        ))
 
     @staticmethod
     def _fetch(runtime, result: DeviceArray) -> torch.Tensor:
@@ -305,6 +347,7 @@ class _Lowered:
     options: CompileOptions
     tuple_output: bool
     devices: list[bool]
+    orders: tuple[tuple[int, ...] | None, ...]
 
 
 def _find_or_lower(
@@ -320,6 +363,7 @@ def _find_or_lower(
     result = next(iter(sub.graph.find_nodes(op="output"))).args[0]
     tuple_output = isinstance(result, (tuple, list))
     results = result if tuple_output else [result]
+    orders = output_orders(sub)
     if on_device is None:
         devices = [memory.is_nkipy(n.meta.get("val")) for n in results]
     else:
@@ -334,16 +378,16 @@ def _find_or_lower(
             )
             executable = runtime.load(artifacts, signature, options)
             log.debug("kernel %s loaded from cache entry %s without lowering", name, indexed["kernel"])
-            return KernelCall(name, executable, runtime, tuple_output, indexed["kernel"], devices)
+            return KernelCall(name, executable, runtime, tuple_output, indexed["kernel"], devices, orders)
     kernel = lower(sub, name)
     ir_text = format_kernel(kernel, with_origin=False)
     kernel_key = digest("kernel", ir_text, runtime.name, tag, options.compiler_args, _versions_key())
     loaded = cache.load(kernel_key)
     if loaded is None:
-        return _Lowered(name, sub, kernel, kernel_key, fx_key, options, tuple_output, devices)
+        return _Lowered(name, sub, kernel, kernel_key, fx_key, options, tuple_output, devices, orders)
     executable = runtime.load(loaded[1], Signature.of(kernel), options)
     cache.put_index(fx_key, {"kernel": kernel_key})
-    return KernelCall(name, executable, runtime, tuple_output, kernel_key, devices)
+    return KernelCall(name, executable, runtime, tuple_output, kernel_key, devices, orders)
 
 
 def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall, float]:
@@ -371,7 +415,8 @@ def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall
     cache = KernelCache(config.nkipy_cache)
     cache.store(job.kernel_key, files, executable.artifacts(), meta)
     cache.put_index(job.fx_key, {"kernel": job.kernel_key})
-    return KernelCall(job.name, executable, runtime, job.tuple_output, job.kernel_key, job.devices), seconds
+    call = KernelCall(job.name, executable, runtime, job.tuple_output, job.kernel_key, job.devices, job.orders)
+    return call, seconds
 
 
 def compile_kernel(
