@@ -4,8 +4,9 @@ round trips, the HLO files in the kernel cache, and jax left as the user configu
 import json
 import subprocess
 import sys
+from importlib.metadata import version
 
-import ml_dtypes
+import nkipy_cli
 import numpy as np
 import pytest
 import torch
@@ -175,3 +176,13 @@ def test_without_jax_the_runtime_says_what_to_install():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "(False, " in result.stdout and "pip install 'nkipy-runtime[xla]'" in result.stdout
+
+
+def test_doctor_says_what_xla_runs_on(capsys):
+    import jax
+    import jaxlib
+
+    code, out, _ = nkipy_cli.run(capsys, "doctor")
+    assert code == 0
+    assert nkipy_cli.line_of(out, "xla ")[:6] == ["xla", "-10", "nkipy-runtime", version("nkipy-runtime"), "no", "yes"]
+    assert f"Runtime 'xla': jax {jax.__version__}, jaxlib {jaxlib.__version__}, device cpu:0" in out
