@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 
 from nkipy_core.errors import NkipyError
 from nkipy_core.ir import DType, Kernel, Op, TensorType
@@ -60,19 +59,18 @@ def module_name(kernel: Kernel) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", kernel.name) or "kernel"
 
 
-def emit_module(kernel: Kernel, aliases: Mapping[int, int] | None = None) -> str:
-    """StableHLO text of ``kernel``. ``aliases`` maps an output index to the parameter whose
-    buffer it may reuse (an in-place update); it becomes ``tf.aliasing_output`` on that
-    parameter, which XLA turns into the module's input/output alias."""
-    aliases = dict(aliases or {})
-    by_param = {p: o for o, p in aliases.items()}
+def emit_module(kernel: Kernel) -> str:
+    """StableHLO text of ``kernel``.
+
+    Kernels are pure: an in-place op of the program is a kernel result that the compiled graph
+    writes back into its input afterwards (a device copy), so the module declares no
+    input/output aliases."""
     b = FunctionBuilder()
     env: dict[int, Val] = {}
     params = []
     for i, p in enumerate(kernel.params):
         env[p.id] = Val(f"%arg{i}", p.type)
-        alias = f" {{tf.aliasing_output = {by_param[i]} : i32}}" if i in by_param else ""
-        params.append(f"%arg{i}: {tensor_type(p.type)}{alias}")
+        params.append(f"%arg{i}: {tensor_type(p.type)}")
     for op in kernel.ops:
         start = len(b.lines)
         env[op.result.id] = emit_op(b, op, [env[v.id] for v in op.operands])
