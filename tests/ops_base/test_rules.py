@@ -18,7 +18,7 @@ import torch.fx
 from torch.utils._pytree import tree_map
 
 from nkipy_core import LoweringContext, LoweringRegistry, Unsupported
-from nkipy_core.compiler import RULE, lower_subgraph
+from nkipy_core.compiler import RULE, lower_subgraph, output_orders
 from nkipy_core.ir import codegen
 from nkipy_core.ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
 from nkipy_core.rng import RNG_KWARG, RandomStream
@@ -787,9 +787,12 @@ def _traced(op, rule, args, kwargs, expected):
         graph.output(tuple(graph.call_function(operator.getitem, (node, i)) for i in wanted))
     else:
         graph.output(node)
-    kernel = lower_subgraph(torch.fx.GraphModule(torch.nn.Module(), graph), "case")
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    kernel = lower_subgraph(gm, "case")
     with np.errstate(all="ignore"):  # as the cpu runtime runs kernels: inf and nan are values
-        results = iter(codegen.load(codegen.generate(kernel))(*(torch_to_numpy(i) for i in inputs)))
+        outputs = codegen.load(codegen.generate(kernel))(*(torch_to_numpy(i) for i in inputs))
+    # a transposed output comes in its memory order; the kernel's call permutes it back
+    results = iter(r if o is None else np.transpose(r, np.argsort(o)) for r, o in zip(outputs, output_orders(gm)))
     if isinstance(expected, tuple):
         return tuple(None if e is None else next(results) for e in expected)
     return next(results)
