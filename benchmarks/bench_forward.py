@@ -1,7 +1,8 @@
 """Forward latency of the Llama-style block: nkipy on each runtime vs eager vs inductor.
 
 Inference (``torch.no_grad()``), fp32 and bf16, all measured in this run after compiling and
-checking each compiled output against eager. One nkipy row per available runtime (``--runtimes``):
+checking each compiled output against eager. One nkipy row per available runtime (``--runtimes``), with CPU tensors in and out, and one with the
+weights and input on the ``nkipy`` device (``--device-runtime``, default ``xla`` when installed):
 ``cpu`` runs the generated NumPy kernels (the reference executor, not a performance target);
 ``xla`` (nkipy-runtime[xla]) runs the StableHLO that would go to neuronx-cc, compiled by XLA for
 this CPU. For each runtime the time its ``compile`` took per kernel is printed too (the cost of
@@ -10,12 +11,14 @@ as torch between the kernels; they are listed, because the figures depend on how
 block is lowered.
 
 Run: python benchmarks/bench_forward.py [--dtypes float32 bfloat16] [--repeat 15] [--sdpa] [--runtimes cpu xla]
+     [--device-runtime xla] [--sizes small large]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import tempfile
 import time
 import traceback
@@ -27,7 +30,7 @@ import torch
 
 import nkipy_core
 from nkipy_core import plugins
-from nkipy_core.testing.models import LlamaBlock
+from nkipy_core.testing.models import LlamaBlock, LlamaConfig
 
 
 @contextlib.contextmanager
@@ -60,8 +63,25 @@ def nkipy_candidate(model, runtime: str, compile_seconds: list[float]):
     return compiled, first_call_timed
 
 
-def measure(dtype: torch.dtype, repeat: int, sdpa: bool, runtimes: list[str]) -> None:
-    model = LlamaBlock(sdpa=sdpa).to(dtype).eval()
+def on_device_candidate(model, x):
+    """The block's weights and input on the ``nkipy`` device (as on Trainium: nothing is staged
+    per call); the output stays there, computed (the runtimes run kernels synchronously)."""
+    resident = copy.deepcopy(model).to("nkipy")
+    x_resident = x.to("nkipy")
+    compiled = torch.compile(resident, backend="nkipy", options={"nkipy_cache": tempfile.mkdtemp()})
+    return (lambda _: compiled(x_resident)), (lambda _: compiled(x_resident).cpu())
+
+
+#: ``--size``: the tests' block, and one with enough work per call that kernels, not per-call
+#: overheads, dominate
+SIZES = {
+    "small": LlamaConfig(),
+    "large": LlamaConfig(hidden=256, heads=8, seq=128, intermediate=512, batch=2),
+}
+
+
+def measure(dtype: torch.dtype, repeat: int, sdpa: bool, runtimes: list[str], device_runtime: str, size: str) -> None:
+    model = LlamaBlock(SIZES[size], sdpa=sdpa).to(dtype).eval()
     x = model.example_input(dtype)
     compile_seconds: dict[str, list[float]] = {name: [] for name in runtimes}
     candidates = {
@@ -71,6 +91,7 @@ def measure(dtype: torch.dtype, repeat: int, sdpa: bool, runtimes: list[str]) ->
             f"nkipy ({name})": (lambda name=name: nkipy_candidate(model, name, compile_seconds[name]))
             for name in runtimes
         },
+        f"nkipy ({device_runtime}, on device)": lambda: on_device_candidate(model, x),
     }
     tolerance = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 5e-2, "rtol": 5e-2}
     rows, notes, fallbacks = [], {}, []
@@ -120,10 +141,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15, help="timed runs; the median is reported")
     parser.add_argument("--sdpa", action="store_true", help="attention via F.scaled_dot_product_attention")
     parser.add_argument("--runtimes", nargs="+", default=None, help="nkipy runtimes to measure (default: all available)")
+    parser.add_argument("--device-runtime", default=None,
+                        help="runtime of the 'on device' row, one per process (default: xla if available, else cpu)")
+    parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["small"], help="block sizes")
     args = parser.parse_args()
+    runtimes = args.runtimes or available_runtimes()
+    device_runtime = args.device_runtime or ("xla" if "xla" in available_runtimes() else "cpu")
+    nkipy_core.init_nkipy_backend(runtime=device_runtime)  # the device's memory lives in this runtime
     print(f"machine: {machine()}")
-    for name in args.dtypes:
-        measure(getattr(torch, name), args.repeat, args.sdpa, args.runtimes or available_runtimes())
+    for size in args.sizes:
+        for name in args.dtypes:
+            measure(getattr(torch, name), args.repeat, args.sdpa, runtimes, device_runtime, size)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,14 @@ without any host round trip, and only ``to_device``/``to_host`` count as transfe
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from nkipy_core.ir import DType, Kernel, TensorType
-from nkipy_core.runtime.base import CompileOptions, DeviceArray, DeviceStats, Signature
+from nkipy_core.runtime.base import CompileOptions, DeviceArray, DeviceStats, Signature, contiguous_strides
 
 from . import xla_bridge
 from .stablehlo import emit_module
@@ -139,12 +140,28 @@ class XlaRuntime:
             arrays.append(DeviceArray.contiguous(XlaBuffer(nbytes, out), type_))
         return arrays
 
+    def run_host(self, executable: XlaExecutable, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Host arrays in, host arrays out, for graphs of CPU tensors, without the buffer
+        bookkeeping of ``run``. An XLA CPU device reads aligned inputs where they are and the
+        outputs are copied out once; on another device the copies are transfers and are counted
+        as such."""
+        inputs = self._upload([np.ascontiguousarray(a) for a in arrays], borrow=True)
+        outputs = [np.array(o) for o in xla_bridge.execute(executable.compiled, inputs)]
+        if self.device.platform != "cpu":
+            self.stats.host_to_device += len(inputs)
+            self.stats.host_to_device_bytes += sum(a.nbytes for a in arrays)
+            self.stats.device_to_host += len(outputs)
+            self.stats.device_to_host_bytes += sum(o.nbytes for o in outputs)
+        return outputs
+
     # -- layouts: torch's strided views over XLA's dense arrays ----------------------------
 
-    def _put(self, host: np.ndarray) -> Any:
-        import jax
+    @functools.cached_property
+    def _upload(self) -> xla_bridge.Uploader:
+        return xla_bridge.Uploader(self.device)
 
-        return jax.device_put(host, self.device)
+    def _put(self, host: np.ndarray) -> Any:
+        return self._upload([host])[0]
 
     def _read(self, view: DeviceArray) -> Any:
         """The values of ``view`` as a dense XLA array of its shape (on the device)."""
@@ -183,15 +200,18 @@ class XlaRuntime:
         return old.at[: new.size].set(new)
 
 
-def _is_contiguous(view: DeviceArray) -> bool:
-    from nkipy_core.runtime.base import contiguous_strides
+@functools.lru_cache(maxsize=1024)
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(contiguous_strides(shape))
 
-    return view.offset == 0 and (view.type.size <= 1 or tuple(view.strides) == tuple(contiguous_strides(view.shape)))
+
+def _is_contiguous(view: DeviceArray) -> bool:
+    return view.offset == 0 and (math.prod(view.shape) <= 1 or view.strides == _row_major(view.shape))
 
 
 def _is_whole(view: DeviceArray, array: Any) -> bool:
     """``view`` reads all of ``array``, in order and with its element type."""
-    return array.dtype == view.dtype.numpy and array.size == view.type.size and _is_contiguous(view)
+    return array.dtype == view.dtype.numpy and array.size == math.prod(view.shape) and _is_contiguous(view)
 
 
 @functools.cache
