@@ -90,7 +90,7 @@ def hardware_present() -> bool:
 
     torch asks ``torch.nkipy.is_available()`` in every program that dynamo compiles and in every
     ``torch.accelerator`` query, nkipy user or not. Loading the plugins to answer would import every
-    pack into unrelated programs; a probe (``nkipy_runtime.probe:neuron_devices``, say) only looks
+    pack into unrelated programs; a probe (nkipy-runtime registers ``nkipy_runtime.nrt.probe:hardware_present``) only looks
     at the machine. Asked once per process: hardware does not come and go. A probe that fails is
     logged and counts as no hardware.
     """
