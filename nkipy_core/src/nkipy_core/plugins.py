@@ -90,8 +90,8 @@ def hardware_present() -> bool:
 
     torch asks ``torch.nkipy.is_available()`` in every program that dynamo compiles and in every
     ``torch.accelerator`` query, nkipy user or not. Loading the plugins to answer would import every
-    pack into unrelated programs; a probe (nkipy-runtime registers ``nkipy_runtime.nrt.probe:hardware_present``) only looks
-    at the machine. Asked once per process: hardware does not come and go. A probe that fails is
+    pack into unrelated programs; a probe (nkipy-runtime registers
+    ``nkipy_runtime.nrt.probe:hardware_present``) only looks at the machine. Asked once per process: hardware does not come and go. A probe that fails is
     logged and counts as no hardware.
     """
     for ep in sorted(entry_points(group=HARDWARE_GROUP), key=lambda e: e.name):
