@@ -26,7 +26,7 @@ from nrt_standin_neff import NRT_DTYPE, neff
 from nkipy_core.errors import DeviceError
 from nkipy_core.ir.types import DType, TensorType
 from nkipy_core.runtime.base import DeviceArray
-from nkipy_runtime.nrt import cores, layout, library, probe
+from nkipy_runtime.nrt import cores, layout, library, locate, probe
 from nkipy_runtime.nrt.device import MAX_COPY_RUNS, NeffBindingError, NrtDevice
 from nkipy_runtime.nrt.library import LibnrtNotFoundError, NrtLibrary, TensorInfo
 from nkipy_runtime.nrt.status import NrtError
@@ -99,14 +99,14 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 def test_find_library_prefers_env_then_sdk_path_then_linker(monkeypatch, tmp_path):
     sdk = tmp_path / "libnrt.so.1"
-    monkeypatch.setattr(library.ctypes.util, "find_library", lambda name: f"linker-{name}")
-    monkeypatch.setattr(library, "STANDARD_LOCATIONS", (str(sdk),))
-    monkeypatch.delenv(library.LIBRARY_ENV, raising=False)
-    assert library.find_library() == "linker-nrt"
+    monkeypatch.setattr(locate.ctypes.util, "find_library", lambda name: f"linker-{name}")
+    monkeypatch.setattr(locate, "STANDARD_LOCATIONS", (str(sdk),))
+    monkeypatch.delenv(locate.LIBRARY_ENV, raising=False)
+    assert locate.find_library() == "linker-nrt"
     sdk.write_bytes(b"")
-    assert library.find_library() == str(sdk)
-    monkeypatch.setenv(library.LIBRARY_ENV, "/somewhere/libnrt.so")
-    assert library.find_library() == "/somewhere/libnrt.so"
+    assert locate.find_library() == str(sdk)
+    monkeypatch.setenv(locate.LIBRARY_ENV, "/somewhere/libnrt.so")
+    assert locate.find_library() == "/somewhere/libnrt.so"
 
 
 def test_missing_or_broken_library_is_a_typed_error_naming_the_fix(monkeypatch, tmp_path):
@@ -489,9 +489,9 @@ def bare_machine(monkeypatch, tmp_path):
     (tmp_path / "bin").mkdir()
     (tmp_path / "dev").mkdir()
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    monkeypatch.delenv(library.LIBRARY_ENV, raising=False)
-    monkeypatch.setattr(library, "STANDARD_LOCATIONS", ())
-    monkeypatch.setattr(library.ctypes.util, "find_library", lambda name: None)
+    monkeypatch.delenv(locate.LIBRARY_ENV, raising=False)
+    monkeypatch.setattr(locate, "STANDARD_LOCATIONS", ())
+    monkeypatch.setattr(locate.ctypes.util, "find_library", lambda name: None)
     monkeypatch.setattr(probe, "DEVICE_DIR", str(tmp_path / "dev"))
     probe.hardware_present.cache_clear()
     yield tmp_path
@@ -508,7 +508,7 @@ def test_missing_names_each_piece_and_how_to_get_it(bare_machine, monkeypatch, s
     cc = bare_machine / "bin" / "neuronx-cc"
     cc.write_text("#!/bin/sh\n")
     cc.chmod(0o755)
-    monkeypatch.setenv(library.LIBRARY_ENV, standin_path)
+    monkeypatch.setenv(locate.LIBRARY_ENV, standin_path)
     (bare_machine / "dev" / "neuron0").write_text("")
     assert probe.missing() == []
     assert probe.neuron_devices() == [str(bare_machine / "dev" / "neuron0")]
@@ -521,3 +521,16 @@ def test_hardware_probe_is_registered_for_the_core():
     target = project["project"]["entry-points"]["nkipy.hardware"]["neuron"]
     module, _, name = target.partition(":")
     assert getattr(importlib.import_module(module), name) is probe.hardware_present
+
+
+def test_the_hardware_probe_imports_nothing_but_itself():
+    """torch reaches the probe in every program dynamo compiles; it must not load the binding,
+    the compiler driver, jax or the rest of nkipy-runtime."""
+    loaded = python(
+        "import sys, torch\n"
+        "before = set(sys.modules)\n"
+        "from nkipy_runtime.nrt.probe import hardware_present\n"
+        "hardware_present()\n"
+        "print(sorted(m for m in set(sys.modules) - before if m.startswith(('nkipy_runtime', 'jax', 'attrs'))))\n"
+    )
+    assert loaded.stdout.strip() == "['nkipy_runtime', 'nkipy_runtime.nrt', 'nkipy_runtime.nrt.locate', 'nkipy_runtime.nrt.probe']"

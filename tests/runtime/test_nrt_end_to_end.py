@@ -16,7 +16,7 @@ import torch
 import neuronx_cc_standin
 from nkipy_core import cache_stats, init_nkipy_backend
 from nkipy_core.ir import DType
-from nkipy_runtime.nrt import library, probe
+from nkipy_runtime.nrt import locate, probe
 from nkipy_runtime.nrt_runtime import HLO_PROTO, HLO_TEXT, LOG, NEFF, STABLEHLO, NrtRuntime
 from nrt_standin_neff import neff
 
@@ -34,7 +34,7 @@ def neuron_machine(tmp_path, monkeypatch, standin_path):
     image.write_bytes(neff("add", ("input", "input0", f32, (4, 8)), ("input", "input1", f32, (4, 8)),
                            ("output", "output0", f32, (4, 8))))
     monkeypatch.setenv("NKIPY_NEURONX_CC", str(compiler))
-    monkeypatch.setenv(library.LIBRARY_ENV, standin_path)
+    monkeypatch.setenv(locate.LIBRARY_ENV, standin_path)
     monkeypatch.setenv("STANDIN_NEFF", str(image))
     monkeypatch.setattr(probe, "DEVICE_DIR", str(devices))
     init_nkipy_backend(nkipy_cache=tmp_path / "cache", target="trn2")

@@ -1,1 +1,1 @@
-"""nkipy-runtime: HLO emission, neuronx-cc driver and NRT binding (skeleton)."""
+"""nkipy-runtime: StableHLO/HLO emission, the neuronx-cc driver, the NRT binding (``nrt``) and the ``xla`` runtime."""

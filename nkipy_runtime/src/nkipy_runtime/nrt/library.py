@@ -29,11 +29,8 @@ import numpy as np
 from nkipy_core.errors import NkipyError
 
 from . import cores
+from .locate import LIBRARY_ENV, find_library
 from .status import check
-
-#: where the Neuron SDK's aws-neuronx-runtime-lib package installs libnrt
-STANDARD_LOCATIONS = ("/opt/aws/neuron/lib/libnrt.so.1", "/opt/aws/neuron/lib/libnrt.so")
-LIBRARY_ENV = "NKIPY_LIBNRT"
 
 # nrt_tensor_placement_t (nrt.h)
 PLACEMENT_DEVICE = 0
@@ -49,16 +46,6 @@ NRT_TENSOR_NAME_MAX = 256
 
 class LibnrtNotFoundError(NkipyError):
     """No libnrt.so could be found or loaded."""
-
-
-def find_library() -> str | None:
-    """The libnrt to load: ``$NKIPY_LIBNRT``, else the Neuron SDK's install path, else the linker's."""
-    if os.environ.get(LIBRARY_ENV):
-        return os.environ[LIBRARY_ENV]
-    for path in STANDARD_LOCATIONS:
-        if os.path.exists(path):
-            return path
-    return ctypes.util.find_library("nrt")
 
 
 @attrs.frozen

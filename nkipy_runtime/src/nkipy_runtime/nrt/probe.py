@@ -12,8 +12,7 @@ import functools
 import glob
 import os
 
-from .. import neuronx_cc, xla_bridge
-from .library import LIBRARY_ENV, find_library
+from .locate import LIBRARY_ENV, find_library
 
 #: where the Neuron driver (aws-neuronx-dkms) creates one node per device: neuron0, neuron1, ...
 DEVICE_DIR = "/dev"
@@ -26,6 +25,8 @@ def neuron_devices() -> list[str]:
 
 def compiler_missing() -> list[str]:
     """What keeps kernels from being compiled to NEFF here (no device needed for that)."""
+    from .. import neuronx_cc, xla_bridge  # not at import: the hardware probe must stay light
+
     found = []
     if neuronx_cc.compiler_path() is None:
         found.append(

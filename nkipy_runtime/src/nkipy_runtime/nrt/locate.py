@@ -1,0 +1,24 @@
+"""Where libnrt is: the one thing the hardware probe needs, with nothing heavier than the stdlib.
+
+``torch.nkipy.is_available()`` runs the ``nkipy.hardware`` probe in every program that dynamo
+compiles, so this module (and the probe) must import in well under a millisecond.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+
+#: where the Neuron SDK's aws-neuronx-runtime-lib package installs libnrt
+STANDARD_LOCATIONS = ("/opt/aws/neuron/lib/libnrt.so.1", "/opt/aws/neuron/lib/libnrt.so")
+LIBRARY_ENV = "NKIPY_LIBNRT"
+
+
+def find_library() -> str | None:
+    """The libnrt to load: ``$NKIPY_LIBNRT``, else the Neuron SDK's install path, else the linker's."""
+    if os.environ.get(LIBRARY_ENV):
+        return os.environ[LIBRARY_ENV]
+    for path in STANDARD_LOCATIONS:
+        if os.path.exists(path):
+            return path
+    return ctypes.util.find_library("nrt")
