@@ -90,7 +90,7 @@ def test_core_alone_lists_no_lowerings_cpu_plugin_and_runtime(plugin_env, capsys
     assert [(p["name"], p["status"]) for p in data["plugins"]] == [("cpu", "ok")]
     assert data["runtimes"] == [
         {"name": "cpu", "priority": 0, "provider": "nkipy-core", "version": version("nkipy-core"), "hardware": False,
-         "available": True, "reason": ""}
+         "available": True, "reason": "", "details": ""}
     ]
 
 
