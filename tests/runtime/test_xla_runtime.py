@@ -207,3 +207,16 @@ def test_compiled_in_place_updates_of_inputs_match_eager(device):
     torch.testing.assert_close(got.cpu(), total)
     for arg, want in zip(args, expected):
         torch.testing.assert_close(arg.cpu(), want)
+
+
+def test_run_host_converts_an_input_of_another_dtype_to_the_kernels():
+    """torch's meta functions and CPU kernels disagree on a few result dtypes (bf16 batch-norm
+    statistics are f32 to the meta function, bf16 from the kernel); a kernel compiled for f32 gets
+    the values as f32, as staging them would give them."""
+    rt = XlaRuntime()
+    exe = rt.compile(add_kernel(DType.f32), CompileOptions())
+    x = sample(DType.bf16, (2, 3))
+    out, same = rt.run_host(exe, [x, x])
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, x.astype(np.float32) * 2)
+    np.testing.assert_array_equal(same, x.astype(np.float32))

@@ -144,8 +144,11 @@ class XlaRuntime:
         """Host arrays in, host arrays out, for graphs of CPU tensors, without the buffer
         bookkeeping of ``run``. An XLA CPU device reads aligned inputs where they are and the
         outputs are copied out once; on another device the copies are transfers and are counted
-        as such."""
-        inputs = self._upload([np.ascontiguousarray(a) for a in arrays], borrow=True)
+        as such. An input whose dtype is not the kernel's (torch's meta functions and CPU kernels
+        disagree on a few ops, e.g. the bf16 ``_native_batch_norm_legit`` statistics) is
+        converted to the kernel's, as staging it into a device buffer would."""
+        hosts = [np.ascontiguousarray(a, dtype=t.dtype.numpy) for a, t in zip(arrays, executable.signature.inputs)]
+        inputs = self._upload(hosts, borrow=True)
         outputs = [np.array(o) for o in xla_bridge.execute(executable.compiled, inputs)]
         if self.device.platform != "cpu":
             self.stats.host_to_device += len(inputs)
