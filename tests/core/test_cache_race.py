@@ -118,34 +118,27 @@ def test_four_ranks_racing_compile_each_kernel_once(tmp_path):
     assert_cache_intact(tmp_path / "cache")
 
 
-def test_a_rank_killed_while_compiling_does_not_block_the_others(tmp_path):
+def test_a_lock_holder_blocks_others_only_while_it_lives(tmp_path):
+    """While it lives, a waiter past the lock timeout gets a typed error; once it is killed
+    (mid-compile), the OS releases its lock and a waiting rank compiles the kernel."""
     holder = start_rank(tmp_path, "holder", 1, compile_seconds=120)
     try:
         wait_until(lambda: compiles(tmp_path), "the first rank to start compiling")
-        waiter = start_rank(tmp_path, "waiter", 1, compile_seconds=0)
-        wait_until(lambda: holds_open_lock_file(waiter, tmp_path / "cache"), "the second rank to reach the lock")
+        impatient = start_rank(tmp_path, "impatient", 1, compile_seconds=0, NKIPY_CACHE_LOCK_TIMEOUT="0.5")
+        patient = start_rank(tmp_path, "patient", 1, compile_seconds=0)
+        _, err = impatient.communicate(timeout=60)
+        wait_until(lambda: holds_open_lock_file(patient, tmp_path / "cache"), "the patient rank to reach the lock")
         time.sleep(0.3)
-        assert waiter.poll() is None  # blocked behind the holder's lock
+        assert patient.poll() is None  # blocked behind the holder's lock
     finally:
         holder.kill()
         holder.wait(timeout=10)
-    result = finish(waiter)
+    assert impatient.returncode != 0
+    assert "CacheLockTimeoutError: waited 0.5 s for another process to compile kernel" in err
+    assert "setting NKIPY_CACHE_LOCK_TIMEOUT (seconds)" in err
+    result = finish(patient)
     assert result["ok"] and result.get("waited_for_other_process", 0) == 0
     (killed_pid, killed_kernel), *_ = compiles(tmp_path)
     assert killed_pid == holder.pid
-    assert (waiter.pid, killed_kernel) in compiles(tmp_path)  # the waiter compiled it after the kill
+    assert (patient.pid, killed_kernel) in compiles(tmp_path)  # the patient rank compiled it after the kill
     assert_cache_intact(tmp_path / "cache")
-
-
-def test_a_live_holder_past_the_lock_timeout_is_a_typed_error(tmp_path):
-    holder = start_rank(tmp_path, "holder", 1, compile_seconds=120)
-    try:
-        wait_until(lambda: compiles(tmp_path), "the first rank to start compiling")
-        waiter = start_rank(tmp_path, "waiter", 1, compile_seconds=0, NKIPY_CACHE_LOCK_TIMEOUT="0.5")
-        _, err = waiter.communicate(timeout=60)
-    finally:
-        holder.kill()
-        holder.wait(timeout=10)
-    assert waiter.returncode != 0
-    assert "CacheLockTimeoutError: waited 0.5 s for another process to compile kernel" in err
-    assert "setting NKIPY_CACHE_LOCK_TIMEOUT (seconds)" in err
