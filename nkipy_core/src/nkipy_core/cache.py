@@ -111,7 +111,8 @@ class KernelCache:
         that made the caller wait is already counted."""
         entry = self.entry_dir(key)
         if not entry.exists():
-            STATS["misses"] += count_miss
+            if count_miss:
+                STATS["misses"] += 1
             return None
         try:
             meta = json.loads((entry / "meta.json").read_text())
