@@ -26,9 +26,10 @@ _EXPORTS = {
     "on_cpu": (".regions", "on_cpu"),
     "kernel_boundary": (".regions", "kernel_boundary"),
     **{name: (".errors", name) for name in (
-        "CacheError", "ConfigurationError", "DeviceError", "LoweringError", "NkipyError",
-        "PluginConflictError", "PluginError", "RuntimeNotFoundError", "RuntimeUnavailableError",
-        "SpecializationLimitError", "Unsupported", "UnsupportedOpsError", "VerificationError",
+        "CacheError", "CacheLockTimeoutError", "ConfigurationError", "DeviceError", "LoweringError",
+        "NkipyError", "PluginConflictError", "PluginError", "RuntimeNotFoundError",
+        "RuntimeUnavailableError", "SpecializationLimitError", "Unsupported", "UnsupportedOpsError",
+        "VerificationError",
     )},
     **{name: (".registry", name) for name in (
         "DecompositionRegistry", "LoweringRegistry", "Provenance", "RuleSet", "RuntimeRegistry",

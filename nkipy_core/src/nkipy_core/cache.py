@@ -4,38 +4,57 @@ Layout under the cache root::
 
     kernels/<kernel key>/   meta.json, graph.py, kernel.py, kernel.ir, artifacts/<runtime files>
     index/<fx key>          the kernel key (or a partition plan) a lowering input maps to
+    locks/<kernel key>      empty files, the compile lock of each kernel ever compiled here
 
 The kernel key hashes the IR text, runtime, compiler arguments and package versions, so two
 graphs that lower to the same IR share one compiled artifact. The index maps the *input* of
 lowering (FX code and input types) to results, so a process with a warm cache does not lower.
 
 Every entry is written to a private temporary directory and renamed into place, which is atomic
-on POSIX: concurrent processes (ranks) either see a complete entry or none, and the loser of a
-race simply uses the winner's entry. ``meta.json`` records a SHA-256 of every file; an entry
-whose files are missing or altered is logged, moved aside and rebuilt.
+on POSIX: concurrent processes (ranks) either see a complete entry or none. ``meta.json``
+records a SHA-256 of every file; an entry whose files are missing or altered is logged, moved
+aside and rebuilt.
+
+Ranks that share a cache compile each kernel once. A miss is compiled and stored while holding
+an exclusive ``flock`` on ``locks/<kernel key>``; a rank that misses the same key meanwhile
+waits for that lock, then finds the entry and loads it (``STATS["waited_for_other_process"]``)
+instead of compiling it again. Hits take no lock, so a warm cache costs nothing extra. The OS
+releases a ``flock`` when its holder exits or is killed, so a crashed rank never leaves a stale
+lock behind; the lock files are kept (unlinking a lock file others may hold would let two ranks
+lock different files for one key). Only a *live* holder can make a rank wait long: after
+``NKIPY_CACHE_LOCK_TIMEOUT`` seconds (default one hour, more than any compile should take) the
+waiter raises ``CacheLockTimeoutError`` instead of hanging.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import CacheError
+from .errors import CacheError, CacheLockTimeoutError
 
 log = logging.getLogger("nkipy.cache")
 
 #: process-wide counters (hits, misses, corrupt entries, kernels lowered and compiled, nodes
-#: planned): how tests and users observe that a warm cache skipped lowering
+#: planned, kernels another process compiled while this one waited for the lock): how tests and
+#: users observe that a warm cache skipped lowering and that ranks compiled each kernel once
 STATS: collections.Counter[str] = collections.Counter()
+
+LOCK_TIMEOUT_ENV = "NKIPY_CACHE_LOCK_TIMEOUT"
+_DEFAULT_LOCK_TIMEOUT = 3600.0
+_LOCK_POLL_SECONDS = 0.05
 
 
 def digest(*parts: str | bytes) -> str:
@@ -52,7 +71,7 @@ class KernelCache:
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root).expanduser().resolve()
         try:
-            for sub in ("kernels", "index", "tmp"):
+            for sub in ("kernels", "index", "locks", "tmp"):
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
             probe = tempfile.NamedTemporaryFile(dir=self.root / "tmp", delete=True)
             probe.close()
@@ -85,11 +104,15 @@ class KernelCache:
     def entry_dir(self, key: str) -> Path:
         return self.root / "kernels" / key
 
-    def load(self, key: str) -> tuple[dict[str, Any], dict[str, bytes]] | None:
-        """(meta, artifacts) of a complete, intact entry; ``None`` (and the entry moved aside) otherwise."""
+    def load(self, key: str, count_miss: bool = True) -> tuple[dict[str, Any], dict[str, bytes]] | None:
+        """(meta, artifacts) of a complete, intact entry; ``None`` (and the entry moved aside) otherwise.
+
+        ``count_miss=False`` for the second look after waiting for the compile lock: the miss
+        that made the caller wait is already counted."""
         entry = self.entry_dir(key)
         if not entry.exists():
-            STATS["misses"] += 1
+            if count_miss:
+                STATS["misses"] += 1
             return None
         try:
             meta = json.loads((entry / "meta.json").read_text())
@@ -109,8 +132,34 @@ class KernelCache:
         STATS["hits"] += 1
         return meta, artifacts
 
+    @contextlib.contextmanager
+    def compile_lock(self, key: str) -> Iterator[None]:
+        """Hold the exclusive compile lock of kernel ``key`` (see the module docstring).
+
+        Each call opens the lock file anew, so threads of one process exclude each other too
+        (``flock`` locks belong to an open file, not to a process)."""
+        path = self.root / "locks" / key
+        timeout = _lock_timeout()
+        with open(path, "ab") as lock:  # created if absent, never truncated
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise CacheLockTimeoutError(
+                            f"waited {timeout:g} s for another process to compile kernel {key} "
+                            f"(it holds {path}). A process that dies releases the lock, so the "
+                            "holder is still running: check it is not hung, or let the wait last "
+                            f"longer by setting {LOCK_TIMEOUT_ENV} (seconds)."
+                        ) from None
+                    time.sleep(_LOCK_POLL_SECONDS)
+            yield  # closing the file releases the lock
+
     def store(self, key: str, files: Mapping[str, bytes], artifacts: Mapping[str, bytes], meta: dict[str, Any]) -> Path:
-        """Write an entry atomically; if another process got there first, keep theirs."""
+        """Write an entry atomically; if another process got there first, keep theirs (a writer
+        that bypassed the compile lock, e.g. an older nkipy)."""
         final = self.entry_dir(key)
         staging = Path(tempfile.mkdtemp(prefix=f"{key[:16]}-", dir=self.root / "tmp"))
         try:
@@ -150,3 +199,16 @@ class KernelCache:
         except OSError:
             return
         shutil.rmtree(graveyard, ignore_errors=True)
+
+
+def _lock_timeout() -> float:
+    text = os.environ.get(LOCK_TIMEOUT_ENV)
+    if text is None:
+        return _DEFAULT_LOCK_TIMEOUT
+    try:
+        return float(text)
+    except ValueError:
+        raise CacheError(
+            f"{LOCK_TIMEOUT_ENV}={text!r} is not a number of seconds; set it to e.g. 7200 or unset it "
+            f"(default {_DEFAULT_LOCK_TIMEOUT:g})."
+        ) from None

@@ -390,19 +390,40 @@ def _find_or_lower(
     return KernelCall(name, executable, runtime, tuple_output, kernel_key, devices, orders)
 
 
-def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall, float]:
+def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall, float | None]:
     """Compile a lowered kernel, store its cache entry and index it; the call and compile seconds.
-    Safe to run in a worker thread (the cache writes are atomic, the counters are the caller's)."""
-    start = time.monotonic()
-    executable = runtime.compile(job.kernel, job.options)
-    seconds = time.monotonic() - start
-    kernel = job.kernel
-    files = {
+
+    The compile and store hold the kernel's compile lock, so ranks sharing the cache compile it
+    once: a rank that waited for another's compile loads that entry instead, and its seconds are
+    ``None``. Safe to run in a worker thread (the cache writes are atomic, the counters are the
+    caller's)."""
+    cache = KernelCache(config.nkipy_cache)
+    seconds = None
+    with cache.compile_lock(job.kernel_key):
+        stored = cache.load(job.kernel_key, count_miss=False)
+        if stored is not None:
+            executable = runtime.load(stored[1], Signature.of(job.kernel), job.options)
+        else:
+            start = time.monotonic()
+            executable = runtime.compile(job.kernel, job.options)
+            seconds = time.monotonic() - start
+            cache.store(job.kernel_key, _entry_files(job), executable.artifacts(), _entry_meta(job, runtime, seconds))
+    cache.put_index(job.fx_key, {"kernel": job.kernel_key})
+    call = KernelCall(job.name, executable, runtime, job.tuple_output, job.kernel_key, job.devices, job.orders)
+    return call, seconds
+
+
+def _entry_files(job: _Lowered) -> dict[str, bytes]:
+    return {
         "graph.py": job.sub.code.encode(),
-        "kernel.py": codegen.generate(kernel).encode(),
-        "kernel.ir": format_kernel(kernel).encode(),
+        "kernel.py": codegen.generate(job.kernel).encode(),
+        "kernel.ir": format_kernel(job.kernel).encode(),
     }
-    meta = {
+
+
+def _entry_meta(job: _Lowered, runtime, seconds: float) -> dict[str, Any]:
+    kernel = job.kernel
+    return {
         "name": job.name,
         "runtime": runtime.name,
         "compiler_args": job.options.compiler_args,
@@ -412,11 +433,10 @@ def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall
         "ir_sha256": digest(format_kernel(kernel, with_origin=False)),
         "compile_seconds": round(seconds, 3),
     }
-    cache = KernelCache(config.nkipy_cache)
-    cache.store(job.kernel_key, files, executable.artifacts(), meta)
-    cache.put_index(job.fx_key, {"kernel": job.kernel_key})
-    call = KernelCall(job.name, executable, runtime, job.tuple_output, job.kernel_key, job.devices, job.orders)
-    return call, seconds
+
+
+def _count_compile(seconds: float | None) -> None:
+    STATS["compiled_kernels" if seconds is not None else "waited_for_other_process"] += 1
 
 
 def compile_kernel(
@@ -432,8 +452,8 @@ def compile_kernel(
     found = _find_or_lower(sub, name, config, runtime, on_device, lower)
     if isinstance(found, KernelCall):
         return found
-    call, _ = _compile_lowered(found, config, runtime)
-    STATS["compiled_kernels"] += 1
+    call, seconds = _compile_lowered(found, config, runtime)
+    _count_compile(seconds)
     return call
 
 
@@ -465,9 +485,9 @@ def compile_kernels(
 
     with CompileProgress(len(pending), runtime.name) as progress:
 
-        def compile_one(job: _Lowered) -> KernelCall | None:
+        def compile_one(job: _Lowered) -> tuple[KernelCall, float | None] | None:
             try:
-                call, seconds = _compile_lowered(job, config, runtime)
+                return _compile_lowered(job, config, runtime)
             except Exception as exc:  # noqa: BLE001 - as above
                 if report is None:
                     raise
@@ -475,16 +495,25 @@ def compile_kernels(
                 return None
             finally:
                 progress.done()
-            if report is not None:
-                report.record_compiled(seconds)
-            return call
 
         if workers > 1:
             with ThreadPoolExecutor(workers, thread_name_prefix="nkipy-compile") as pool:
-                compiled = list(pool.map(compile_one, pending))
+                outcomes = list(pool.map(compile_one, pending))
         else:
-            compiled = [compile_one(job) for job in pending]
-    STATS["compiled_kernels"] += sum(c is not None for c in compiled)
+            outcomes = [compile_one(job) for job in pending]
+    compiled: list[KernelCall | None] = []
+    for outcome in outcomes:
+        if outcome is None:
+            compiled.append(None)
+            continue
+        call, seconds = outcome
+        _count_compile(seconds)
+        if report is not None:
+            if seconds is None:
+                report.record_cached()
+            else:
+                report.record_compiled(seconds)
+        compiled.append(call)
     done = iter(compiled)
     return [next(done) if isinstance(f, _Lowered) else f for f in found]
 

@@ -42,6 +42,10 @@ class CacheError(NkipyError):
     """The kernel cache directory cannot be used."""
 
 
+class CacheLockTimeoutError(CacheError):
+    """Another live process held a kernel's compile lock longer than the lock timeout."""
+
+
 class VerificationError(NkipyError):
     """An NKIPy kernel is ill-typed; the message names the op and the lowering rule that built it."""
 
