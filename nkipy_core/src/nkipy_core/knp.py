@@ -32,19 +32,19 @@ Scalar = Union[bool, int, float]
 ArrayLike = Union[Array, Scalar]
 
 __all__ = [
-    "abs", "add", "all", "all_gather", "all_reduce", "all_to_all", "any", "arange", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
-    "arctan2", "arctanh", "argmax", "argmin", "argsort", "asarray", "astype", "bitwise_and",
-    "bitwise_not", "bitwise_or", "bitwise_xor", "broadcast_to", "ceil", "collective_broadcast", "concatenate", "cos",
-    "cosh", "cummax", "cummin", "cumprod", "cumsum", "divide", "dtype_of", "equal", "erf",
-    "erfc", "exp", "exp2", "expand_dims", "expm1", "flip", "floor", "floor_divide", "fmod",
-    "full", "greater", "greater_equal", "is_traced", "isinf", "isnan", "less", "less_equal",
-    "log", "log10", "log1p", "log2", "logical_and", "logical_not", "logical_or", "logical_xor",
-    "matmul", "max", "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal",
-    "ones", "pad", "polyval", "power", "prod", "random_bits", "random_state", "reduce_scatter", "remainder", "reshape", "result_type", "round",
-    "rsqrt",
-    "scatter_add", "scatter_reduce", "sigmoid", "sign", "signbit", "sin", "sinh", "sort", "sqrt",
-    "squeeze", "stack", "subtract", "sum", "take", "take_along_axis", "tan", "tanh", "Traced",
-    "transpose", "trunc", "where", "zeros",
+    "abs", "add", "all", "all_gather", "all_reduce", "all_to_all", "any", "arange", "arccos",
+    "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "argmax", "argmin",
+    "argsort", "asarray", "astype", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor",
+    "broadcast_to", "ceil", "collective_broadcast", "concatenate", "cos", "cosh", "cummax",
+    "cummin", "cumprod", "cumsum", "divide", "dtype_of", "equal", "erf", "erfc", "exp", "exp2",
+    "expand_dims", "expm1", "flip", "floor", "floor_divide", "fmod", "full", "greater",
+    "greater_equal", "is_traced", "isinf", "isnan", "less", "less_equal", "log", "log10",
+    "log1p", "log2", "logical_and", "logical_not", "logical_or", "logical_xor", "matmul", "max",
+    "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal", "ones", "pad",
+    "polyval", "power", "prod", "random_bits", "random_state", "reduce_scatter", "remainder",
+    "reshape", "result_type", "round", "rsqrt", "scatter_add", "scatter_reduce", "sigmoid",
+    "sign", "signbit", "sin", "sinh", "sort", "sqrt", "squeeze", "stack", "subtract", "sum",
+    "take", "take_along_axis", "tan", "tanh", "Traced", "transpose", "trunc", "where", "zeros",
 ]
 
 # -- types ------------------------------------------------------------------------------------
@@ -707,8 +707,8 @@ def all_to_all(x: Array, split_axis: int, concat_axis: int, groups: Sequence[Seq
     """Block i of every rank's ``x`` (split along ``split_axis``) goes to the group's i-th rank,
     which concatenates what it receives along ``concat_axis`` in group order."""
     rank = len(_shape(x))
-    params = {"split_axis": _axis(split_axis, rank), "concat_axis": _axis(concat_axis, rank), "groups": _groups(groups)}
-    return apply("all_to_all", [x], params)
+    params = {"split_axis": _axis(split_axis, rank), "concat_axis": _axis(concat_axis, rank)}
+    return apply("all_to_all", [x], {**params, "groups": _groups(groups)})
 
 
 def collective_broadcast(x: Array, source: int, groups: Sequence[Sequence[int]]) -> Array:

@@ -160,7 +160,9 @@ def compile_replicated(stablehlo: str, devices: Sequence[Any]) -> Any:
         raise XlaCompileError(f"XLA could not compile the kernel: {exc}") from None
 
 
-def execute_replicated(executable: Any, devices: Sequence[Any], inputs: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
+def execute_replicated(
+    executable: Any, devices: Sequence[Any], inputs: Sequence[Sequence[np.ndarray]]
+) -> list[list[np.ndarray]]:
     """Run a ``compile_replicated`` executable: ``inputs[i]`` are replica i's arguments; returns
     each replica's outputs on the host. Each argument goes in as one jax array whose shards are
     the replicas' values, marked replicated (the type jax has for "one buffer per device")."""
