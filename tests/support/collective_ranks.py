@@ -80,6 +80,9 @@ def _rank_outputs(rank: int, world: int, store: str, groups_list: list) -> list:
                 executable = runtime.compile(_kernel(prim, shape, params, groups), CompileOptions())
                 (got,) = runtime.run_host(executable, [x])
                 outputs.append((got, _torch_direct(prim, x, params, groups)))
+        # a broadcast's source may return before its peers have received: leaving now would
+        # close the connections under them
+        dist.barrier()
         return outputs
     finally:
         dist.destroy_process_group()
