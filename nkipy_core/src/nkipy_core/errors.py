@@ -38,6 +38,11 @@ class DeviceError(NkipyError, RuntimeError):
     index that does not exist. A ``RuntimeError`` too, like torch's own device errors."""
 
 
+class CollectiveError(NkipyError):
+    """A kernel's collective cannot run: torch.distributed is not initialised, or its groups do
+    not match the process group's ranks."""
+
+
 class CacheError(NkipyError):
     """The kernel cache directory cannot be used."""
 

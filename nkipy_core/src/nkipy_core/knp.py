@@ -32,19 +32,19 @@ Scalar = Union[bool, int, float]
 ArrayLike = Union[Array, Scalar]
 
 __all__ = [
-    "abs", "add", "all", "any", "arange", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
-    "arctan2", "arctanh", "argmax", "argmin", "argsort", "asarray", "astype", "bitwise_and",
-    "bitwise_not", "bitwise_or", "bitwise_xor", "broadcast_to", "ceil", "concatenate", "cos",
-    "cosh", "cummax", "cummin", "cumprod", "cumsum", "divide", "dtype_of", "equal", "erf",
-    "erfc", "exp", "exp2", "expand_dims", "expm1", "flip", "floor", "floor_divide", "fmod",
-    "full", "greater", "greater_equal", "is_traced", "isinf", "isnan", "less", "less_equal",
-    "log", "log10", "log1p", "log2", "logical_and", "logical_not", "logical_or", "logical_xor",
-    "matmul", "max", "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal",
-    "ones", "pad", "polyval", "power", "prod", "random_bits", "random_state", "remainder", "reshape", "result_type", "round",
-    "rsqrt",
-    "scatter_add", "scatter_reduce", "sigmoid", "sign", "signbit", "sin", "sinh", "sort", "sqrt",
-    "squeeze", "stack", "subtract", "sum", "take", "take_along_axis", "tan", "tanh", "Traced",
-    "transpose", "trunc", "where", "zeros",
+    "abs", "add", "all", "all_gather", "all_reduce", "all_to_all", "any", "arange", "arccos",
+    "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "argmax", "argmin",
+    "argsort", "asarray", "astype", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor",
+    "broadcast_to", "ceil", "collective_broadcast", "concatenate", "cos", "cosh", "cummax",
+    "cummin", "cumprod", "cumsum", "divide", "dtype_of", "equal", "erf", "erfc", "exp", "exp2",
+    "expand_dims", "expm1", "flip", "floor", "floor_divide", "fmod", "full", "greater",
+    "greater_equal", "is_traced", "isinf", "isnan", "less", "less_equal", "log", "log10",
+    "log1p", "log2", "logical_and", "logical_not", "logical_or", "logical_xor", "matmul", "max",
+    "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal", "ones", "pad",
+    "polyval", "power", "prod", "random_bits", "random_state", "reduce_scatter", "remainder",
+    "reshape", "result_type", "round", "rsqrt", "scatter_add", "scatter_reduce", "sigmoid",
+    "sign", "signbit", "sin", "sinh", "sort", "sqrt", "squeeze", "stack", "subtract", "sum",
+    "take", "take_along_axis", "tan", "tanh", "Traced", "transpose", "trunc", "where", "zeros",
 ]
 
 # -- types ------------------------------------------------------------------------------------
@@ -677,6 +677,43 @@ def random_state(state: ArrayLike, shape: Sequence[int]) -> Array:
     """The state after ``random_bits(state, shape)``: the counter advanced past its words."""
     params = {"shape": tuple(int(d) for d in shape), "part": "state"}
     return apply("random_bits", [asarray(state, DType.u64)], params)
+
+
+# -- collectives ------------------------------------------------------------------------------
+# ``groups``: replica groups, a sequence of sequences of global ranks (one size, every rank once);
+# see docs/primitives.md. With NumPy arrays a group of one rank is the identity.
+
+
+def _groups(groups: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(r) for r in g) for g in groups)
+
+
+def all_reduce(x: Array, op: str, groups: Sequence[Sequence[int]]) -> Array:
+    """Each rank's ``x`` combined over its group by ``op`` (``sum``, ``prod``, ``max``, ``min``)."""
+    return apply("all_reduce", [x], {"op": op, "groups": _groups(groups)})
+
+
+def all_gather(x: Array, axis: int, groups: Sequence[Sequence[int]]) -> Array:
+    """The group's ``x`` concatenated along ``axis``, in the order the group lists its ranks."""
+    return apply("all_gather", [x], {"axis": _axis(axis, len(_shape(x))), "groups": _groups(groups)})
+
+
+def reduce_scatter(x: Array, op: str, axis: int, groups: Sequence[Sequence[int]]) -> Array:
+    """``all_reduce`` then this rank's block along ``axis`` (block i for the group's i-th rank)."""
+    return apply("reduce_scatter", [x], {"op": op, "axis": _axis(axis, len(_shape(x))), "groups": _groups(groups)})
+
+
+def all_to_all(x: Array, split_axis: int, concat_axis: int, groups: Sequence[Sequence[int]]) -> Array:
+    """Block i of every rank's ``x`` (split along ``split_axis``) goes to the group's i-th rank,
+    which concatenates what it receives along ``concat_axis`` in group order."""
+    rank = len(_shape(x))
+    params = {"split_axis": _axis(split_axis, rank), "concat_axis": _axis(concat_axis, rank)}
+    return apply("all_to_all", [x], {**params, "groups": _groups(groups)})
+
+
+def collective_broadcast(x: Array, source: int, groups: Sequence[Sequence[int]]) -> Array:
+    """The ``x`` of the rank at position ``source`` of each group, on every rank of that group."""
+    return apply("collective_broadcast", [x], {"source": int(source), "groups": _groups(groups)})
 
 
 def _constant(array: np.ndarray, dtype: DType) -> ConstantData:

@@ -137,16 +137,45 @@ class Uploader:
 
 def compile_stablehlo(stablehlo: str, device: Any) -> Any:
     """An XLA executable of ``stablehlo`` loaded on ``device``."""
+    return compile_replicated(stablehlo, [device])
+
+
+def compile_replicated(stablehlo: str, devices: Sequence[Any]) -> Any:
+    """An XLA executable of ``stablehlo`` with one replica per device, replica i on
+    ``devices[i]``: the replica ids its collectives' ``replica_groups`` name. (A CPU host shows
+    several devices only with ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` set before
+    jax initialises.)"""
     _mlir_bindings()
     from jax._src.lib import xla_client
 
+    options = xla_client.CompileOptions()
+    options.num_replicas = len(devices)
+    options.device_assignment = xla_client.DeviceAssignment.create(np.array([[d.id] for d in devices]))
     try:
-        return device.client.compile_and_load(
-            stablehlo.encode(), executable_devices=xla_client.DeviceList((device,)),
-            compile_options=xla_client.CompileOptions(),
+        return devices[0].client.compile_and_load(
+            stablehlo.encode(), executable_devices=xla_client.DeviceList(tuple(devices)),
+            compile_options=options,
         )
     except Exception as exc:  # noqa: BLE001 - jaxlib raises its own untyped errors
         raise XlaCompileError(f"XLA could not compile the kernel: {exc}") from None
+
+
+def execute_replicated(
+    executable: Any, devices: Sequence[Any], inputs: Sequence[Sequence[np.ndarray]]
+) -> list[list[np.ndarray]]:
+    """Run a ``compile_replicated`` executable: ``inputs[i]`` are replica i's arguments; returns
+    each replica's outputs on the host. Each argument goes in as one jax array whose shards are
+    the replicas' values, marked replicated (the type jax has for "one buffer per device")."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    sharding = NamedSharding(Mesh(np.array(devices), ("replica",)), PartitionSpec())
+    uploads = [Uploader(d)([np.asarray(a) for a in args]) for d, args in zip(devices, inputs, strict=True)]
+    arguments = []
+    for shards in zip(*uploads):
+        arguments.append(jax.make_array_from_single_device_arrays(shards[0].shape, sharding, shards))
+    outputs = executable.execute_sharded(arguments).disassemble_into_single_device_arrays()
+    return [[np.asarray(out[i]) for out in outputs] for i in range(len(devices))]
 
 
 def execute(executable: Any, arrays: list[Any]) -> list[Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -71,6 +71,9 @@ def generate(kernel: Kernel) -> str:
         "import numpy as np",
         "from ml_dtypes import bfloat16",
         "",
+        "#: runs the collectives, if any; see _collective (the cpu runtime installs one)",
+        "_COMMUNICATOR = None",
+        "",
         "",
         helpers.rstrip(),
         "",
@@ -112,10 +115,13 @@ def _random_input(t: TensorType) -> str:
     return f"rng.integers(0, 4, {t.shape}).astype({t.dtype.numpy_name})"
 
 
-def load(source: str, filename: str = "<nkipy kernel>"):
-    """Execute generated source and return its ``kernel`` function."""
-    namespace = {"__name__": "nkipy_kernel"}
+def load(source: str, filename: str = "<nkipy kernel>", communicator: Callable[..., Any] | None = None):
+    """Execute generated source and return its ``kernel`` function; its collectives run through
+    ``communicator`` (see ``numpy_support._collective``), which is set after the module's own
+    ``_COMMUNICATOR = None`` so that the source stays runnable on its own."""
+    namespace: dict[str, Any] = {"__name__": "nkipy_kernel"}
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+    namespace["_COMMUNICATOR"] = communicator
     return namespace["kernel"]
 
 

@@ -8,6 +8,12 @@ import base64
 
 import numpy as np
 
+#: What runs this module's collectives: ``None``, or a callable ``(kind, x, groups, **params)``
+#: returning this rank's result. Kernel code never imports a transport (``kernel.py`` must run with
+#: NumPy alone), so whoever executes a kernel installs one in the kernel's globals: the cpu runtime
+#: puts its torch.distributed communicator there when it loads ``kernel.py`` (``codegen.load``).
+_COMMUNICATOR = None
+
 
 def _blob(data, dtype, shape):
     """A large constant, stored in the source as base64 of its row-major bytes."""
@@ -64,4 +70,21 @@ def _scatter_reduce(x, index, updates, ufunc):
     return out
 
 
-HELPERS = (_blob, _scatter_add, _scatter_reduce, _philox4x32, _random_bits)
+def _collective(kind, x, groups, **params):
+    """The collective primitive ``kind`` (``all_reduce``...) on this rank's operand ``x``.
+
+    With a communicator installed it does the work. Without one, a group of one rank is the
+    identity for every collective (each rank's group holds only itself); larger groups need the
+    other ranks, so that is an error. A builtin ``RuntimeError``: ``kernel.py`` runs standalone.
+    """
+    if _COMMUNICATOR is not None:
+        return _COMMUNICATOR(kind, x, groups, **params)
+    if len(groups[0]) == 1:
+        return np.asarray(x)
+    raise RuntimeError(
+        f"{kind} over groups {groups} needs the other ranks, but no communicator is installed: run the "
+        "kernel with nkipy's cpu runtime in every rank, after torch.distributed.init_process_group"
+    )
+
+
+HELPERS = (_blob, _scatter_add, _scatter_reduce, _philox4x32, _random_bits, _collective)

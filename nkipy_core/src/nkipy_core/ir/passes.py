@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..ir import codegen
 from .graph import ConstantData, Kernel, Op, Value
+from .primitives import primitive
 
 #: folding must not turn a cheap broadcast into a huge literal in the kernel
 FOLD_LIMIT = 1024
@@ -53,6 +54,7 @@ def constant_folding(kernel: Kernel) -> Kernel:
             constants[op.result.id] = op.params["value"]
         elif (
             op.prim != "broadcast"  # a broadcast scalar is cheaper and clearer than its literal
+            and not primitive(op.prim).collective  # its value comes from other ranks too
             and op.operands
             and all(v.id in constants for v in op.operands)
             and op.result.type.size <= FOLD_LIMIT

@@ -30,13 +30,16 @@ class Primitive:
     doc: str
     #: computes in f32 on half inputs and rounds the result, the way torch's CPU kernels do
     half_compute: bool = False
+    #: exchanges data between ranks: its value depends on other processes, so it never folds
+    collective: bool = False
 
 
 PRIMITIVES: dict[str, Primitive] = {}
 
 
-def _define(name: str, arity: int | None, infer: Infer, emit: Emit, doc: str, half: bool = False):
-    PRIMITIVES[name] = Primitive(name, arity, infer, emit, doc, half)
+def _define(name: str, arity: int | None, infer: Infer, emit: Emit, doc: str, half: bool = False,
+            collective: bool = False):
+    PRIMITIVES[name] = Primitive(name, arity, infer, emit, doc, half, collective)
 
 
 def _check(cond: bool, message: str) -> None:
@@ -460,6 +463,102 @@ _define("random_bits", 1, _infer_random_bits,
         "u64[2] state after them (key, counter + blocks used). A pure function of `state`, shaped "
         "like HLO `rng-bit-generator` (PHILOX); XLA lays out key and counter words its own way, so "
         "an emitter that must reproduce these bits builds the ten rounds from integer ops")
+
+
+# -- collectives ----------------------------------------------------------------------------
+#
+# ``groups`` are replica groups: a tuple of tuples of global ranks, all of one size, covering the
+# ranks 0..n-1 once each (XLA's ``replica_groups``). Each rank takes part in the group that holds
+# it; "position" below is a rank's index in its group as listed. The NumPy semantics are
+# ``_collective`` in numpy_support: the cpu runtime runs them through torch.distributed.
+
+#: reduction ops of all_reduce and reduce_scatter (torch's ReduceOp SUM, PRODUCT, MAX, MIN)
+COLLECTIVE_OPS = ("sum", "prod", "max", "min")
+
+
+def _group_size(name: str, groups: tuple) -> int:
+    """The common size of ``groups``, after checking they are well-formed replica groups."""
+    _check(isinstance(groups, tuple) and len(groups) > 0 and all(isinstance(g, tuple) and g for g in groups),
+           f"{name}: groups must be a non-empty tuple of non-empty tuples of ranks, got {groups!r}")
+    size = len(groups[0])
+    _check(all(len(g) == size for g in groups), f"{name}: groups {groups} differ in size")
+    ranks = sorted(r for g in groups for r in g)
+    _check(ranks == list(range(len(ranks))), f"{name}: groups {groups} must hold ranks 0..{len(ranks) - 1} once each")
+    return size
+
+
+def _check_op(name: str, x: TensorType, op: str) -> None:
+    _check(op in COLLECTIVE_OPS, f"{name}: op must be one of {COLLECTIVE_OPS}, got {op!r}")
+    _check(x.dtype is not DType.bool, f"{name}: needs a numeric operand, got {x}; convert bools first")
+
+
+def _divided(name: str, x: TensorType, axis: int, size: int) -> None:
+    _check(0 <= axis < x.rank, f"{name}: axis {axis} out of range for {x}")
+    _check(x.shape[axis] % size == 0, f"{name}: dimension {axis} of {x} does not divide by the group size {size}")
+
+
+def _resized(x: TensorType, axis: int, factor: int, divisor: int = 1) -> tuple[int, ...]:
+    return tuple(d * factor // divisor if i == axis else d for i, d in enumerate(x.shape))
+
+
+def _infer_all_reduce(x: TensorType, *, op: str, groups: tuple) -> TensorType:
+    _group_size("all_reduce", groups)
+    _check_op("all_reduce", x, op)
+    return x
+
+
+def _infer_all_gather(x: TensorType, *, axis: int, groups: tuple) -> TensorType:
+    size = _group_size("all_gather", groups)
+    _check(0 <= axis < x.rank, f"all_gather: axis {axis} out of range for {x}")
+    return TensorType(_resized(x, axis, size), x.dtype)
+
+
+def _infer_reduce_scatter(x: TensorType, *, op: str, axis: int, groups: tuple) -> TensorType:
+    size = _group_size("reduce_scatter", groups)
+    _check_op("reduce_scatter", x, op)
+    _divided("reduce_scatter", x, axis, size)
+    return TensorType(_resized(x, axis, 1, size), x.dtype)
+
+
+def _infer_all_to_all(x: TensorType, *, split_axis: int, concat_axis: int, groups: tuple) -> TensorType:
+    size = _group_size("all_to_all", groups)
+    _divided("all_to_all", x, split_axis, size)
+    _check(0 <= concat_axis < x.rank, f"all_to_all: concat_axis {concat_axis} out of range for {x}")
+    split = TensorType(_resized(x, split_axis, 1, size), x.dtype)
+    return TensorType(_resized(split, concat_axis, size), x.dtype)
+
+
+def _infer_collective_broadcast(x: TensorType, *, source: int, groups: tuple) -> TensorType:
+    size = _group_size("collective_broadcast", groups)
+    _check(0 <= source < size, f"collective_broadcast: source {source} is not a position in groups of {size}")
+    return x
+
+
+def _emit_collective(kind: str) -> Emit:
+    def emit(x: str, **params: Any) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in sorted(params.items()))
+        return f"_collective({kind!r}, {x}{extra})"
+
+    return emit
+
+
+for _name, _infer, _doc in (
+    ("all_reduce", _infer_all_reduce,
+     "every rank gets its group's operands combined by `op` (`sum`, `prod`, `max`, `min`)"),
+    ("all_gather", _infer_all_gather,
+     "every rank gets its group's operands concatenated along `axis`, in group order"),
+    ("reduce_scatter", _infer_reduce_scatter,
+     "the group's operands combined by `op`, split into group-size blocks along `axis`; the rank at "
+     "position i keeps block i"),
+    ("all_to_all", _infer_all_to_all,
+     "each operand split into group-size blocks along `split_axis`; the rank at position i gets "
+     "block i of every rank, concatenated along `concat_axis` in group order"),
+    ("collective_broadcast", _infer_collective_broadcast,
+     "every rank gets the operand of the rank at position `source` of its group"),
+):
+    _define(_name, 1, _infer, _emit_collective(_name),
+            _doc + "; `groups` are replica groups (tuples of global ranks, of one size, covering "
+            "every rank once); the cpu runtime runs it through torch.distributed", collective=True)
 
 
 def primitive(name: str) -> Primitive:

@@ -16,15 +16,17 @@ from ..ir import codegen
 from ..ir.graph import Kernel
 from ..ir.types import TensorType
 from .base import CompileOptions, DeviceArray, DeviceStats, Signature
+from .communicator import TorchDistributedCommunicator
 
 SOURCE = "kernel.py"
 
 
 class CpuExecutable:
-    def __init__(self, source: str, signature: Signature):
+    def __init__(self, source: str, signature: Signature, communicator: TorchDistributedCommunicator):
         self.source = source
         self.signature = signature
-        self._fn = codegen.load(source, filename=f"<nkipy cpu kernel {hash(source) & 0xFFFF:04x}>")
+        self._fn = codegen.load(source, filename=f"<nkipy cpu kernel {hash(source) & 0xFFFF:04x}>",
+                                communicator=communicator)
 
     def __call__(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
         with np.errstate(all="ignore"):
@@ -44,15 +46,18 @@ class CpuRuntime:
 
     def __init__(self) -> None:
         self.stats = DeviceStats()
+        #: runs kernels' collectives through torch.distributed; one per runtime, since it keeps
+        #: the subgroups it made
+        self.communicator = TorchDistributedCommunicator()
 
     def available(self) -> tuple[bool, str]:
         return True, ""
 
     def compile(self, kernel: Kernel, options: CompileOptions) -> CpuExecutable:
-        return CpuExecutable(codegen.generate(kernel), Signature.of(kernel))
+        return CpuExecutable(codegen.generate(kernel), Signature.of(kernel), self.communicator)
 
     def load(self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions) -> CpuExecutable:
-        return CpuExecutable(artifacts[SOURCE].decode(), signature)
+        return CpuExecutable(artifacts[SOURCE].decode(), signature, self.communicator)
 
     # -- device memory ---------------------------------------------------------------------
 
