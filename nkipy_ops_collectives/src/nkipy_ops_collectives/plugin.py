@@ -1,7 +1,15 @@
-"""Plugin module of this pack: loading it registers the ``nkipy`` torch.distributed backend
-(``registration``), so processes that skipped torch's device autoload get it too. Lowerings of
-``_c10d_functional`` collectives arrive with their own issue."""
+"""Plugin module of nkipy-ops-collectives: the ``_c10d_functional`` lowerings (``lowerings``), and
+the ``nkipy`` torch.distributed backend (``registration``), registered again here so processes
+that skipped torch's device autoload get it too."""
 
+from nkipy_core import hookimpl
+
+from . import lowerings
 from .registration import register
 
 register()
+
+
+@hookimpl
+def nkipy_register_lowerings(registry) -> None:
+    lowerings.RULES.install(registry)

@@ -117,6 +117,15 @@ class NkipyProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return NAME
 
+    # torch keeps a process group's name in its C++ backends, which a Python process group has
+    # none of; the functional collectives dynamo traces resolve groups by this name
+    def _set_group_name(self, name: str) -> None:
+        self._group_name = name
+
+    @property
+    def group_name(self) -> str:
+        return self._group_name
+
     def _agree(self, what: str, signature: tuple) -> None:
         """Raise on every rank unless every rank passes the same ``signature``."""
         mine = torch.tensor([zlib.crc32(repr((what, signature)).encode())], dtype=torch.int64)
