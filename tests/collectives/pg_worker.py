@@ -140,6 +140,14 @@ class Cases:
         dist.broadcast(x, src=1, group=self.ref)
         _same(device, x)
 
+    def scatter(self) -> None:
+        chunks = [_data(2, 3, salt=i) for i in range(self.size)] if dist.get_rank() == 1 else None
+        out = torch.empty(2, 3, device="nkipy")
+        dist.scatter(out, [t.to("nkipy") for t in chunks] if chunks else None, src=1)
+        ref = torch.empty(2, 3)
+        dist.scatter(ref, chunks, src=1, group=self.ref)
+        _same(out, ref)
+
     def barrier(self) -> None:
         assert dist.barrier(async_op=True).wait()
         dist.barrier()

@@ -229,5 +229,15 @@ class NkipyProcessGroup(dist.ProcessGroup):
         return self._run("broadcast", staging, lambda: self._gloo.broadcast(host, opts),
                          agree=_signature(tensors))
 
+    def scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
+                opts: dist.ScatterOptions) -> _Work:
+        """DTensor's ``distribute_tensor`` shards a full tensor with this (from ``src_data_rank``)."""
+        staging = _Staging()
+        host_out = [staging.output(t) for t in outputs]
+        # only the root passes inputs; every rank receives into outputs of the same shape
+        host_in = [[staging.read(t) for t in inputs] for inputs in input_lists]
+        return self._run("scatter", staging, lambda: self._gloo.scatter(host_out, host_in, opts),
+                         agree=_signature(outputs))
+
     def barrier(self, opts: dist.BarrierOptions) -> _Work:
         return self._run("barrier", _Staging(), lambda: self._gloo.barrier(opts))
