@@ -90,6 +90,22 @@ class Cases:
         dist.all_gather_single(ref, x, group=self.ref)
         _same(out, ref)
 
+    def all_gather_functional(self) -> None:
+        """Eager functional collectives (DTensor's ``full_tensor``) reach the group by its name."""
+        import torch.distributed._functional_collectives as funcol
+
+        x = _data(2, 3)
+        got = funcol.all_gather_tensor(x.to("nkipy"), 0, dist.group.WORLD)
+        ref = torch.empty(2 * self.size, 3)
+        dist.all_gather_into_tensor(ref, x, group=self.ref)
+        _same(funcol.wait_tensor(got), ref)
+        y = _data(5, salt=1)  # coalesced: inputs of different shapes travel together
+        got = funcol.all_gather_into_tensor_coalesced([x.to("nkipy"), y.to("nkipy")], dist.group.WORLD)
+        for out, t in zip(got, (x, y)):
+            ref = torch.empty(t.shape[0] * self.size, *t.shape[1:])
+            dist.all_gather_into_tensor(ref, t, group=self.ref)
+            _same(funcol.wait_tensor(out), ref)
+
     def reduce_scatter(self) -> None:
         inputs = [_data(4, salt=i) for i in range(self.size)]
         out = torch.empty(4, device="nkipy")
