@@ -10,12 +10,14 @@ gate/up column-wise (each rank holds half of the heads and of the intermediate u
 row-wise (their partial outputs are summed by an all-reduce). Each rank then computes attention for
 its own heads, so the block's head count is divided by the mesh size.
 
-The mesh is a ``cpu`` DeviceMesh over the ``nkipy`` process group (``init_process_group("nkipy")``):
-the parameters and activations are CPU tensors that the ``cpu`` runtime reads, and the collectives
-DTensor issues go through the ``nkipy`` group, compiled into the kernels.
+The mesh is a ``nkipy`` DeviceMesh (``init_device_mesh("nkipy", ...)`` over the ``nkipy`` process
+group): the parameter shards and activations are ``nkipy`` tensors, the collectives DTensor issues
+in the compiled forward and backward are lowered into their kernels, and the eager ones (sharding
+the parameters, gathering the gradients) go through the process group.
 
 Rank 0 compares the output and every parameter gradient (gathered to full tensors) with the
-single-process block and prints one line: match, kernels, ops on CPU.
+single-process block on CPU and prints one line: match, the kernels of the compiled forward and
+backward, ops on CPU.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import warnings
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 import nkipy_core
@@ -44,42 +47,44 @@ def tensor_parallel(block: LlamaBlock, mesh) -> LlamaBlock:
     world = mesh.size()
     config = block.config
     parallelize_module(block, mesh, PLAN)
-    # the column-wise q/k/v outputs hold heads/world heads of unchanged size
+    # the column-wise q/k/v outputs hold heads/world heads of unchanged size (head_dim is hidden // heads)
     block.config = dataclasses.replace(config, heads=config.heads // world, hidden=config.hidden // world)
     return block
 
 
 def gradients(block: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Every parameter's gradient as a full tensor (DTensor shards gathered)."""
-    return {name: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad)
+    return {name: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad)
             for name, p in block.named_parameters()}
 
 
 def main() -> None:
     dist.init_process_group("nkipy")
-    # one cache per rank keeps the kernel count honest
     init_nkipy_backend(runtime="cpu", nkipy_cache=tempfile.mkdtemp(prefix="nkipy-tp-"))
     rank, world = dist.get_rank(), dist.get_world_size()
-    mesh = init_device_mesh("cpu", (world,))
+    mesh = init_device_mesh("nkipy", (world,))
 
     reference = LlamaBlock()
     x = reference.example_input()
     expected = reference(x)
-    expected.sum().backward()
+    expected.backward(torch.ones_like(expected))
 
-    block = tensor_parallel(LlamaBlock(), mesh)
+    block = tensor_parallel(LlamaBlock().to("nkipy"), mesh)
     compiled = torch.compile(block, backend="nkipy", dynamic=False)
+    x, seed = x.to("nkipy"), torch.ones(expected.shape, device="nkipy")
+    # a fresh cache: every kernel is lowered once, so counting lowerings counts kernels
+    kernels = nkipy_core.cache_stats["lowered_kernels"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = compiled(x)
-        out.sum().backward()
+        out.backward(seed)
+    kernels = nkipy_core.cache_stats["lowered_kernels"] - kernels
     fallbacks = [w for w in caught if issubclass(w.category, nkipy_core.FallbackWarning)]
     got = gradients(block)
-    kernels = nkipy_core.cache_stats["lowered_kernels"]  # a fresh cache: every kernel is lowered once
     if rank == 0:
-        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(out.cpu(), expected)
         for name, param in reference.named_parameters():
-            torch.testing.assert_close(got[name], param.grad, msg=lambda m, name=name: f"gradient of {name}: {m}")
+            torch.testing.assert_close(got[name].cpu(), param.grad, msg=lambda m, name=name: f"gradient of {name}: {m}")
         print(f"ranks {world}: matches the single-process block, forward and backward; "
               f"kernels {kernels}; ops on CPU {len(fallbacks)}")
     dist.barrier()

@@ -207,6 +207,18 @@ class Cases:
         else:
             raise AssertionError("all_reduce without its peer returned")
 
+    def all_gather_coalesced_mixed_dtypes(self) -> None:
+        """Coalesced inputs travel as one flat tensor: mixed dtypes are refused on every rank."""
+        import torch.distributed._functional_collectives as funcol
+
+        try:
+            funcol.all_gather_into_tensor_coalesced(
+                [torch.ones(2, device="nkipy"), torch.ones(2, dtype=torch.int64, device="nkipy")], dist.group.WORLD)
+        except Exception as exc:  # noqa: BLE001 - the message is what is checked
+            assert "one dtype" in str(exc), repr(exc)
+        else:
+            raise AssertionError("coalesced all_gather of mixed dtypes returned")
+
     def all_reduce_avg_integers(self) -> None:
         """AVG of integers is refused on every rank before anything is exchanged."""
         try:

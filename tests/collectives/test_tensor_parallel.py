@@ -1,5 +1,5 @@
-"""Tensor parallelism with ``torch.distributed.tensor.parallel`` over the ``nkipy`` process group:
-the example of examples/distributed shards a Llama-style block over two real processes (torchrun),
+"""Tensor parallelism with ``torch.distributed.tensor.parallel`` over a ``nkipy`` DeviceMesh: the
+example of examples/distributed shards a Llama-style block over two real processes (torchrun),
 compiles it with nkipy and compares its output and gathered parameter gradients with the
 single-process block."""
 
