@@ -90,6 +90,22 @@ class Cases:
         dist.all_gather_single(ref, x, group=self.ref)
         _same(out, ref)
 
+    def all_gather_functional(self) -> None:
+        """Eager functional collectives (DTensor's ``full_tensor``) reach the group by its name."""
+        import torch.distributed._functional_collectives as funcol
+
+        x = _data(2, 3)
+        got = funcol.all_gather_tensor(x.to("nkipy"), 0, dist.group.WORLD)
+        ref = torch.empty(2 * self.size, 3)
+        dist.all_gather_into_tensor(ref, x, group=self.ref)
+        _same(funcol.wait_tensor(got), ref)
+        y = _data(5, salt=1)  # coalesced: inputs of different shapes travel together
+        got = funcol.all_gather_into_tensor_coalesced([x.to("nkipy"), y.to("nkipy")], dist.group.WORLD)
+        for out, t in zip(got, (x, y)):
+            ref = torch.empty(t.shape[0] * self.size, *t.shape[1:])
+            dist.all_gather_into_tensor(ref, t, group=self.ref)
+            _same(funcol.wait_tensor(out), ref)
+
     def reduce_scatter(self) -> None:
         inputs = [_data(4, salt=i) for i in range(self.size)]
         out = torch.empty(4, device="nkipy")
@@ -140,6 +156,14 @@ class Cases:
         dist.broadcast(x, src=1, group=self.ref)
         _same(device, x)
 
+    def scatter(self) -> None:
+        chunks = [_data(2, 3, salt=i) for i in range(self.size)] if dist.get_rank() == 1 else None
+        out = torch.empty(2, 3, device="nkipy")
+        dist.scatter(out, [t.to("nkipy") for t in chunks] if chunks else None, src=1)
+        ref = torch.empty(2, 3)
+        dist.scatter(ref, chunks, src=1, group=self.ref)
+        _same(out, ref)
+
     def barrier(self) -> None:
         assert dist.barrier(async_op=True).wait()
         dist.barrier()
@@ -182,6 +206,18 @@ class Cases:
             assert "timeout" in str(exc), str(exc)
         else:
             raise AssertionError("all_reduce without its peer returned")
+
+    def all_gather_coalesced_mixed_dtypes(self) -> None:
+        """Coalesced inputs travel as one flat tensor: mixed dtypes are refused on every rank."""
+        import torch.distributed._functional_collectives as funcol
+
+        try:
+            funcol.all_gather_into_tensor_coalesced(
+                [torch.ones(2, device="nkipy"), torch.ones(2, dtype=torch.int64, device="nkipy")], dist.group.WORLD)
+        except Exception as exc:  # noqa: BLE001 - the message is what is checked
+            assert "one dtype" in str(exc), repr(exc)
+        else:
+            raise AssertionError("coalesced all_gather of mixed dtypes returned")
 
     def all_reduce_avg_integers(self) -> None:
         """AVG of integers is refused on every rank before anything is exchanged."""

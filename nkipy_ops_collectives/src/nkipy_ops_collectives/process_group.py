@@ -196,6 +196,30 @@ class NkipyProcessGroup(dist.ProcessGroup):
                          lambda: self._gloo._allgather_base(host_out, host_in, opts),
                          agree=_signature([input]))
 
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                    opts: dist.AllgatherOptions) -> _Work:
+        """What eager ``_c10d_functional.all_gather_into_tensor`` calls (DTensor's ``full_tensor``).
+
+        Gloo has no coalesced form from Python: the inputs travel as one flat tensor per rank,
+        and each output takes its columns of the gathered rows."""
+        if len({t.dtype for t in inputs}) > 1:
+            raise CollectiveError(
+                f"nkipy all_gather_into_tensor_coalesced needs inputs of one dtype, got {[t.dtype for t in inputs]}; "
+                "gather each dtype in its own call."
+            )
+        staging = _Staging()
+        host_out = [staging.output(t) for t in outputs]
+        flat_in = torch.cat([staging.read(t).reshape(-1) for t in inputs])
+        gathered = torch.empty(self.size() * flat_in.numel(), dtype=flat_in.dtype)
+
+        def split() -> None:
+            rows = gathered.view(self.size(), -1)
+            for out, part in zip(host_out, rows.split([t.numel() for t in inputs], dim=1)):
+                out.view(-1).copy_(part.reshape(-1))
+
+        return self._run("all_gather_into_tensor", staging, lambda: self._gloo._allgather_base(gathered, flat_in, opts),
+                         split, _signature(inputs))
+
     def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
                        opts: dist.ReduceScatterOptions) -> _Work:
         staging = _Staging()
@@ -228,6 +252,16 @@ class NkipyProcessGroup(dist.ProcessGroup):
         host = [(staging.read if self.rank() == opts.rootRank else staging.output)(t) for t in tensors]
         return self._run("broadcast", staging, lambda: self._gloo.broadcast(host, opts),
                          agree=_signature(tensors))
+
+    def scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
+                opts: dist.ScatterOptions) -> _Work:
+        """DTensor's ``distribute_tensor`` shards a full tensor with this (from ``src_data_rank``)."""
+        staging = _Staging()
+        host_out = [staging.output(t) for t in outputs]
+        # only the root passes inputs; every rank receives into outputs of the same shape
+        host_in = [[staging.read(t) for t in inputs] for inputs in input_lists]
+        return self._run("scatter", staging, lambda: self._gloo.scatter(host_out, host_in, opts),
+                         agree=_signature(outputs))
 
     def barrier(self, opts: dist.BarrierOptions) -> _Work:
         return self._run("barrier", _Staging(), lambda: self._gloo.barrier(opts))
