@@ -91,7 +91,8 @@ class Cases:
         _same(out, ref)
 
     def all_gather_functional(self) -> None:
-        """Eager functional collectives (DTensor's ``full_tensor``) reach the group by its name."""
+        """Eager functional collectives (DTensor's ``full_tensor`` and redistributions) reach the
+        group by its name."""
         import torch.distributed._functional_collectives as funcol
 
         x = _data(2, 3)
@@ -105,6 +106,11 @@ class Cases:
             ref = torch.empty(t.shape[0] * self.size, *t.shape[1:])
             dist.all_gather_into_tensor(ref, t, group=self.ref)
             _same(funcol.wait_tensor(out), ref)
+        z = _data(2 * self.size, 3, salt=2)
+        got = funcol.reduce_scatter_tensor(z.to("nkipy"), "sum", 0, dist.group.WORLD)
+        ref = torch.empty(2, 3)
+        dist.reduce_scatter_tensor(ref, z, group=self.ref)
+        _same(funcol.wait_tensor(got), ref)
 
     def reduce_scatter(self) -> None:
         inputs = [_data(4, salt=i) for i in range(self.size)]

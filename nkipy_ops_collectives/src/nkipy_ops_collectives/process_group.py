@@ -238,6 +238,15 @@ class NkipyProcessGroup(dist.ProcessGroup):
                          lambda: self._gloo._reduce_scatter_base(host_out, host_in, gloo_opts),
                          self._averaged([host_out], divisor), _signature([input]))
 
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: dist.ReduceScatterOptions) -> _Work:
+        """What eager ``_c10d_functional.reduce_scatter_tensor`` calls: one reduce-scatter per
+        pair, the earlier ones completed here, the last one returned to wait on."""
+        works = [self.reduce_scatter_single(out, inp, opts) for out, inp in zip(outputs, inputs)]
+        for work in works[:-1]:
+            work.wait()
+        return works[-1]
+
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
                           output_splits: list[int], input_splits: list[int], opts: dist.AllToAllOptions) -> _Work:
         staging = _Staging()
