@@ -188,53 +188,39 @@ class Cases:
         """Ranks disagreeing on the shape get a typed error within the group's timeout."""
         group = dist.new_group(backend="nkipy", timeout=timedelta(seconds=2))
         device = torch.ones(3 + 5 * dist.get_rank(), device="nkipy")
-        try:
-            dist.all_reduce(device, group=group)
-        except Exception as exc:  # noqa: BLE001 - the type is what is checked
-            from nkipy_ops_collectives.errors import CollectiveError
-
-            assert isinstance(exc, CollectiveError), repr(exc)
-            assert "same shape" in str(exc), str(exc)
-        else:
-            raise AssertionError("all_reduce of mismatched shapes returned")
+        _raises_collective_error(lambda: dist.all_reduce(device, group=group), "same shape")
 
     def missed_collective(self) -> None:
         """A rank waiting for a peer that never joins gets a typed error after the timeout."""
         group = dist.new_group(backend="nkipy", timeout=timedelta(seconds=2))
         if dist.get_rank() == 1:
             return
-        try:
-            dist.all_reduce(torch.ones(2, device="nkipy"), group=group)
-        except Exception as exc:  # noqa: BLE001 - the type is what is checked
-            from nkipy_ops_collectives.errors import CollectiveError
-
-            assert isinstance(exc, CollectiveError), repr(exc)
-            assert "timeout" in str(exc), str(exc)
-        else:
-            raise AssertionError("all_reduce without its peer returned")
+        _raises_collective_error(lambda: dist.all_reduce(torch.ones(2, device="nkipy"), group=group), "timeout")
 
     def all_gather_coalesced_mixed_dtypes(self) -> None:
         """Coalesced inputs travel as one flat tensor: mixed dtypes are refused on every rank."""
         import torch.distributed._functional_collectives as funcol
 
-        try:
-            funcol.all_gather_into_tensor_coalesced(
-                [torch.ones(2, device="nkipy"), torch.ones(2, dtype=torch.int64, device="nkipy")], dist.group.WORLD)
-        except Exception as exc:  # noqa: BLE001 - the message is what is checked
-            assert "one dtype" in str(exc), repr(exc)
-        else:
-            raise AssertionError("coalesced all_gather of mixed dtypes returned")
+        mixed = [torch.ones(2, device="nkipy"), torch.ones(2, dtype=torch.int64, device="nkipy")]
+        _raises_collective_error(lambda: funcol.all_gather_into_tensor_coalesced(mixed, dist.group.WORLD), "one dtype")
 
     def all_reduce_avg_integers(self) -> None:
         """AVG of integers is refused on every rank before anything is exchanged."""
-        try:
-            dist.all_reduce(torch.ones(2, dtype=torch.int32, device="nkipy"), op=dist.ReduceOp.AVG)
-        except Exception as exc:  # noqa: BLE001 - the type is what is checked
-            from nkipy_ops_collectives.errors import CollectiveError
+        integers = torch.ones(2, dtype=torch.int32, device="nkipy")
+        _raises_collective_error(lambda: dist.all_reduce(integers, op=dist.ReduceOp.AVG), "floating")
 
-            assert isinstance(exc, CollectiveError) and "floating" in str(exc), repr(exc)
-        else:
-            raise AssertionError("AVG of integers returned")
+
+def _raises_collective_error(run, says: str) -> None:
+    """``run()`` raises the pack's typed ``CollectiveError`` (any other exception fails the case)
+    and its message says ``says``."""
+    from nkipy_ops_collectives.errors import CollectiveError
+
+    try:
+        run()
+    except CollectiveError as exc:
+        assert says in str(exc), str(exc)
+    else:
+        raise AssertionError(f"expected a CollectiveError saying {says!r}; the call returned")
 
 
 def _case(cases: Cases, name: str):
