@@ -17,7 +17,8 @@ import neuronx_cc_standin
 from nkipy_core import cache_stats, init_nkipy_backend
 from nkipy_core.ir import DType
 from nkipy_runtime.nrt import locate, probe
-from nkipy_runtime.nrt_runtime import HLO_PROTO, HLO_TEXT, LOG, NEFF, STABLEHLO, NrtRuntime
+from nkipy_runtime.hlo_files import HLO_PROTO, HLO_TEXT, STABLEHLO
+from nkipy_runtime.nrt_runtime import LOG, NEFF, NrtRuntime
 from nrt_standin_neff import neff
 
 

@@ -14,7 +14,8 @@ import torch
 from nkipy_core import cache_stats, init_nkipy_backend
 from nkipy_core.ir import DType, KernelBuilder, TensorType
 from nkipy_core.runtime.base import CompileOptions, DeviceArray, contiguous_strides
-from nkipy_runtime.xla_runtime import HLO_PROTO, HLO_TEXT, STABLEHLO, XlaRuntime
+from nkipy_runtime.hlo_files import HLO_PROTO, HLO_TEXT, STABLEHLO
+from nkipy_runtime.xla_runtime import XlaRuntime
 
 DTYPES = [DType.bool, DType.i8, DType.i16, DType.i32, DType.i64, DType.u8, DType.u32, DType.u64,
           DType.f16, DType.bf16, DType.f32, DType.f64]

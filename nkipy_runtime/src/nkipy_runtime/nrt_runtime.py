@@ -17,13 +17,11 @@ import numpy as np
 from nkipy_core.ir import Kernel
 from nkipy_core.runtime.base import CompileOptions, DeviceArray, DeviceStats, Signature
 
-from . import neuronx_cc, xla_bridge
+from . import neuronx_cc
+from .hlo_files import HLO_PROTO, hlo_artifacts
 from .nrt import probe
-from .stablehlo import emit_module
 
-STABLEHLO, HLO_PROTO, HLO_TEXT, NEFF, LOG = (
-    "kernel.stablehlo.mlir", "hlo_module.pb", "hlo.txt", "kernel.neff", "neuronx-cc.log",
-)
+NEFF, LOG = "kernel.neff", "neuronx-cc.log"
 
 
 class NrtExecutable:
@@ -73,17 +71,12 @@ class NrtRuntime:
         return neuronx_cc.resolve_target(options.target)
 
     def compile(self, kernel: Kernel, options: CompileOptions) -> NrtExecutable:
-        text = emit_module(kernel)
-        hlo = xla_bridge.to_hlo(text)
+        files = hlo_artifacts(kernel)
         build = neuronx_cc.compile_neff(
-            hlo.proto, target=self.cache_tag(options), extra_args=options.compiler_args,
+            files[HLO_PROTO], target=self.cache_tag(options), extra_args=options.compiler_args,
             timeout=neuronx_cc.timeout_seconds(),
         )
-        artifacts = {
-            STABLEHLO: text.encode(), HLO_PROTO: hlo.proto, HLO_TEXT: hlo.text.encode(),
-            NEFF: build.neff, LOG: build.log.encode(),
-        }
-        return NrtExecutable(Signature.of(kernel), artifacts)
+        return NrtExecutable(Signature.of(kernel), {**files, NEFF: build.neff, LOG: build.log.encode()})
 
     def load(self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions) -> NrtExecutable:
         return NrtExecutable(signature, artifacts)

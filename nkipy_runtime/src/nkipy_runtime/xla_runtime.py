@@ -19,18 +19,7 @@ from nkipy_core.ir import DType, Kernel, TensorType
 from nkipy_core.runtime.base import CompileOptions, DeviceArray, DeviceStats, Signature, contiguous_strides
 
 from . import xla_bridge
-from .stablehlo import emit_module
-
-STABLEHLO, HLO_PROTO, HLO_TEXT = "kernel.stablehlo.mlir", "hlo_module.pb", "hlo.txt"
-
-
-def hlo_artifacts(kernel: Kernel) -> dict[str, bytes]:
-    """The HLO files every kernel cache entry of this pack holds: the StableHLO module, the
-    serialized ``HloModuleProto`` the Neuron compiler reads, and its text for people."""
-    text = emit_module(kernel)
-    hlo = xla_bridge.to_hlo(text)
-    return {STABLEHLO: text.encode(), HLO_PROTO: hlo.proto, HLO_TEXT: hlo.text.encode()}
-
+from .hlo_files import STABLEHLO, hlo_artifacts
 
 def _exact_types(method):
     """Run ``method`` with jax's 64-bit types on: without it jax silently narrows i64, u64 and

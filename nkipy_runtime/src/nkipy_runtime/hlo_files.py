@@ -1,0 +1,18 @@
+"""The HLO files every kernel cache entry of nkipy-runtime's runtimes holds: the StableHLO module,
+the serialized ``HloModuleProto`` the Neuron compiler reads, and its text for people. ``xla``
+compiles the first; ``nrt`` hands the second to ``neuronx-cc``."""
+
+from __future__ import annotations
+
+from nkipy_core.ir import Kernel
+
+from . import xla_bridge
+from .stablehlo import emit_module
+
+STABLEHLO, HLO_PROTO, HLO_TEXT = "kernel.stablehlo.mlir", "hlo_module.pb", "hlo.txt"
+
+
+def hlo_artifacts(kernel: Kernel) -> dict[str, bytes]:
+    text = emit_module(kernel)
+    hlo = xla_bridge.to_hlo(text)
+    return {STABLEHLO: text.encode(), HLO_PROTO: hlo.proto, HLO_TEXT: hlo.text.encode()}
