@@ -211,9 +211,9 @@ class Cases:
 
 
 def _raises_collective_error(run, says: str) -> None:
-    """``run()`` raises the pack's typed ``CollectiveError`` (any other exception fails the case)
+    """``run()`` raises the typed ``CollectiveError`` (any other exception fails the case)
     and its message says ``says``."""
-    from nkipy_ops_collectives.errors import CollectiveError
+    from nkipy_core.errors import CollectiveError
 
     try:
         run()

@@ -5,32 +5,22 @@ kernel and no op left on CPU; and the example of examples/distributed runs."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from compiled_worker import CASES
+import compiled_collectives_worker
+from compiled_collectives_worker import CASES
+from torchrun import rank_results, torchrun
 
-WORKER = Path(__file__).with_name("compiled_worker.py")
+WORKER = compiled_collectives_worker.__file__
 EXAMPLE = Path(__file__).parents[2] / "examples" / "distributed" / "mlp.py"
-
-
-def torchrun(*args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("compiled")
-    done = torchrun(str(WORKER), str(out), *CASES)
-    paths = [out / f"rank{rank}.json" for rank in range(2)]
-    if not all(p.exists() for p in paths):
-        pytest.fail(f"torchrun exited {done.returncode} without results:\n{done.stdout}\n{done.stderr}")
-    return [json.loads(p.read_text()) for p in paths]
+    return rank_results(WORKER, "cpu", str(out), *CASES, out=out)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -7,12 +7,11 @@ started once per module: each launch costs two fresh ``import torch``.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from torchrun import rank_results
 
 WORKER = Path(__file__).with_name("pg_worker.py")
 
@@ -31,13 +30,7 @@ COMBINED_CASES = ["all_reduce:SUM", "all_gather_into_tensor", "broadcast", "scat
 
 
 def _launch(backend: str, cases: list[str], out: Path) -> list[dict[str, str]]:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               str(WORKER), backend, str(out), *cases]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
-    results = [out / f"rank{rank}.json" for rank in range(2)]
-    if not all(path.exists() for path in results):
-        pytest.fail(f"torchrun exited {done.returncode} without results:\n{done.stdout}\n{done.stderr}")
-    return [json.loads(path.read_text()) for path in results]
+    return rank_results(str(WORKER), backend, str(out), *cases, out=out)
 
 
 @pytest.fixture(scope="module")

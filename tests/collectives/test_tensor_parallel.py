@@ -5,16 +5,15 @@ single-process block."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+from torchrun import torchrun
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "distributed" / "tp_block.py"
 
 
 def test_the_tensor_parallel_block_matches_the_single_process_block():
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(EXAMPLE)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    done = torchrun(str(EXAMPLE))
     assert done.returncode == 0, done.stderr[-3000:]
     # one kernel for the forward, one for the backward, each with its collectives inside
     assert ("ranks 2: matches the single-process block, forward and backward; kernels 2; ops on CPU 0"

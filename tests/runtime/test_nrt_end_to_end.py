@@ -9,6 +9,8 @@ tensors staged through NRT tensors and back, and a warm cache starting no compil
 real compiler accepts this HLO and the real runtime runs the NEFF is verified only on hardware.
 """
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -19,6 +21,7 @@ from nkipy_core.ir import DType
 from nkipy_runtime.nrt import locate, probe
 from nkipy_runtime.hlo_files import HLO_PROTO, HLO_TEXT, STABLEHLO
 from nkipy_runtime.nrt_runtime import LOG, NEFF, NrtRuntime
+from fresh_python import python
 from nrt_standin_neff import neff
 
 
@@ -67,3 +70,28 @@ def test_a_compiled_graph_runs_through_the_compiler_and_libnrt_standins(neuron_m
     np.testing.assert_array_equal(f(x, y).numpy(), (x + y).numpy())
     assert len(neuronx_cc_standin.calls(neuron_machine)) == 1
     assert cache_stats["lowered_kernels"] == lowered
+
+
+CROWDED_HOST = """
+import sys
+import torch.distributed as dist
+from nkipy_runtime.nrt import probe
+probe.DEVICE_DIR = sys.argv[1]  # the stand-in machine's /dev
+try:
+    dist.init_process_group("nkipy", store=dist.HashStore(), rank=0, world_size=2)
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_more_local_ranks_than_cores_fail_in_init_process_group(neuron_machine, tmp_path, standin_path):
+    """torchrun with 2 local ranks on a host with 1 NeuronCore: the ``nkipy`` process group opens
+    the device when it is made, so the error names the fix before any rank waits for a peer."""
+    done = python(
+        CROWDED_HOST, str(tmp_path / "dev"), NKIPY_RUNTIME="nrt", NRT_STANDIN_CORES="1", LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE="2", NEURON_RT_VISIBLE_CORES=None, NKIPY_NEURONX_CC=os.environ["NKIPY_NEURONX_CC"],
+        **{locate.LIBRARY_ENV: standin_path}, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("CoreMappingError 2 local ranks but only 1 visible NeuronCore(s)"), done.stdout
+    assert "torchrun --nproc-per-node" in done.stdout

@@ -32,13 +32,14 @@ from .errors import ConfigurationError, LoweringError, Unsupported, UnsupportedO
 from .ir import codegen
 from .ir.builder import KernelBuilder, Traced
 from .ir.passes import simplify
+from .ir.primitives import primitive
 from .ir.printer import format_kernel
 from .ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
 from .ir.verify import verify
 from .lowering import GRAPH_INPUT, Layout, invoke, output_types, tensor_type
 from .progress import CompileProgress
 from .registry import LoweringRule, op_name, source_digest
-from .runtime.base import CompileOptions, DeviceArray, Signature
+from .runtime.base import CompileOptions, DeviceArray, Runtime, Signature
 
 log = logging.getLogger("nkipy.compiler")
 
@@ -67,8 +68,12 @@ def _candidates(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     ]
 
 
-def _choose_rule(node: torch.fx.Node, rules: list[LoweringRule], strict: bool) -> LoweringRule | str:
-    """The first rule that accepts ``node`` (tried on a scratch kernel), or why none did."""
+def _choose_rule(node: torch.fx.Node, rules: list[LoweringRule], strict: bool, runtime: Runtime) -> LoweringRule | str:
+    """The first rule that accepts ``node`` (tried on a scratch kernel), or why none did.
+
+    A rule whose lowering holds a collective is declined on a runtime that cannot run
+    collectives between processes inside a kernel (``Runtime.kernel_collectives``): there the
+    node runs through torch.distributed, and the fallback warning says why."""
     if not rules:
         return "no installed pack lowers it"
     try:
@@ -84,6 +89,8 @@ def _choose_rule(node: torch.fx.Node, rules: list[LoweringRule], strict: bool) -
 
         try:
             invoke(rule, node, builder, lookup)
+            if not getattr(runtime, "kernel_collectives", False) and _holds_collective(builder):
+                raise Unsupported(f"the {runtime.name} runtime runs no collectives inside kernels")
             return rule
         except Unsupported as exc:
             reasons.append(f"{rule.qualname} declined: {exc}")
@@ -97,6 +104,14 @@ def _choose_rule(node: torch.fx.Node, rules: list[LoweringRule], strict: bool) -
                 ) from exc
             reasons.append(f"{rule.qualname} raised {type(exc).__name__}: {exc}")
     return "; ".join(reasons)
+
+
+#: torch's op that completes an asynchronous functional collective
+_WAIT_TENSOR = "_c10d_functional::wait_tensor"
+
+
+def _holds_collective(builder: KernelBuilder) -> bool:
+    return any(primitive(name).collective for name in builder.primitives())
 
 
 def _versions_key() -> str:
@@ -120,18 +135,31 @@ def _plan_key(gm: torch.fx.GraphModule, registry, runtime_name: str) -> str:
     return digest("plan", gm.code, *metas, *rules, _versions_key(), runtime_name)
 
 
-def plan(gm: torch.fx.GraphModule, config: Config, cache: KernelCache, runtime_name: str) -> dict[str, LoweringRule | str]:
+def plan(gm: torch.fx.GraphModule, config: Config, cache: KernelCache, runtime: Runtime) -> dict[str, LoweringRule | str]:
     """Node name -> chosen rule, or the reason it falls back; cached by graph so warm runs skip rules."""
     registry = plugins.get(strict=config.strict).lowerings
-    key = _plan_key(gm, registry, runtime_name)
+    key = _plan_key(gm, registry, runtime.name)
     nodes = _candidates(gm)
     cached = _restore_plan(cache.get_index(key), nodes, registry)
     if cached is not None:
         return cached
-    decisions = {n.name: _choose_rule(n, registry.rules_for(n.target), config.strict) for n in nodes}
+    decisions = {n.name: _choose_rule(n, registry.rules_for(n.target), config.strict, runtime) for n in nodes}
+    _wait_where_the_collective_runs(nodes, decisions)
     STATS["planned_nodes"] += len(nodes)
     cache.put_index(key, _encode_plan(decisions))
     return decisions
+
+
+def _wait_where_the_collective_runs(nodes: list[torch.fx.Node], decisions: dict[str, LoweringRule | str]) -> None:
+    """``wait_tensor`` completes the asynchronous collective that produced its argument. Lowered
+    it is the identity, which is right only in the kernel that holds the collective: when the
+    collective runs outside (through torch.distributed), so must its wait, or the kernel would
+    read the tensor before the collective has written it."""
+    for node in nodes:
+        if node.target.name() == _WAIT_TENSOR and isinstance(decisions[node.name], LoweringRule):
+            producer = node.args[0]
+            if not isinstance(decisions.get(getattr(producer, "name", None)), LoweringRule):
+                decisions[node.name] = "it waits on a collective that runs outside the kernel"
 
 
 def _encode_plan(decisions: dict[str, LoweringRule | str]) -> dict[str, str]:
@@ -580,7 +608,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
         node.meta[GRAPH_INPUT] = True
     gm.graph.lint()
     gm.recompile()
-    decisions = plan(gm, config, cache, runtime.name)
+    decisions = plan(gm, config, cache, runtime)
     if config.precompile:  # the plan the precompiled runtime's process will look up, so it skips planning
         cache.put_index(_plan_key(gm, loaded.lowerings, config.precompile), _encode_plan(decisions))
     rng.unseed_fallbacks(gm, {n for n, d in decisions.items() if isinstance(d, LoweringRule)})

@@ -39,8 +39,9 @@ class DeviceError(NkipyError, RuntimeError):
 
 
 class CollectiveError(NkipyError):
-    """A kernel's collective cannot run: torch.distributed is not initialised, or its groups do
-    not match the process group's ranks."""
+    """A collective cannot run: torch.distributed is not initialised, a kernel's groups do not
+    match the process group's ranks, the ranks passed different tensors, or a peer timed out.
+    Raised by kernels on the ``cpu`` runtime and by the ``nkipy`` process group alike."""
 
 
 class CacheError(NkipyError):

@@ -52,6 +52,7 @@ class NrtRuntime:
     priority = 100
     hardware = True
     parallel_compile = True
+    kernel_collectives = True  # run by the Neuron Runtime between the ranks' cores
 
     def __init__(self) -> None:
         self._device: Any = None
@@ -91,6 +92,11 @@ class NrtRuntime:
             # cores (NEURON_RT_VISIBLE_CORES) before nrt_init
             self._device = NrtDevice(NrtLibrary.open(), core=0)
         return self._device
+
+    def open_device(self) -> None:
+        """Initialise NRT with this rank's cores now: too many local ranks for the visible
+        cores is a ``CoreMappingError`` in ``init_process_group``."""
+        self._device_handle().library.init()
 
     @property
     def stats(self) -> DeviceStats:

@@ -67,6 +67,8 @@ class XlaRuntime:
     name = "xla"
     priority = -10  # below cpu until the figures say otherwise (see docs/runtimes.md)
     hardware = False  # XLA stands in for the accelerator; torch sees nkipy only on request
+    # no kernel_collectives: one process's XLA client has no peers (replicas in one process are
+    # what xla_bridge.compile_replicated tests the emitted collectives with)
 
     def __init__(self) -> None:
         self.stats = DeviceStats()

@@ -277,7 +277,7 @@ def _kernel(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernel
     if isinstance(built, str):
         return built
     sub, node = built
-    decision = compiler._choose_rule(node, state.rules.rules_for(op), state.config.strict)
+    decision = compiler._choose_rule(node, state.rules.rules_for(op), state.config.strict, memory.runtime())
     if not isinstance(decision, LoweringRule):
         return decision
     node.meta[compiler.RULE] = decision

@@ -55,6 +55,20 @@ def is_initialized() -> bool:
     return True
 
 
+def init() -> None:
+    """Bind this process to its device now rather than at its first tensor (``torch.cuda.init``'s
+    role): the runtime's ``open_device``, if it has one. The ``nkipy`` process group calls this,
+    so a host started with more ranks than devices fails in ``init_process_group``.
+
+    The runtime is the one the settings so far select; the device does not commit to it, so
+    ``init_nkipy_backend(runtime=...)`` may still follow."""
+    from .. import config
+
+    open_device = getattr(config.select_runtime(config.peek()), "open_device", None)
+    if open_device is not None:
+        open_device()
+
+
 def _is_in_bad_fork() -> bool:
     return False
 

@@ -65,6 +65,10 @@ class KernelBuilder:
         self._ops.append(Op(prim, [o.value for o in operands], params, value, self.origin))
         return Traced(self, value)
 
+    def primitives(self) -> set[str]:
+        """The primitives of the ops built so far."""
+        return {op.prim for op in self._ops}
+
     def finish(self, outputs: Sequence[Traced]) -> Kernel:
         return Kernel(self.name, self._params, self._ops, [o.value for o in outputs])
 

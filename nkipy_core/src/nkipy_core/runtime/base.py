@@ -176,6 +176,15 @@ class Runtime(Protocol):
     # - ``can_compile() -> (bool, reason)``: compiling works here even if ``available()`` says no
     #   (no device); ahead-of-time compiles (``nkipy-ops precompile``) need only this.
     #
+    # Optional, for multi-process runs (torch.distributed):
+    # - ``kernel_collectives = True``: kernels may hold collective primitives, because the
+    #   runtime runs them between the processes of the group (the ``cpu`` runtime through
+    #   torch.distributed, ``nrt`` on the devices). Without it, collectives stay outside kernels
+    #   and run through torch.distributed, with a fallback warning that says so.
+    # - ``open_device() -> None``: bind this process to its device now; ``torch.nkipy.init()``
+    #   and the ``nkipy`` process group call it, so that more ranks on a host than it has devices
+    #   fail in ``init_process_group`` with the runtime's typed error, not at the first tensor.
+    #
     # Optional: ``run_host(executable, arrays) -> arrays`` runs a kernel on host NumPy arrays
     # directly; a runtime whose device memory is host memory offers it so that graphs of CPU
     # tensors skip staging. Without it, CPU tensors go through to_device/run/to_host.

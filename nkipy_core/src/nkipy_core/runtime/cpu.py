@@ -43,6 +43,7 @@ class CpuRuntime:
     name = "cpu"
     priority = 0
     hardware = False  # a simulator: torch sees the device as an accelerator only on request
+    kernel_collectives = True  # through torch.distributed (runtime/communicator.py)
 
     def __init__(self) -> None:
         self.stats = DeviceStats()

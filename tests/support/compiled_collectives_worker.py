@@ -1,9 +1,13 @@
-"""One rank of ``test_compiled_collectives.py`` (started by torchrun): functions that call
-torch.distributed collectives, compiled with nkipy (their collectives lowered into the kernel and
-run by the cpu runtime through the process group), against the same functions run eagerly.
+"""One rank (started by torchrun): functions that call torch.distributed collectives, compiled
+with nkipy on the named runtime, against the same functions run eagerly. On ``cpu`` the
+collectives are lowered into the kernel and run through the process group
+(``tests/collectives/test_compiled_collectives.py``); on ``xla`` they stay outside kernels
+(``tests/runtime/test_xla_collectives.py``).
 
-Writes ``<out>/rank<N>.json``: per case ``"ok"``, or the failure, plus the kernel and fallback
-counts of the compiled graph.
+Writes ``<out>/rank<N>.json``: per case the kernel and fallback counts of the compiled graph,
+or the failure.
+
+usage: compiled_collectives_worker.py RUNTIME OUT_DIR CASE...
 """
 
 from __future__ import annotations
@@ -69,9 +73,9 @@ CASES = {f.__name__: f for f in (all_reduce_sum, all_reduce_max, all_reduce_avg,
 
 
 def main() -> None:
-    out_dir, names = Path(sys.argv[1]), sys.argv[2:]
+    runtime, out_dir, names = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
     dist.init_process_group("nkipy")
-    init_nkipy_backend(runtime="cpu", nkipy_cache=tempfile.mkdtemp(prefix=f"nkipy-rank{dist.get_rank()}-"))
+    init_nkipy_backend(runtime=runtime, nkipy_cache=tempfile.mkdtemp(prefix=f"nkipy-rank{dist.get_rank()}-"))
     results: dict[str, object] = {}
     for name in names:
         torch.manual_seed(dist.get_rank())

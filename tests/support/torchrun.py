@@ -1,0 +1,29 @@
+"""Launching real ranks with torchrun (2 processes on this host) and reading what they wrote."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+#: ranks per launch: two processes are what CI's two cores hold
+RANKS = 2
+
+
+def torchrun(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc-per-node 2 ARGS``, output captured."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(RANKS), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+def rank_results(*args: str, out: Path) -> list:
+    """Run a worker that writes ``<out>/rank<N>.json``; the ranks' results, or the test fails
+    with torchrun's output."""
+    done = torchrun(*args)
+    paths = [out / f"rank{rank}.json" for rank in range(RANKS)]
+    if not all(path.exists() for path in paths):
+        pytest.fail(f"torchrun exited {done.returncode} without results:\n{done.stdout}\n{done.stderr}")
+    return [json.loads(path.read_text()) for path in paths]
