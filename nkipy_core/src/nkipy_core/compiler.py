@@ -71,9 +71,8 @@ def _candidates(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
 def _choose_rule(node: torch.fx.Node, rules: list[LoweringRule], strict: bool, runtime: Runtime) -> LoweringRule | str:
     """The first rule that accepts ``node`` (tried on a scratch kernel), or why none did.
 
-    A rule whose lowering holds a collective is declined on a runtime that cannot run
-    collectives between processes inside a kernel (``Runtime.kernel_collectives``): there the
-    node runs through torch.distributed, and the fallback warning says why."""
+    A rule whose lowering the runtime cannot run inside a kernel is declined (see
+    ``_runtime_declines``): the node then runs as torch, and the fallback warning says why."""
     if not rules:
         return "no installed pack lowers it"
     try:
@@ -89,8 +88,9 @@ def _choose_rule(node: torch.fx.Node, rules: list[LoweringRule], strict: bool, r
 
         try:
             invoke(rule, node, builder, lookup)
-            if not getattr(runtime, "kernel_collectives", False) and _holds_collective(builder):
-                raise Unsupported(f"the {runtime.name} runtime runs no collectives inside kernels")
+            reason = _runtime_declines(builder, runtime)
+            if reason:
+                raise Unsupported(reason)
             return rule
         except Unsupported as exc:
             reasons.append(f"{rule.qualname} declined: {exc}")
@@ -106,12 +106,21 @@ def _choose_rule(node: torch.fx.Node, rules: list[LoweringRule], strict: bool, r
     return "; ".join(reasons)
 
 
-#: torch's op that completes an asynchronous functional collective
-_WAIT_TENSOR = "_c10d_functional::wait_tensor"
+def _runtime_declines(builder: KernelBuilder, runtime: Runtime) -> str:
+    """Why ``runtime`` cannot run what ``builder`` holds inside a kernel ("" if it can).
 
-
-def _holds_collective(builder: KernelBuilder) -> bool:
-    return any(primitive(name).collective for name in builder.primitives())
+    Collectives need a runtime that runs them between processes (``kernel_collectives``): one
+    that cannot would compute each rank's part alone, silently wrong. Custom calls need a runtime
+    that runs their host function or whose compiler knows their target."""
+    if not getattr(runtime, "kernel_collectives", False) and any(
+        primitive(name).collective for name in builder.primitives()
+    ):
+        return f"the {runtime.name} runtime runs no collectives inside kernels"
+    if not getattr(runtime, "host_custom_calls", False):
+        unknown = builder.custom_call_targets() - set(getattr(runtime, "custom_call_targets", ()))
+        if unknown:
+            return f"the {runtime.name} runtime runs no custom calls to {', '.join(sorted(unknown))} inside kernels"
+    return ""
 
 
 def _versions_key() -> str:
@@ -148,6 +157,10 @@ def plan(gm: torch.fx.GraphModule, config: Config, cache: KernelCache, runtime: 
     STATS["planned_nodes"] += len(nodes)
     cache.put_index(key, _encode_plan(decisions))
     return decisions
+
+
+#: torch's op that completes an asynchronous functional collective
+_WAIT_TENSOR = "_c10d_functional::wait_tensor"
 
 
 def _wait_where_the_collective_runs(nodes: list[torch.fx.Node], decisions: dict[str, LoweringRule | str]) -> None:

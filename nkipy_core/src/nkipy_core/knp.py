@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .ir.builder import Traced, apply, constant
-from .ir.graph import ConstantData
+from .ir.graph import ConstantData, Opaque
 from .ir.types import DType
 
 Array = Union[Traced, np.ndarray]
@@ -36,7 +36,7 @@ __all__ = [
     "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "argmax", "argmin",
     "argsort", "asarray", "astype", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor",
     "broadcast_to", "ceil", "collective_broadcast", "concatenate", "cos", "cosh", "cummax",
-    "cummin", "cumprod", "cumsum", "divide", "dtype_of", "equal", "erf", "erfc", "exp", "exp2",
+    "cummin", "cumprod", "cumsum", "custom_call", "divide", "dtype_of", "equal", "erf", "erfc", "exp", "exp2",
     "expand_dims", "expm1", "flip", "floor", "floor_divide", "fmod", "full", "greater",
     "greater_equal", "is_traced", "isinf", "isnan", "less", "less_equal", "log", "log10",
     "log1p", "log2", "logical_and", "logical_not", "logical_or", "logical_xor", "matmul", "max",
@@ -714,6 +714,22 @@ def all_to_all(x: Array, split_axis: int, concat_axis: int, groups: Sequence[Seq
 def collective_broadcast(x: Array, source: int, groups: Sequence[Sequence[int]]) -> Array:
     """The ``x`` of the rank at position ``source`` of each group, on every rank of that group."""
     return apply("collective_broadcast", [x], {"source": int(source), "groups": _groups(groups)})
+
+
+def custom_call(
+    operands: Sequence[Array], *, target: str, config: str, host: str, shape: Sequence[int], dtype: Any
+) -> Array:
+    """A kernel from elsewhere applied to ``operands``, giving one ``dtype[shape]`` result.
+
+    ``target`` and ``config`` become the HLO ``custom_call_target`` and ``backend_config`` the
+    device compiler replaces with that kernel; ``host`` (``"module:function"``, called as
+    ``fn(config, *arrays) -> array``) computes the same result with NumPy for the cpu runtime.
+    Runtimes that can run neither decline the node, which then runs as torch (see
+    ``Runtime.custom_call_targets``).
+    """
+    params = {"target": target, "config": Opaque(config), "host": host,
+              "shape": tuple(int(d) for d in shape), "dtype": to_dtype(dtype)}
+    return apply("custom_call", list(operands), params)
 
 
 def _constant(array: np.ndarray, dtype: DType) -> ConstantData:

@@ -53,6 +53,8 @@ class NrtRuntime:
     hardware = True
     parallel_compile = True
     kernel_collectives = True  # run by the Neuron Runtime between the ranks' cores
+    #: neuronx-cc replaces a custom call to this target with the NKI kernel in its backend config
+    custom_call_targets = frozenset({"AwsNeuronCustomNativeKernel"})
 
     def __init__(self) -> None:
         self._device: Any = None

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import VerificationError
 from . import codegen
 from .graph import ConstantData, Kernel, Op, Value
-from .primitives import infer
+from .primitives import infer, primitive
 from .types import DType, TensorType
 
 
@@ -69,6 +69,10 @@ class KernelBuilder:
         """The primitives of the ops built so far."""
         return {op.prim for op in self._ops}
 
+    def custom_call_targets(self) -> set[str]:
+        """The targets of the custom calls built so far."""
+        return {op.params["target"] for op in self._ops if op.prim == "custom_call"}
+
     def finish(self, outputs: Sequence[Traced]) -> Kernel:
         return Kernel(self.name, self._params, self._ops, [o.value for o in outputs])
 
@@ -118,9 +122,12 @@ def constant(builder: KernelBuilder, array: np.ndarray, dtype: DType) -> Traced:
 
 
 def apply(prim: str, operands: Sequence[Traced | np.ndarray], params: dict[str, Any]) -> Traced | np.ndarray:
-    """Apply a primitive: record it if any operand is traced, else evaluate it with NumPy."""
+    """Apply a primitive: record it if any operand is traced, else evaluate it with NumPy.
+
+    Sources (no operands) and primitives that must not fold (collectives, custom calls) are
+    recorded into the kernel being built even when their operands are all NumPy arrays."""
     builder = next((o.builder for o in operands if isinstance(o, Traced)), None)
-    if builder is None and not operands:
+    if builder is None and (not operands or not primitive(prim).folds):
         builder = active_builder()
     if builder is not None:
         traced = [o if isinstance(o, Traced) else constant(builder, o, DType.from_numpy(o.dtype)) for o in operands]

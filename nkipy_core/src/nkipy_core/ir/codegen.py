@@ -66,6 +66,7 @@ def generate(kernel: Kernel) -> str:
         f"Outputs: {', '.join(str(o.type) for o in kernel.outputs)}",
         '"""',
         "import base64",
+        "import importlib",
         "import math",
         "",
         "import numpy as np",

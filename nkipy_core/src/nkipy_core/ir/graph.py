@@ -72,6 +72,20 @@ class ConstantData:
         return base64.b64encode(self.data).decode("ascii")
 
 
+@attrs.frozen(repr=False)
+class Opaque:
+    """A long string attribute the IR carries but does not read (a custom call's backend config).
+
+    Compared and hashed by content, so CSE and cache keys see a change; printed as its length and
+    digest, so ``kernel.ir`` stays readable when the text is a whole kernel's source."""
+
+    text: str
+
+    def __repr__(self) -> str:
+        digest = hashlib.sha256(self.text.encode()).hexdigest()[:16]
+        return f"<{len(self.text)} chars sha256:{digest}>"
+
+
 def _freeze_attrs(value: Mapping[str, Any] | tuple) -> tuple[tuple[str, Any], ...]:
     items = value.items() if isinstance(value, Mapping) else value
     return tuple(sorted(items))

@@ -5,6 +5,7 @@ ml_dtypes alone; the cpu runtime and the tracer's NumPy mode import them from he
 """
 
 import base64
+import importlib
 
 import numpy as np
 
@@ -87,4 +88,21 @@ def _collective(kind, x, groups, **params):
     )
 
 
-HELPERS = (_blob, _scatter_add, _scatter_reduce, _philox4x32, _random_bits, _collective)
+def _custom_call(host, config, shape, dtype, *operands):
+    """The custom_call primitive on the host: ``host`` (``module:function``) computes it.
+
+    The function is imported on every call (a dictionary lookup once imported), so a kernel file
+    that holds a custom call runs wherever the module providing it is installed. A builtin
+    ``RuntimeError`` on a result of the wrong type: ``kernel.py`` runs standalone.
+    """
+    module, _, name = host.partition(":")
+    result = np.asarray(getattr(importlib.import_module(module), name)(config, *operands))
+    if result.shape != tuple(shape) or result.dtype != np.dtype(dtype):
+        raise RuntimeError(
+            f"custom call {host} returned {result.dtype}{list(result.shape)}, but its kernel declares "
+            f"{np.dtype(dtype)}{list(shape)}: the op that built this custom call computed the wrong type"
+        )
+    return result
+
+
+HELPERS = (_blob, _scatter_add, _scatter_reduce, _philox4x32, _random_bits, _collective, _custom_call)

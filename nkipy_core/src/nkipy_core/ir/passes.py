@@ -54,7 +54,7 @@ def constant_folding(kernel: Kernel) -> Kernel:
             constants[op.result.id] = op.params["value"]
         elif (
             op.prim != "broadcast"  # a broadcast scalar is cheaper and clearer than its literal
-            and not primitive(op.prim).collective  # its value comes from other ranks too
+            and primitive(op.prim).folds  # not collectives nor custom calls
             and op.operands
             and all(v.id in constants for v in op.operands)
             and op.result.type.size <= FOLD_LIMIT

@@ -30,16 +30,19 @@ class Primitive:
     doc: str
     #: computes in f32 on half inputs and rounds the result, the way torch's CPU kernels do
     half_compute: bool = False
-    #: exchanges data between ranks: its value depends on other processes, so it never folds
+    #: exchanges data between ranks: its value depends on other processes
     collective: bool = False
+    #: constant folding may evaluate it at compile time (not collectives nor custom calls, whose
+    #: value is computed elsewhere: by the other ranks, or by a kernel the runtime brings)
+    folds: bool = True
 
 
 PRIMITIVES: dict[str, Primitive] = {}
 
 
 def _define(name: str, arity: int | None, infer: Infer, emit: Emit, doc: str, half: bool = False,
-            collective: bool = False):
-    PRIMITIVES[name] = Primitive(name, arity, infer, emit, doc, half, collective)
+            collective: bool = False, folds: bool = True):
+    PRIMITIVES[name] = Primitive(name, arity, infer, emit, doc, half, collective, folds and not collective)
 
 
 def _check(cond: bool, message: str) -> None:
@@ -559,6 +562,38 @@ for _name, _infer, _doc in (
     _define(_name, 1, _infer, _emit_collective(_name),
             _doc + "; `groups` are replica groups (tuples of global ranks, of one size, covering "
             "every rank once); the cpu runtime runs it through torch.distributed", collective=True)
+
+
+# -- custom calls ---------------------------------------------------------------------------
+#
+# A kernel written in another language (an NKI kernel) inside an NKIPy kernel. The IR carries what
+# each runtime needs to run it and reads none of it: ``target`` and ``config`` are the HLO
+# ``custom_call_target`` and ``backend_config`` a compiler replaces the call with its kernel from
+# (``AwsNeuronCustomNativeKernel`` for neuronx-cc), ``host`` names the Python function
+# (``module:function``, called ``fn(config, *arrays) -> array``) that computes the same result on
+# the host, which the cpu runtime runs. The result type is declared, since nothing here can infer it.
+
+
+def _infer_custom_call(*operands: TensorType, target: str, config: Any, host: str, shape: tuple,
+                       dtype: DType) -> TensorType:
+    _check(isinstance(target, str) and target != "", f"custom_call: target must be a non-empty string, got {target!r}")
+    module, _, function = host.partition(":") if isinstance(host, str) else ("", "", "")
+    _check(bool(module and function), f"custom_call: host must be 'module:function', got {host!r}")
+    _check(all(d >= 0 for d in shape), f"custom_call: negative dimension in {list(shape)}")
+    return TensorType(tuple(shape), dtype)
+
+
+def _emit_custom_call(*operands: str, target: str, config: Any, host: str, shape: tuple, dtype: DType) -> str:
+    text = config.text if hasattr(config, "text") else str(config)
+    args = "".join(f", {o}" for o in operands)
+    return f"_custom_call({host!r}, {text!r}, {tuple(shape)}, {dtype.numpy_name}{args})"
+
+
+_define("custom_call", None, _infer_custom_call, _emit_custom_call,
+        "a kernel from elsewhere (an NKI kernel): `target` and `config` are the HLO custom call a "
+        "compiler replaces with it, `host` (`module:function`) computes the same "
+        "`fn(config, *operands)` on the host, for the cpu runtime; the result is `dtype[shape]`",
+        folds=False)
 
 
 def primitive(name: str) -> Primitive:

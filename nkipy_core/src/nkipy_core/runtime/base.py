@@ -185,6 +185,14 @@ class Runtime(Protocol):
     #   and the ``nkipy`` process group call it, so that more ranks on a host than it has devices
     #   fail in ``init_process_group`` with the runtime's typed error, not at the first tensor.
     #
+    # Optional, for kernels from elsewhere (``custom_call``, e.g. NKI kernels):
+    # - ``host_custom_calls = True``: kernels may hold any custom call; the runtime runs each
+    #   through its ``host`` function (the ``cpu`` runtime).
+    # - ``custom_call_targets = frozenset({...})``: kernels may hold custom calls of these HLO
+    #   targets, which the runtime's compiler replaces with their kernels (``nrt``:
+    #   ``AwsNeuronCustomNativeKernel``). A custom call the runtime can run neither way keeps
+    #   its node outside kernels (as torch, on CPU), with a fallback warning that says so.
+    #
     # Optional: ``run_host(executable, arrays) -> arrays`` runs a kernel on host NumPy arrays
     # directly; a runtime whose device memory is host memory offers it so that graphs of CPU
     # tensors skip staging. Without it, CPU tensors go through to_device/run/to_host.

@@ -44,6 +44,7 @@ class CpuRuntime:
     priority = 0
     hardware = False  # a simulator: torch sees the device as an accelerator only on request
     kernel_collectives = True  # through torch.distributed (runtime/communicator.py)
+    host_custom_calls = True  # each through its host function (ir/numpy_support._custom_call)
 
     def __init__(self) -> None:
         self.stats = DeviceStats()
