@@ -39,7 +39,7 @@ from .ir.verify import verify
 from .lowering import GRAPH_INPUT, Layout, invoke, output_types, tensor_type
 from .progress import CompileProgress
 from .registry import LoweringRule, op_name, source_digest
-from .runtime.base import CompileOptions, DeviceArray, Runtime, Signature
+from .runtime.base import CompileOptions, DeviceArray, Runtime, Signature, runs_custom_call
 
 log = logging.getLogger("nkipy.compiler")
 
@@ -116,10 +116,9 @@ def _runtime_declines(builder: KernelBuilder, runtime: Runtime) -> str:
         primitive(name).collective for name in builder.primitives()
     ):
         return f"the {runtime.name} runtime runs no collectives inside kernels"
-    if not getattr(runtime, "host_custom_calls", False):
-        unknown = builder.custom_call_targets() - set(getattr(runtime, "custom_call_targets", ()))
-        if unknown:
-            return f"the {runtime.name} runtime runs no custom calls to {', '.join(sorted(unknown))} inside kernels"
+    unknown = sorted(t for t in builder.custom_call_targets() if not runs_custom_call(runtime, t))
+    if unknown:
+        return f"the {runtime.name} runtime runs no custom calls to {', '.join(unknown)} inside kernels"
     return ""
 
 
@@ -608,7 +607,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
     loaded = plugins.get(strict=config.strict)
     runtime = select_runtime(config)
     cache = KernelCache(config.nkipy_cache)
-    for passes in loaded.manager.hook.nkipy_graph_passes(stage="aten"):
+    for passes in loaded.manager.hook.nkipy_graph_passes(stage="aten", runtime=runtime):
         for graph_pass in passes or ():
             graph_pass(gm)
     functionalize_writes(gm)

@@ -75,11 +75,14 @@ def nkipy_register_runtimes(registry: RuntimeRegistry) -> None:
 
 
 @hookspec
-def nkipy_graph_passes(stage: str) -> list[Any] | None:
+def nkipy_graph_passes(stage: str, runtime: Any) -> list[Any] | None:
     """Return FX passes (``GraphModule -> None``, mutating in place) to run at ``stage``.
 
     ``stage`` is ``"aten"``: the functional ATen graph after decompositions, before
-    partitioning (e.g. to replace a pattern by a call to an NKI kernel op).
+    partitioning (e.g. to replace a pattern by a call to an NKI kernel op). ``runtime`` is the
+    runtime the graph's kernels will run on: a pass that introduces work only some runtimes run
+    inside kernels (custom calls, see ``Runtime``) should return nothing for the others.
+    Implementations may leave out ``runtime`` from their parameters.
 
     Example::
 

@@ -196,3 +196,8 @@ class Runtime(Protocol):
     # Optional: ``run_host(executable, arrays) -> arrays`` runs a kernel on host NumPy arrays
     # directly; a runtime whose device memory is host memory offers it so that graphs of CPU
     # tensors skip staging. Without it, CPU tensors go through to_device/run/to_host.
+
+
+def runs_custom_call(runtime: Any, target: str) -> bool:
+    """Whether kernels on ``runtime`` may hold a custom call to ``target`` (see ``Runtime``)."""
+    return bool(getattr(runtime, "host_custom_calls", False)) or target in getattr(runtime, "custom_call_targets", ())
