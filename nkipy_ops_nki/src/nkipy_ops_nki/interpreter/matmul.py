@@ -28,8 +28,6 @@ def nc_matmul(stationary, moving, mask=None) -> Tensor:
     in PSUM (fp32)."""
     a, b = _matrix(stationary, "stationary"), _matrix(moving, "moving")
     (k, m), (k2, n) = a.shape, b.shape
-    if k != k2:
-        raise kernel_error(NKIError, f"matmul contraction sizes differ: stationary [K={k}, M={m}], moving [K={k2}, N={n}]")
     for size, limit, what, fix in (
         (k, PARTITIONS, "contraction dimension K", "nl.tile_size.pmax; split K into blocks of 128 and accumulate them in one psum tile (acc += ...)"),
         (m, GEMM_STATIONARY_FREE, "stationary free dimension M", "nl.tile_size.gemm_stationary_fmax; compute the output in blocks of 128 rows"),
@@ -37,6 +35,8 @@ def nc_matmul(stationary, moving, mask=None) -> Tensor:
     ):
         if size > limit:
             raise kernel_error(NKILimitError, f"matmul {what} is {size}, over its limit of {limit} ({fix})")
+    if k != k2:
+        raise kernel_error(NKIError, f"matmul contraction sizes differ: stationary [K={k}, M={m}], moving [K={k2}, N={n}]")
     result = a.T @ b
     if mask is not None:
         result = np.where(mask_values(mask), result, 0)
