@@ -124,7 +124,9 @@ def coordinates(index, shape: tuple[int, ...]) -> list[np.ndarray]:
         elif isinstance(k, (int, np.integer)):
             arrays.append(np.asarray(k))
         else:
-            raise kernel_error(NKIError, f"cannot index with {k!r}: use ints, slices, ... or nl.arange grids")
+            raise kernel_error(
+                NKIError, f"cannot index with {k!r}: use ints, slices, ... or nl.arange grids"
+            )
     return list(np.broadcast_arrays(*arrays))
 
 

@@ -51,10 +51,16 @@ def spmd_dim(programs: int, cores: NeuronCores | int = 1) -> SpmdDim:
 def _program(axis: int) -> Program:
     program = current.get()
     if program is None:
-        raise kernel_error(NKIError, "no kernel launch is running; call the kernel through interpreter.run(fn, arrays, grid)")
+        raise kernel_error(
+            NKIError, "no kernel launch is running; run the kernel with interpreter.run(fn, arrays, grid)"
+        )
     rank = len(program.ids)
     if not (0 <= axis < rank or (axis == 0 and rank == 0)):
-        raise kernel_error(NKIError, f"axis {axis} is beyond the launch grid of rank {rank}; launch with a grid of at least {axis + 1} dimension(s)")
+        raise kernel_error(
+            NKIError,
+            f"axis {axis} is beyond the launch grid of rank {rank}; "
+            f"launch with a grid of at least {axis + 1} dimension(s)",
+        )
     return program
 
 
@@ -97,5 +103,8 @@ def run(fn: Callable, arrays: Sequence, grid: Sequence[int | SpmdDim] = ()) -> l
     outputs = list(returned) if isinstance(returned, (tuple, list)) else [returned]
     for out in outputs:
         if not (isinstance(out, Tensor) and not out.buffer.on_chip):
-            raise NKIError(f"kernel {fn.__name__} returned {out!r}; return HBM tensors made with nl.ndarray(..., buffer=nl.shared_hbm)")
+            raise NKIError(
+                f"kernel {fn.__name__} returned {out!r}; "
+                "return HBM tensors made with nl.ndarray(..., buffer=nl.shared_hbm)"
+            )
     return [out.data for out in outputs]

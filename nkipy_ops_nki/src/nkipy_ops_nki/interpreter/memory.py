@@ -51,10 +51,11 @@ def broadcast_to(tile: Tensor, shape) -> Tensor:
 
 
 def _hbm_access(target, what: str) -> Access:
-    access = target if isinstance(target, Access) else Access(target, ...) if isinstance(target, Tensor) else None
-    if access is None or access.tensor.buffer.on_chip:
+    if isinstance(target, Tensor):
+        target = Access(target, ...)
+    if not isinstance(target, Access) or target.tensor.buffer.on_chip:
         raise kernel_error(NKIError, f"{what} takes an HBM tensor (or a subscript of one), got {target!r}")
-    return access
+    return target
 
 
 def load(src, mask=None, dtype=None) -> Tensor:

@@ -60,7 +60,9 @@ tanh = _op(np.tanh, "tanh")
 sigmoid = _op(lambda x: 1 / (1 + np.exp(-x)), "sigmoid")
 relu = _op(lambda x: np.maximum(x, 0), "relu")
 gelu = _op(lambda x: 0.5 * x * (1 + _erf(x / np.float32(np.sqrt(2)))), "gelu")  # exact (erf) form
-gelu_apprx_tanh = _op(lambda x: 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3))), "gelu_apprx_tanh")
+gelu_apprx_tanh = _op(
+    lambda x: 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3))), "gelu_apprx_tanh"
+)
 silu = _op(lambda x: x / (1 + np.exp(-x)), "silu")
 softplus = _op(lambda x: np.logaddexp(x, 0), "softplus")
 sin = _op(np.sin, "sin")

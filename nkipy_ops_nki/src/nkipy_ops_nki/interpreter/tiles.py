@@ -125,7 +125,9 @@ class Access(Operand):
         try:
             return np.broadcast_to(mask_values(mask), self.shape)
         except ValueError:
-            raise kernel_error(NKIError, f"mask of shape {np.shape(mask_values(mask))} does not fit the tile shape {self.shape}") from None
+            shape = np.shape(mask_values(mask))
+            message = f"a mask of shape {shape} does not fit the tile shape {self.shape}"
+            raise kernel_error(NKIError, message) from None
 
     def read(self, mask=None) -> np.ndarray:
         """The elements, zero where the mask is off (those are never read)."""
@@ -145,7 +147,9 @@ class Access(Operand):
         try:
             array = np.broadcast_to(array, self.shape).astype(self.dtype)
         except ValueError:
-            raise kernel_error(NKIError, f"a value of shape {array.shape} cannot be written to a tile access of shape {self.shape}") from None
+            raise kernel_error(
+                NKIError, f"a value of shape {array.shape} cannot be written to a tile of shape {self.shape}"
+            ) from None
         if live is None:
             self.tensor.data[tuple(self.coords)] = array
         else:
@@ -157,14 +161,16 @@ def values(x) -> np.ndarray:
     if isinstance(x, (Tensor, Access)):
         tensor = x if isinstance(x, Tensor) else x.tensor
         if not tensor.buffer.on_chip:
-            raise kernel_error(NKIError, "compute ops take on-chip tiles, not HBM tensors: nl.load the tensor first")
+            raise kernel_error(
+                NKIError, "compute ops take on-chip tiles, not HBM tensors: nl.load the tensor first"
+            )
         return x.data if isinstance(x, Tensor) else x.read()
     if isinstance(x, (Index, Mask)):
         return x.array
     return np.asarray(x)
 
 
-def apply(fn, *operands, dtype=None, mask=None, buffer: Buffer = sbuf) -> Tensor:
+def apply(fn, *operands, dtype=None, mask=None) -> Tensor:
     """Compute ``fn`` over the operands in fp32, zero outside ``mask``, cast to ``dtype`` (default:
     the promoted dtype of the tile operands) into a new tile."""
     arrays = [values(x).astype(np.float32) for x in operands]
@@ -173,4 +179,4 @@ def apply(fn, *operands, dtype=None, mask=None, buffer: Buffer = sbuf) -> Tensor
         result = np.where(mask_values(mask), result, 0)
     if dtype is None:
         dtype = dtypes.promote([x.dtype for x in operands if isinstance(x, (Tensor, Access))])
-    return Tensor(result.astype(dtype), buffer)
+    return Tensor(result.astype(dtype), sbuf)
