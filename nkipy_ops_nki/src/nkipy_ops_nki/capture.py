@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from nkipy_core import Unsupported
 from nkipy_core.ir import TensorType, Traced
@@ -73,14 +74,15 @@ def launch_of(op: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) ->
         raise Unsupported("an NKI op with several results (a custom call has one)")
     if any(isinstance(v, Traced) for v in kwargs.values()):
         raise Unsupported("a tensor passed by keyword")
-    example = [torch.ones(a.value.type.shape, dtype=a.value.type.dtype.torch) if isinstance(a, Traced) else a
-               for a in args]
-    with _recording(out) as rec, torch.no_grad():
+    # lowering may run inside the compiler's fake-tensor mode: the body must run on real tensors
+    with unset_fake_temporarily(), _recording(out) as rec, torch.no_grad():
+        example = [torch.ones(a.value.type.shape, dtype=a.value.type.dtype.torch) if isinstance(a, Traced) else a
+                   for a in args]
         result = op(*example, **kwargs)
-    if len(rec.launches) != 1:
-        raise Unsupported(f"its body launches {len(rec.launches)} NKI kernels (one is lowered)")
-    kernel, grid, kernel_args = rec.launches[0]
-    encoded = tuple(_argument(j, a, example, result) for j, a in enumerate(kernel_args))
+        if len(rec.launches) != 1:
+            raise Unsupported(f"its body launches {len(rec.launches)} NKI kernels (one is lowered)")
+        kernel, grid, kernel_args = rec.launches[0]
+        encoded = tuple(_argument(j, a, example, result) for j, a in enumerate(kernel_args))
     if result is rec.placeholder:
         returned = ("returned", 0)
     else:

@@ -46,7 +46,7 @@ def lower(launch: Launch, op: str, operands: Sequence[Any], out: TensorType) -> 
 
 def _grid_dim(dim: Any) -> Any:
     if isinstance(dim, SpmdDim):
-        return {"spmd": dim.size, "nc": dim.cores}
+        return {"spmd": dim.programs, "nc": dim.cores}
     return int(dim)
 
 

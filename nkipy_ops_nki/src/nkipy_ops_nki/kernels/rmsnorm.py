@@ -21,7 +21,7 @@ def supports(shape, dtype) -> str | None:
     return row_wise_support(shape, dtype, MAX_COLS)
 
 
-def rmsnorm_kernel(x, w, eps):
+def rmsnorm_kernel(x, w, eps=1e-6):
     rows, cols = x.shape
     out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
     ip = nl.arange(nl.tile_size.pmax)[:, None]
