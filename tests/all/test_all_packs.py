@@ -25,7 +25,9 @@ def test_every_plugin_loads_with_its_provenance():
         assert plugins[name]["status"] == "ok", plugins[name]
         assert plugins[name]["distribution"] == dist
     providers = {row["provider"] for row in listing["lowerings"]}
-    assert providers == {"nkipy-ops-base", "nkipy-ops-collectives"}  # nki is a skeleton; nkipy-runtime gives runtimes
+    assert providers == {"nkipy-ops-base", "nkipy-ops-collectives", "nkipy-ops-nki"}  # nkipy-runtime gives runtimes
+    nki = sorted(row["op"] for row in listing["lowerings"] if row["provider"] == "nkipy-ops-nki")
+    assert nki == ["aten::_softmax.default", "nkipy_nki::rms_norm.default"]
     collectives = sorted(row["op"] for row in listing["lowerings"] if row["provider"] == "nkipy-ops-collectives")
     assert collectives == [f"_c10d_functional::{name}.default" for name in (
         "all_gather_into_tensor", "all_reduce", "all_to_all_single", "broadcast", "reduce_scatter_tensor", "wait_tensor",
