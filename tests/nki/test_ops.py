@@ -7,11 +7,13 @@ import json
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 import nkipy_core
 import nkipy_ops_nki.nki.language as nl
+from nkipy_ops_nki import nki
 from nkipy_core import plugins
 from nkipy_core.compiler import KernelCall
 from nkipy_ops_nki import NKIOpRegistry, nki_op
@@ -210,3 +212,20 @@ def test_nki_op_rejects_a_signature_it_cannot_type():
 def test_an_op_name_without_a_namespace_is_refused():
     with pytest.raises(ValueError, match="'namespace::name'"):
         NKIOpRegistry.register("add")
+
+
+@nki.jit
+def exp_rows(a, c):
+    ix = nl.program_id(0) * 128 + nl.arange(128)[:, None]
+    iy = nl.arange(a.shape[1])[None, :]
+    nl.store(c[ix, iy], value=nl.exp(nl.load(a[ix, iy])))
+
+
+def test_nki_jit_launches_on_numpy_arrays_and_torch_tensors_like_neurons():
+    a = np.random.default_rng(0).random((256, 64), dtype=np.float32)
+    c = np.zeros_like(a)
+    assert exp_rows[2](a, c) is None
+    np.testing.assert_allclose(c, np.exp(a), rtol=1e-6)
+    t, out = torch.from_numpy(a), torch.zeros(256, 64).to("nkipy")
+    exp_rows[2](t.to("nkipy"), out)  # an output buffer on the device is written back
+    torch.testing.assert_close(out.cpu(), torch.exp(t))

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nkipy_core import knp
+from nkipy_core import Unsupported, knp
 from nkipy_core.ir import DType, TensorType
 
 from .capture import Launch
@@ -31,6 +31,10 @@ FORMAT = "nkipy-nki/1"
 
 def lower(launch: Launch, op: str, operands: Sequence[Any], out: TensorType) -> Any:
     """The custom call computing ``launch`` on ``operands`` (the traced inputs, in kernel order)."""
+    try:
+        launch.kernel.key
+    except OSError:
+        raise Unsupported(f"the source of {launch.kernel!r} is not available (define kernels in a file)") from None
     config = {
         "format": FORMAT,
         "op": op,

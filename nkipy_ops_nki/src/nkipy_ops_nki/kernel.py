@@ -35,18 +35,21 @@ class NKIKernel:
     def __init__(self, fn: Callable[..., Any]):
         self.fn = fn
         functools.update_wrapper(self, fn)
-        KERNELS[self.key] = self
 
     @functools.cached_property
     def source(self) -> str:
-        """The kernel's source, what a device compiler's NKI frontend reads."""
+        """The kernel's source, what a device compiler's NKI frontend reads; ``OSError`` when
+        Python kept none (a kernel made by ``exec`` or ``python -c``)."""
         return textwrap.dedent(inspect.getsource(self.fn))
 
     @functools.cached_property
     def key(self) -> str:
-        """``module:qualname#digest``: where the kernel is defined and what its source is."""
+        """``module:qualname#digest``: where the kernel is defined and what its source is. The
+        kernel is findable by it from then on (``KERNELS``)."""
         digest = hashlib.sha256(self.source.encode()).hexdigest()[:16]
-        return f"{self.fn.__module__}:{self.fn.__qualname__}#{digest}"
+        key = f"{self.fn.__module__}:{self.fn.__qualname__}#{digest}"
+        KERNELS[key] = self
+        return key
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
         grid = grid if isinstance(grid, tuple) else (grid,)
@@ -71,15 +74,19 @@ class NKIKernel:
 
 def _run_on_tensors(kernel: NKIKernel, grid: Grid, args: Sequence[Any]) -> Any:
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    if not tensors:
-        return kernel.run_arrays(grid, args)
+    if not tensors:  # NumPy arrays (baremetal style)
+        return _one_or_tuple(kernel.run_arrays(grid, args))
     device = tensors[0].device
     staged = [_to_host(a) if isinstance(a, torch.Tensor) else a for a in args]
     results = kernel.run_arrays(grid, staged)
     for arg, array in zip(args, staged):  # output buffers the kernel wrote, on another device
         if isinstance(arg, torch.Tensor) and arg.device.type != "cpu":
             arg.copy_(numpy_to_torch(array))
-    outs = [numpy_to_torch(np.array(r, copy=True)).to(device) for r in results]
+    return _one_or_tuple([numpy_to_torch(np.array(r, copy=True)).to(device) for r in results])
+
+
+def _one_or_tuple(outs: list[Any]) -> Any:
+    """What the kernel returned: nothing, one tensor or several."""
     return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
 
 

@@ -18,9 +18,9 @@ Supported:
   dtypes ``float32``, ``bfloat16``, ``float16``, ``int32``, ``int16``, ``int8``, ``uint32``,
   ``uint8``, ``bool_``.
 
-Not interpreted: the ``nki.isa`` instruction set beyond ``nc_matmul``/``nc_transpose``, the
-``nki.jit`` decorator and ``kernel[grid](...)`` launch syntax (use ``interpreter.run``),
-dynamic control flow on tile values, scheduling and performance.
+Launching (``nki.jit``, ``kernel[grid](...)``) is ``nkipy_ops_nki.NKIKernel``'s. Not interpreted:
+the ``nki.isa`` instruction set beyond ``nc_matmul``/``nc_transpose``, dynamic control flow on
+tile values, scheduling and performance.
 """
 
 from nkipy_ops_nki.interpreter.dtypes import (
