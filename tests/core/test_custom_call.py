@@ -6,6 +6,10 @@ never folds; CSE merges equal calls only.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -73,3 +77,10 @@ def test_a_host_function_returning_the_wrong_type_is_an_error():
 def test_a_malformed_host_is_ill_typed(host):
     with pytest.raises(VerificationError, match="host must be 'module:function'"):
         _kernel(lambda a: _call([a], host=host), 1)
+
+
+def test_the_primitive_reference_is_generated_from_the_table_as_it_is():
+    root = Path(__file__).parents[2]
+    result = subprocess.run([sys.executable, str(root / "docs" / "gen_primitives.py"), "--check"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
