@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from nkipy_cli import run_json
 
 import nkipy_core
+from nkipy_core import plugins
 from nkipy_core.testing import OpCase, assert_conformance, load_op_db, run_case, run_conformance
 from nkipy_ops_nki import plugin
 from nkipy_ops_nki.kernels import softmax
@@ -104,3 +105,17 @@ def test_rmsnorm_conforms_on_the_opinfo_samples():
     row = run_case(case, dtype=torch.float32, max_samples=4, search_samples=8)
     assert row.status == "pass", row
     assert_conformance(row, allow_fallback=False)
+
+
+def test_nkipy_nki_overrides_0_leaves_softmax_and_rmsnorm_to_the_base_rules(monkeypatch):
+    monkeypatch.setenv("NKIPY_NKI_OVERRIDES", "0")
+    plugins.reload()
+    try:
+        module, x = LlamaRMSNorm(64), torch.randn(8, 64)
+        with torch.no_grad():
+            out, fallbacks, sources = _compiled(lambda h: torch.softmax(module(h), -1), x)
+            torch.testing.assert_close(out, torch.softmax(module(x), -1))
+        assert fallbacks == [] and "_kernel#" not in sources
+    finally:
+        monkeypatch.delenv("NKIPY_NKI_OVERRIDES")
+        plugins.reload()

@@ -1,8 +1,16 @@
 """Plugin module of nkipy-ops-nki: lowers the ops of ``NKIOpRegistry`` to custom calls, overrides
 softmax with the pack's NKI kernel and fuses RMSNorm into its NKI op on runtimes that run
-``AwsNeuronCustomNativeKernel`` custom calls."""
+``AwsNeuronCustomNativeKernel`` custom calls.
+
+``NKIPY_NKI_OVERRIDES=0`` leaves softmax and RMSNorm to nkipy-ops-base. On the ``cpu`` runtime the
+overrides run the kernels on the interpreter, which checks them as the device would run them but
+is 10-20x slower than the base rules' NumPy (``benchmarks/bench_nki.py``); registered ops are
+lowered either way.
+"""
 
 from __future__ import annotations
+
+import os
 
 from nkipy_core import hookimpl
 from nkipy_core.runtime.base import runs_custom_call
@@ -13,14 +21,19 @@ from .registry import NKIOpRegistry
 from .rmsnorm_pass import rmsnorm_pass
 
 
+def overrides_enabled() -> bool:
+    return os.environ.get("NKIPY_NKI_OVERRIDES", "1") != "0"
+
+
 @hookimpl
 def nkipy_register_lowerings(registry):
-    rules.install(registry)
+    if overrides_enabled():
+        rules.install(registry)
     NKIOpRegistry.install(registry)
 
 
 @hookimpl
 def nkipy_graph_passes(stage, runtime):
-    if stage == "aten" and runs_custom_call(runtime, custom_call.TARGET):
+    if stage == "aten" and overrides_enabled() and runs_custom_call(runtime, custom_call.TARGET):
         return [rmsnorm_pass]
     return None
