@@ -121,3 +121,27 @@ def test_precompile_without_a_compiler_fails_before_running(capsys, tmp_path, sc
 def test_precompile_needs_a_command(capsys):
     code, _, err = run(capsys, "precompile", "--")
     assert code == 2 and "give the command to run after --" in err
+
+
+def test_the_kernels_precompiled_for_nrt_are_planned_for_nrt(capfd, tmp_path, monkeypatch):
+    """Plans depend on the runtime: on ``cpu`` nkipy-ops-nki's softmax is an NKI custom call, which
+    ``nrt`` does not run yet, so the kernels precompiled for nrt must hold the base softmax."""
+    import nkipy_ops_nki  # noqa: F401 - the override this test is about
+
+    path, _ = neuronx_cc_standin.install(tmp_path / "bin")
+    monkeypatch.setenv(neuronx_cc.COMPILER_ENV, str(path))
+    script = tmp_path / "softmax.py"
+    script.write_text(textwrap.dedent('''
+        import torch
+        x = torch.randn(4, 8)
+        out = torch.compile(lambda x: torch.softmax(x, -1) * 2, backend="nkipy", options={"runtime": "cpu"})(x)
+        torch.testing.assert_close(out, torch.softmax(x, -1) * 2)
+        print("script finished")
+    '''))
+    code, out, _ = _precompile(capfd, tmp_path, script)
+    assert code == 0 and "script finished" in out, out
+    cache = tmp_path / "cache"
+    cpu_sources = [p.read_text() for p in cache.glob("kernels/*/kernel.py")]
+    assert any("softmax_kernel#" in s for s in cpu_sources)  # what ran here: the NKI kernel
+    hlo = [p.read_bytes() for p in cache.rglob("*.pb")]
+    assert hlo and not any(b"AwsNeuronCustomNativeKernel" in h for h in hlo)

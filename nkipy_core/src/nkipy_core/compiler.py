@@ -7,6 +7,7 @@ is replaced by a call to a compiled NKIPy kernel and everything else still runs 
 
 from __future__ import annotations
 
+import copy
 import logging
 import operator
 import os
@@ -603,10 +604,26 @@ def functionalize_writes(gm: torch.fx.GraphModule) -> None:
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config) -> torch.fx.GraphModule:
-    """Replace every maximal supported subgraph of ``gm`` by a compiled kernel call."""
-    loaded = plugins.get(strict=config.strict)
+    """Replace every maximal supported subgraph of ``gm`` by a compiled kernel call.
+
+    With ``config.precompile`` naming another runtime, a copy of the graph is also lowered for
+    that runtime, as its own process will lower it (graph passes and plans depend on the
+    runtime: a collective or custom call it cannot run stays outside its kernels), and those
+    kernels are compiled into the cache for it."""
     runtime = select_runtime(config)
     cache = KernelCache(config.nkipy_cache)
+    if config.precompile and config.precompile != runtime.name:
+        twin = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # node metas are shared, not copied
+        target = precompile.target_runtime(config.precompile, config.strict)
+        _lower(twin, config, target, cache, precompile.REPORT)
+    return _lower(gm, config, runtime, cache)
+
+
+def _lower(gm: torch.fx.GraphModule, config: Config, runtime: Runtime, cache: KernelCache,
+           report: precompile.Report | None = None) -> torch.fx.GraphModule:
+    """``compile_graph`` for one runtime; with a precompile ``report`` it compiles for another
+    process, so it does not warn about fallbacks (that process will)."""
+    loaded = plugins.get(strict=config.strict)
     for passes in loaded.manager.hook.nkipy_graph_passes(stage="aten", runtime=runtime):
         for graph_pass in passes or ():
             graph_pass(gm)
@@ -620,11 +637,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
         node.meta[GRAPH_INPUT] = True
     gm.graph.lint()
     gm.recompile()
-    decisions = plan(gm, config, cache, runtime)
-    if config.precompile:  # the plan the precompiled runtime's process will look up, so it skips planning
-        cache.put_index(_plan_key(gm, loaded.lowerings, config.precompile), _encode_plan(decisions))
+    decisions = plan(gm, config, cache, runtime)  # cached under the runtime's name: its process finds it
     rng.unseed_fallbacks(gm, {n for n, d in decisions.items() if isinstance(d, LoweringRule)})
-    _report_fallbacks(gm, decisions, config.strict)
+    if report is None:
+        _report_fallbacks(gm, decisions, config.strict)
     if not any(isinstance(d, LoweringRule) for d in decisions.values()):
         return gm
     for node in gm.graph.nodes:
@@ -636,10 +652,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
         (node.target, getattr(fused, node.target)) for node in fused.graph.nodes
         if node.op == "call_module" and node.target.startswith("nkipy_kernel_")
     ]
-    for (name, _), call in zip(subs, compile_kernels(subs, config, runtime)):
+    for (name, _), call in zip(subs, compile_kernels(subs, config, runtime, report)):
         setattr(fused, name, call)
-    if config.precompile and config.precompile != runtime.name:
-        compile_kernels(subs, config, precompile.target_runtime(config.precompile, config.strict), precompile.REPORT)
     fused.recompile()
     log.info("compiled a graph into %d kernel(s)", sum(isinstance(m, KernelCall) for m in fused.children()))
     return fused
