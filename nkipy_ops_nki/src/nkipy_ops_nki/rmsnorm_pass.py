@@ -12,6 +12,7 @@ backward saves them, so the pattern stays and the base rules lower it). ``x`` is
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -83,9 +84,12 @@ def _replace(gm: torch.fx.GraphModule, x: torch.fx.Node, w: torch.fx.Node, resul
     graph = gm.graph
     with graph.inserting_before(result):
         x2 = graph.call_function(aten.view.default, (x, flat))
-        x2.meta["val"] = x.meta["val"].view(flat)
+        val = x.meta["val"]
+        # the graph's fake tensors may be of another fake mode than the active one
+        with getattr(val, "fake_mode", None) or contextlib.nullcontext():
+            x2.meta["val"] = val.view(flat)
         y2 = graph.call_function(torch.ops.nkipy_nki.rms_norm.default, (x2, w, eps))
-        y2.meta["val"] = torch.ops.nkipy_nki.rms_norm.default(x2.meta["val"], w.meta["val"], eps)
+        y2.meta["val"] = x2.meta["val"]  # same shape and dtype; w's fake tensor may be of another fake mode
         y = graph.call_function(aten.view.default, (y2, shape))
         y.meta["val"] = result.meta["val"]
     result.replace_all_uses_with(y)
