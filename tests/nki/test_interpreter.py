@@ -4,6 +4,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+from nki_tutorial import tensor_add_kernel
 
 import nkipy_ops_nki.nki.isa as nisa
 import nkipy_ops_nki.nki.language as nl
@@ -14,14 +15,6 @@ RNG = np.random.default_rng(0)
 
 def rand(*shape, dtype=np.float32):
     return RNG.standard_normal(shape).astype(dtype)
-
-
-def tensor_add_kernel(a, b):
-    c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    ix = nl.arange(128)[:, None]
-    iy = nl.arange(512)[None, :]
-    nl.store(c[ix, iy], value=nl.load(a[ix, iy]) + nl.load(b[ix, iy]))
-    return c
 
 
 def test_tensor_add_one_tile():
