@@ -4,6 +4,8 @@ both match eager on the OpInfo conformance harness."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import types
 import warnings
 from pathlib import Path
@@ -119,3 +121,12 @@ def test_nkipy_nki_overrides_0_leaves_softmax_and_rmsnorm_to_the_base_rules(monk
     finally:
         monkeypatch.delenv("NKIPY_NKI_OVERRIDES")
         plugins.reload()
+
+
+def test_a_kernel_file_with_an_nki_custom_call_runs_on_its_own():
+    x = torch.randn(4, 7, 33)
+    _compiled(lambda x: torch.softmax(x, -1) * 2, x)
+    (path,) = Path.cwd().glob("nkipy_cache/kernels/*/kernel.py")
+    result = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["float32", "(4,", "7,", "33)"]
