@@ -1,5 +1,6 @@
 """Helpers for testing nkipy and third-party op packs: reference models and the conformance harness."""
 
+from .closeness import assert_close_to_eager, upcast
 from .conformance import (
     ConformanceReport,
     OpCase,
@@ -15,6 +16,7 @@ from .conformance import (
 from .expected_failures import ExpectedFailures, expected_failures_for
 
 __all__ = [
-    "ConformanceReport", "ExpectedFailures", "OpCase", "OpResult", "assert_conformance", "check_case",
-    "conformance_cases", "load_op_db", "lowered_ops", "run_case", "run_conformance", "expected_failures_for",
+    "ConformanceReport", "ExpectedFailures", "OpCase", "OpResult", "assert_close_to_eager", "assert_conformance",
+    "check_case",
+    "conformance_cases", "load_op_db", "lowered_ops", "run_case", "run_conformance", "expected_failures_for", "upcast",
 ]
