@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 
-from .kernel import NKIKernel
 from .registry import NKIOpRegistry
 
 _SCALARS = {bool: "bool", int: "int", float: "float"}
