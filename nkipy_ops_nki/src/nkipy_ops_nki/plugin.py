@@ -4,7 +4,7 @@ softmax with the pack's NKI kernel and fuses RMSNorm into its NKI op on runtimes
 
 ``NKIPY_NKI_OVERRIDES=0`` leaves softmax and RMSNorm to nkipy-ops-base. On the ``cpu`` runtime the
 overrides run the kernels on the interpreter, which checks them as the device would run them but
-is 10-20x slower than the base rules' NumPy (``benchmarks/bench_nki.py``); registered ops are
+is 5-11x slower than the base rules' NumPy (``benchmarks/bench_nki.py``); registered ops are
 lowered either way.
 """
 
