@@ -5,10 +5,15 @@ Import this module before torch: it makes every backend single-threaded unless t
 all read it). On a small shared machine, multi-threaded OpenMP/BLAS pools that spin while other
 processes hold the cores make timings erratic (tens of times slower at random), so one thread
 each is the reproducible default; ``OMP_NUM_THREADS=2 python benchmarks/...`` measures with two.
+
+With ``NKIPY_BENCH_JSON=PATH`` set, every table a script prints is also appended to the JSON file
+at ``PATH`` (a list of tables: title, unit, rows in seconds, machine line), which
+``benchmarks/plot.py`` draws into the docs' charts.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -67,6 +72,7 @@ def print_table(
     """
     scale = {"s": 1.0, "ms/call": 1e3, "µs/call": 1e6}[unit]
     values = dict(rows)
+    _record(title, rows, unit, baselines)
     note = note or {}
     header = f"{'':<28} {unit:>12}" + "".join(f" {'÷ ' + b:>12}" for b in baselines)
     print(f"\n{title}\n{header}\n{'-' * len(header)}")
@@ -79,3 +85,17 @@ def print_table(
             ref = values.get(base)
             line += f" {seconds / ref:>11.2f}x" if ref else f" {'-':>12}"
         print(line + (f"  {note[name]}" if name in note else ""))
+
+
+def _record(title: str, rows: Sequence[tuple[str, float | None]], unit: str, baselines: Sequence[str]) -> None:
+    """Append the table to the JSON file ``NKIPY_BENCH_JSON`` names, if it names one."""
+    path = os.environ.get("NKIPY_BENCH_JSON")
+    if not path:
+        return
+    tables = json.loads(open(path).read()) if os.path.exists(path) else []
+    tables.append({
+        "title": title, "unit": unit, "baselines": list(baselines), "machine": machine(),
+        "rows": [{"name": name, "seconds": seconds} for name, seconds in rows],
+    })
+    with open(path, "w") as f:
+        json.dump(tables, f, indent=1)
