@@ -24,6 +24,7 @@ def test_every_plugin_loads_with_its_provenance():
     for name, dist in PACKS.items():
         assert plugins[name]["status"] == "ok", plugins[name]
         assert plugins[name]["distribution"] == dist
+        assert plugins[name]["hook_api"] == ">=1.0,<2"  # each pack states the hook API it was made for
     providers = {row["provider"] for row in listing["lowerings"]}
     assert providers == {"nkipy-ops-base", "nkipy-ops-collectives", "nkipy-ops-nki"}  # nkipy-runtime gives runtimes
     nki = sorted(row["op"] for row in listing["lowerings"] if row["provider"] == "nkipy-ops-nki")

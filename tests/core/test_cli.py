@@ -12,13 +12,13 @@ import re
 import shutil
 import subprocess
 import sys
-import textwrap
 import types
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
 import torch
+from fake_dists import write_distribution
 from fixture_packs import arithmetic_rules, declining_rules, pack
 from nkipy_cli import by, line_of, run, run_json, section
 
@@ -81,7 +81,7 @@ def test_core_alone_lists_no_lowerings_cpu_plugin_and_runtime(plugin_env, capsys
     assert code == 0, err
     assert section(out, "Lowerings").strip().startswith("no lowerings installed")
     plugin_row = line_of(section(out, "Plugins"), "cpu ")
-    assert plugin_row == ["cpu", "nkipy-core", version("nkipy-core"), "ok", "nkipy_core.runtime.cpu"]
+    assert plugin_row == ["cpu", "nkipy-core", version("nkipy-core"), "-", "ok", "nkipy_core.runtime.cpu"]
     runtime_row = line_of(section(out, "Runtimes"), "cpu ")
     assert runtime_row == ["cpu", "0", "nkipy-core", version("nkipy-core"), "no", "yes", "-"]  # a simulator
 
@@ -143,10 +143,10 @@ def test_failed_plugin_is_listed_with_its_error_and_others_still_load(plugin_env
     code, out, err = run(capsys, "list")
     assert code == 0, err
     row = line_of(section(out, "Plugins"), "broken ")
-    assert row[:4] == ["broken", "broken-pack", "9.9", "failed"]
+    assert row[:5] == ["broken", "broken-pack", "9.9", "-", "failed"]
     assert "register: RuntimeError: needs libfoo 2.0" in " ".join(row)
-    assert line_of(section(out, "Plugins"), "arith ")[3] == "ok"
-    assert "1 plugin(s) failed to load" in out
+    assert line_of(section(out, "Plugins"), "arith ")[4] == "ok"
+    assert "1 plugin(s) were skipped (failed or incompatible)" in out
 
     plugin = by(run_json(capsys, "list")["plugins"], "name", "broken")
     assert (plugin["status"], plugin["error"]) == ("failed", "register: RuntimeError: needs libfoo 2.0")
@@ -293,15 +293,6 @@ def test_doctor_marks_failed_plugins_as_problems(plugin_env, capsys):
 # --------------------------------------------------------------------------- real distributions on disk
 
 
-def _write_distribution(site, name, module, source):
-    """A minimal installed distribution: ``<name>-0.1.dist-info`` with an ``nkipy`` entry point."""
-    info = site / f"{name}-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[nkipy]\n{name} = {module}\n")
-    (site / f"{module}.py").write_text(textwrap.dedent(source))
-
-
 FAKE_DISTRIBUTIONS = {"fakepack", "brokenpack"}
 
 
@@ -313,7 +304,7 @@ def fake_site(tmp_path, monkeypatch):
     """
     site = tmp_path / "site"
     site.mkdir()
-    _write_distribution(site, "fakepack", "fakepack_plugin", """
+    write_distribution(site, "fakepack", "fakepack_plugin", """
         import torch
         from nkipy_core import hookimpl, knp
 
@@ -323,7 +314,7 @@ def fake_site(tmp_path, monkeypatch):
             def erf(ctx, x):
                 return knp.tanh(x)
     """)
-    _write_distribution(site, "brokenpack", "brokenpack_plugin", """
+    write_distribution(site, "brokenpack", "brokenpack_plugin", """
         raise ImportError("brokenpack needs libbroken.so; install brokenpack[native]")
     """)
     monkeypatch.syspath_prepend(str(site))

@@ -89,14 +89,16 @@ def lowering_rows(loaded: plugins.Plugins, pack: str | None = None) -> list[dict
 
 
 def plugin_rows(loaded: plugins.Plugins) -> list[dict[str, Any]]:
-    """Every discovered plugin, loaded or not, with the loader's error text when it failed."""
+    """Every discovered plugin, loaded or not, with the loader's error text when it failed (or
+    why its hook API range excludes this core's)."""
     return [
         {
             "name": s.name,
             "distribution": s.provenance.distribution,
             "version": s.provenance.version,
             "module": s.module,
-            "status": "ok" if s.ok else "failed",
+            "status": "ok" if s.ok else "incompatible" if s.incompatible else "failed",
+            "hook_api": s.hook_api,
             "error": s.error,
         }
         for s in loaded.statuses
@@ -287,8 +289,11 @@ def render_lowerings(rows: list[dict[str, Any]], pack: str | None) -> str:
 def render_plugins(rows: list[dict[str, Any]]) -> str:
     return _table_section(
         "Plugins", "no nkipy plugins found (is nkipy-core installed?)",
-        ["plugin", "distribution", "version", "status", "module / error"],
-        [(r["name"], r["distribution"], r["version"], r["status"], r["module"] or r["error"]) for r in rows],
+        ["plugin", "distribution", "version", "hook API", "status", "module / error"],
+        [
+            (r["name"], r["distribution"], r["version"], r["hook_api"] or "-", r["status"], r["module"] or r["error"])
+            for r in rows
+        ],
     )
 
 
@@ -410,7 +415,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     text = "\n\n".join([render_lowerings(rows, pack), render_plugins(plugin_data), render_runtimes(runtime_data)])
     failed = sum(p["status"] != "ok" for p in plugin_data)
     if failed:
-        text += f"\n\n{failed} plugin(s) failed to load and were skipped; --strict makes this an error."
+        text += f"\n\n{failed} plugin(s) were skipped (failed or incompatible); --strict makes this an error."
     _emit(data, text, args.format)
     return EXIT_OK
 

@@ -8,6 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+__all__ = [
+    "CacheError",
+    "CacheLockTimeoutError",
+    "CollectiveError",
+    "ConfigurationError",
+    "DeviceError",
+    "LoweringError",
+    "NkipyError",
+    "PluginConflictError",
+    "PluginError",
+    "RuntimeNotFoundError",
+    "RuntimeUnavailableError",
+    "SpecializationLimitError",
+    "Unsupported",
+    "UnsupportedOpsError",
+    "VerificationError",
+]
+
 
 class NkipyError(Exception):
     """Base class of every error raised by nkipy on purpose."""

@@ -13,6 +13,10 @@ A plugin is a module (or any object) registered under the entry-point group ``nk
     def nkipy_register_lowerings(registry):
         registry.register(torch.ops.aten.exp.default, lambda ctx, x: knp.exp(x))
 
+The hooks are versioned (``nkipy_core.hook_api.HOOK_API_VERSION``); a pack states the range it
+supports in its plugin module (``NKIPY_HOOK_API = ">=1.0,<2"``), and a hook is removed only after
+a minor release in which its spec warns (pluggy's ``warn_on_impl``): docs/writing-a-pack.md.
+
 Every registration hook is called once per plugin, with a registry that stamps each entry
 with the plugin's distribution and version, so ``nkipy-ops list`` can say who gave what.
 """

@@ -1,7 +1,9 @@
 """The plugin manager: discovers ``nkipy`` entry points and builds the registries from them.
 
 A plugin that fails to import or to register is recorded as failed and skipped, so one broken
-pack never takes the others down; ``strict=True`` raises ``PluginError`` instead. The loaded
+pack never takes the others down; one whose ``NKIPY_HOOK_API`` range excludes this core's hook
+API (``hook_api``) is recorded as incompatible and not imported at all. ``strict=True`` raises
+``PluginError`` instead of skipping either. The loaded
 state is the one piece of process-wide state besides the configuration; ``reload()`` rebuilds it
 (after installing a pack, or in tests after ``register``-ing a plugin object).
 """
@@ -17,7 +19,7 @@ from typing import Any
 import attrs
 import pluggy
 
-from . import hookspecs
+from . import hook_api, hookspecs
 from .errors import PluginConflictError, PluginError
 from .registry import DecompositionRegistry, LoweringRegistry, Provenance, RuntimeRegistry
 
@@ -42,6 +44,10 @@ class PluginStatus:
     provenance: Provenance
     ok: bool
     error: str = ""
+    #: the hook API range the plugin declares ("" if none)
+    hook_api: str = ""
+    #: skipped without being imported because ``hook_api`` excludes this core's hook API
+    incompatible: bool = False
 
 
 @attrs.define
@@ -63,6 +69,7 @@ class _Candidate:
     name: str
     provenance: Provenance
     load: Any  # () -> plugin object
+    declared: Any  # () -> the hook API range it declares, or None; called before ``load``
 
 
 _lock = threading.RLock()
@@ -72,7 +79,9 @@ _extra: list[_Candidate] = []
 
 def register(plugin: Any, name: str, distribution: str = "<in-process>", version: str = "0") -> None:
     """Add a plugin object (e.g. a module) without an entry point; takes effect at ``reload()``."""
-    _extra.append(_Candidate(name, Provenance(name, distribution, version), lambda: plugin))
+    _extra.append(_Candidate(
+        name, Provenance(name, distribution, version), lambda: plugin, lambda: hook_api.declared_by(plugin),
+    ))
 
 
 def unregister(name: str) -> None:
@@ -110,7 +119,7 @@ def _entry_point_candidates() -> list[_Candidate]:
         provenance = Provenance(
             ep.name, dist.metadata["Name"] if dist else "<unknown>", dist.version if dist else "?"
         )
-        found.append(_Candidate(ep.name, provenance, ep.load))
+        found.append(_Candidate(ep.name, provenance, ep.load, lambda module=ep.module: hook_api.declared_range(module)))
     return found
 
 
@@ -125,6 +134,13 @@ def _fail(candidate: _Candidate, what: str, exc: BaseException, strict: bool) ->
     return PluginStatus(candidate.name, "", candidate.provenance, False, message)
 
 
+def _incompatible(candidate: _Candidate, declared: str, reason: str, strict: bool) -> PluginStatus:
+    if strict:
+        raise PluginError(f"plugin {candidate.name!r} ({candidate.provenance}) was not loaded: {reason}.")
+    log.warning("nkipy plugin %r (%s) not loaded: %s", candidate.name, candidate.provenance, reason)
+    return PluginStatus(candidate.name, "", candidate.provenance, False, reason, declared, incompatible=True)
+
+
 def _build(strict: bool) -> Plugins:
     manager = pluggy.PluginManager("nkipy")
     manager.add_hookspecs(hookspecs)
@@ -135,6 +151,11 @@ def _build(strict: bool) -> Plugins:
     }
     statuses = []
     for candidate in [*_entry_point_candidates(), *_extra]:
+        declared = candidate.declared()
+        reason = hook_api.incompatibility(declared)
+        if reason:
+            statuses.append(_incompatible(candidate, declared, reason, strict))
+            continue
         try:
             plugin = candidate.load()
             manager.register(plugin, name=candidate.name)
@@ -153,7 +174,7 @@ def _build(strict: bool) -> Plugins:
             statuses.append(_fail(candidate, "register", exc, strict))
             continue
         module = getattr(plugin, "__name__", type(plugin).__name__)
-        statuses.append(PluginStatus(candidate.name, module, candidate.provenance, True))
+        statuses.append(PluginStatus(candidate.name, module, candidate.provenance, True, hook_api=declared or ""))
     return Plugins(manager, statuses, registries["lowerings"], registries["decompositions"], registries["runtimes"])
 
 

@@ -7,6 +7,9 @@ from nkipy_core import hookimpl
 from . import lowerings
 from .registration import register
 
+#: the nkipy hook API versions this pack works with (nkipy_core.hook_api)
+NKIPY_HOOK_API = ">=1.0,<2"
+
 register()
 
 

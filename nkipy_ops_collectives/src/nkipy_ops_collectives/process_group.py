@@ -30,7 +30,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from nkipy_core.device import module as device
+import nkipy_core  # noqa: F401 - registers the nkipy device, whose module is torch.nkipy
 from nkipy_core.errors import CollectiveError
 
 from .registration import NAME
@@ -112,7 +112,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta):
         super().__init__(rank, size)
-        device.init()  # more ranks on this host than devices: the runtime's error, here
+        torch.nkipy.init()  # more ranks on this host than devices: the runtime's error, here
         self._timeout = timeout
         # own key prefix: in "cpu:gloo,nkipy:nkipy" torch's gloo rendezvouses in the same store
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore(NAME, store), rank, size, timeout)

@@ -13,12 +13,15 @@ from __future__ import annotations
 import os
 
 from nkipy_core import hookimpl
-from nkipy_core.runtime.base import runs_custom_call
+from nkipy_core.runtime import runs_custom_call
 
 from . import custom_call
 from .overrides import rules
 from .registry import NKIOpRegistry
 from .rmsnorm_pass import rmsnorm_pass
+
+#: the nkipy hook API versions this pack works with (nkipy_core.hook_api)
+NKIPY_HOOK_API = ">=1.0,<2"
 
 
 def overrides_enabled() -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from nkipy_core.ir import Kernel
-from nkipy_core.runtime.base import CompileOptions, DeviceArray, DeviceStats, Signature
+from nkipy_core.runtime import CompileOptions, DeviceArray, DeviceStats, Signature
 
 from . import neuronx_cc
 from .hlo_files import HLO_PROTO, hlo_artifacts

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from nkipy_core.ir import DType, Kernel, TensorType
-from nkipy_core.runtime.base import CompileOptions, DeviceArray, DeviceStats, Signature, contiguous_strides
+from nkipy_core.runtime import CompileOptions, DeviceArray, DeviceStats, Signature, contiguous_strides
 
 from . import xla_bridge
 from .hlo_files import STABLEHLO, hlo_artifacts

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 from nkipy_core.errors import DeviceError, NkipyError
-from nkipy_core.ir.types import TensorType
-from nkipy_core.runtime.base import DeviceArray, DeviceStats
+from nkipy_core.ir import TensorType
+from nkipy_core.runtime import DeviceArray, DeviceStats
 
 from . import layout
 from .library import USAGE_INPUT, USAGE_OUTPUT, NrtLibrary, TensorInfo

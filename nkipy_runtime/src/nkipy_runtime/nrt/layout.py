@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import attrs
 import numpy as np
-from nkipy_core.runtime.base import DeviceArray
+from nkipy_core.runtime import DeviceArray
 
 
 def itemsize(array: DeviceArray) -> int:

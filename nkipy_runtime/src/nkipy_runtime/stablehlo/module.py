@@ -13,7 +13,7 @@ import re
 
 from nkipy_core.errors import NkipyError
 from nkipy_core.ir import DType, Kernel, Op, TensorType
-from nkipy_core.ir.primitives import primitive
+from nkipy_core.ir import primitive
 
 from . import collectives, custom_calls, elementwise, indexing, random, reductions, shapes  # noqa: F401 - register emitters
 from .builder import FunctionBuilder, Val, tensor_type
