@@ -28,7 +28,7 @@ from typing import Any
 import numpy
 import torch
 
-from . import plugins, precompile
+from . import new_pack, plugins, precompile
 from .coverage_exclusions import EXCLUSIONS
 from .errors import NkipyError
 from .registry import LoweringRule, op_name
@@ -473,6 +473,19 @@ def cmd_precompile(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- entry point
 
 
+def cmd_new_pack(args: argparse.Namespace) -> int:
+    """Write a new op pack and say how to install and test it."""
+    try:
+        root = new_pack.write_pack(args.name, Path(args.dir))
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from exc
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    print(f"wrote the op pack {args.name} to {root}:")
+    print("\n".join(f"  {f}" for f in files))
+    print(f"next:\n  pip install -e '{root}[test]'\n  nkipy-ops list --pack {args.name}\n  pytest {root}")
+    return EXIT_OK
+
+
 def _common_options(suppress_defaults: bool) -> argparse.ArgumentParser:
     """``--strict``/``--format``, accepted before or after the subcommand.
 
@@ -534,6 +547,16 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--target", help="hardware target to compile for (NKIPY_TARGET; e.g. trn2)")
     pre.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND")
     pre.set_defaults(handler=cmd_precompile)
+
+    new = commands.add_parser(
+        "new-pack", help="write a new op pack (pyproject, plugin module, tests, README) that passes its tests",
+        description="Write a pip-installable op pack NAME into DIR/NAME: the nkipy entry point, a plugin "
+        "module with one lowering rule and one decomposition, their tests (including OpInfo conformance) "
+        "and a README.",
+    )
+    new.add_argument("name", metavar="NAME", help="distribution name, e.g. nkipy-ops-mine")
+    new.add_argument("--dir", default=".", help="parent directory (default: the current one)")
+    new.set_defaults(handler=cmd_new_pack)
     return parser
 
 
