@@ -24,7 +24,7 @@ import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from . import plugins, precompile, regions, rng
+from . import plugins, precompile, profiling, regions, rng
 from .cache import STATS, KernelCache, digest
 from .config import Config, select_runtime
 from .device import memory
@@ -309,9 +309,11 @@ class KernelCall(torch.nn.Module):
 
     def __init__(
         self, name: str, executable: Any, runtime: Any, tuple_output: bool, entry: str, on_device: Sequence[bool],
-        orders: Sequence[tuple[int, ...] | None],
+        orders: Sequence[tuple[int, ...] | None], stats: profiling.KernelRecord,
     ):
         super().__init__()
+        #: this kernel's counters (``nkipy_core.kernel_stats()``), shared by its other calls
+        self.stats = stats
         self.kernel_name = name
         self.executable = executable
         self.runtime = runtime
@@ -328,10 +330,13 @@ class KernelCall(torch.nn.Module):
         return outputs if self.tuple_output else outputs[0]
 
     def forward(self, *args: torch.Tensor):
+        start = self.stats.start()
         on_device = [memory.is_nkipy(a) for a in args]
         if not any(on_device) and not any(self.on_device) and hasattr(self.runtime, "run_host"):
             results = self.runtime.run_host(self.executable, [torch_to_numpy(a) for a in args])
-            return self._laid_out(tuple(numpy_to_torch(r) for r in results))
+            outputs = self._laid_out(tuple(numpy_to_torch(r) for r in results))
+            self.stats.stop(start)
+            return outputs
         runtime = memory.runtime() if any(on_device) else self.runtime  # who owns the buffers
         if runtime.name != self.runtime.name:
             raise ConfigurationError(
@@ -350,9 +355,11 @@ class KernelCall(torch.nn.Module):
         results = runtime.run(self.executable, inputs)
         for array in staged:
             runtime.free(array.buffer)
-        return self._laid_out(tuple(
+        outputs = self._laid_out(tuple(
             memory.wrap(r) if dev else self._fetch(runtime, r) for r, dev in zip(results, self.on_device)
         ))
+        self.stats.stop(start)
+        return outputs
 
     @staticmethod
     def _fetch(runtime, result: DeviceArray) -> torch.Tensor:
@@ -419,7 +426,8 @@ def _find_or_lower(
             )
             executable = runtime.load(artifacts, signature, options)
             log.debug("kernel %s loaded from cache entry %s without lowering", name, indexed["kernel"])
-            return KernelCall(name, executable, runtime, tuple_output, indexed["kernel"], devices, orders)
+            stats = profiling.record(cache.root, indexed["kernel"], name, meta.get("ops", {}), signature)
+            return KernelCall(name, executable, runtime, tuple_output, indexed["kernel"], devices, orders, stats)
     kernel = lower(sub, name)
     ir_text = format_kernel(kernel, with_origin=False)
     kernel_key = digest("kernel", ir_text, runtime.name, tag, options.compiler_args, _versions_key())
@@ -428,7 +436,9 @@ def _find_or_lower(
         return _Lowered(name, sub, kernel, kernel_key, fx_key, options, tuple_output, devices, orders)
     executable = runtime.load(loaded[1], Signature.of(kernel), options)
     cache.put_index(fx_key, {"kernel": kernel_key})
-    return KernelCall(name, executable, runtime, tuple_output, kernel_key, devices, orders)
+    log.debug("kernel %s lowered to cache entry %s, which holds it compiled", name, kernel_key)
+    stats = profiling.record(cache.root, kernel_key, name, profiling.op_counts(kernel), executable.signature)
+    return KernelCall(name, executable, runtime, tuple_output, kernel_key, devices, orders, stats)
 
 
 def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall, float | None]:
@@ -450,7 +460,8 @@ def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall
             seconds = time.monotonic() - start
             cache.store(job.kernel_key, _entry_files(job), executable.artifacts(), _entry_meta(job, runtime, seconds))
     cache.put_index(job.fx_key, {"kernel": job.kernel_key})
-    call = KernelCall(job.name, executable, runtime, job.tuple_output, job.kernel_key, job.devices, job.orders)
+    stats = profiling.record(cache.root, job.kernel_key, job.name, profiling.op_counts(job.kernel), executable.signature)
+    call = KernelCall(job.name, executable, runtime, job.tuple_output, job.kernel_key, job.devices, job.orders, stats)
     return call, seconds
 
 
@@ -472,6 +483,7 @@ def _entry_meta(job: _Lowered, runtime, seconds: float) -> dict[str, Any]:
         "inputs": [str(t) for t in kernel.input_types],
         "outputs": [str(t) for t in kernel.output_types],
         "ir_sha256": digest(format_kernel(kernel, with_origin=False)),
+        "ops": profiling.op_counts(kernel),
         "compile_seconds": round(seconds, 3),
     }
 
