@@ -113,6 +113,7 @@ class KernelCache:
         if not entry.exists():
             if count_miss:
                 STATS["misses"] += 1
+                log.debug("nkipy cache: miss for kernel %s in %s", key, self.root)
             return None
         try:
             meta = json.loads((entry / "meta.json").read_text())
@@ -130,6 +131,7 @@ class KernelCache:
             self._discard(entry)
             return None
         STATS["hits"] += 1
+        log.debug("nkipy cache: hit for kernel %s (%s, %s)", key, meta.get("name"), meta.get("runtime"))
         return meta, artifacts
 
     @contextlib.contextmanager

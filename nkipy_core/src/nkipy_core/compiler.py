@@ -151,9 +151,12 @@ def plan(gm: torch.fx.GraphModule, config: Config, cache: KernelCache, runtime: 
     nodes = _candidates(gm)
     cached = _restore_plan(cache.get_index(key), nodes, registry)
     if cached is not None:
+        log.debug("plan of a graph of %d op(s) for %s reused from the cache", len(nodes), runtime.name)
         return cached
     decisions = {n.name: _choose_rule(n, registry.rules_for(n.target), config.strict, runtime) for n in nodes}
     _wait_where_the_collective_runs(nodes, decisions)
+    lowered = sum(isinstance(d, LoweringRule) for d in decisions.values())
+    log.debug("planned a graph for %s: %d op(s) lowered, %d on CPU", runtime.name, lowered, len(nodes) - lowered)
     STATS["planned_nodes"] += len(nodes)
     cache.put_index(key, _encode_plan(decisions))
     return decisions
@@ -214,6 +217,7 @@ def _report_fallbacks(gm: torch.fx.GraphModule, decisions: dict[str, Any], stric
         raise UnsupportedOpsError(f"{op} ({why})" for op, why in fallbacks.items())
     for op, why in fallbacks.items():
         STATS["fallback_ops"] += 1
+        log.info("fallback: %s runs on CPU: %s", op, why)
         warnings.warn(f"nkipy: {op} runs on CPU: {why}", FallbackWarning, stacklevel=2)
 
 
@@ -450,17 +454,23 @@ def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall
     caller's)."""
     cache = KernelCache(config.nkipy_cache)
     seconds = None
+    ops = profiling.op_counts(job.kernel)
     with cache.compile_lock(job.kernel_key):
         stored = cache.load(job.kernel_key, count_miss=False)
         if stored is not None:
             executable = runtime.load(stored[1], Signature.of(job.kernel), job.options)
+            log.info("kernel %s was compiled by another process while this one waited; loaded it", job.name)
         else:
             start = time.monotonic()
             executable = runtime.compile(job.kernel, job.options)
             seconds = time.monotonic() - start
             cache.store(job.kernel_key, _entry_files(job), executable.artifacts(), _entry_meta(job, runtime, seconds))
+            log.info(
+                "compiled kernel %s (%s) for %s in %.2f s into cache entry %s", job.name,
+                profiling.op_summary(ops), runtime.name, seconds, job.kernel_key,
+            )
     cache.put_index(job.fx_key, {"kernel": job.kernel_key})
-    stats = profiling.record(cache.root, job.kernel_key, job.name, profiling.op_counts(job.kernel), executable.signature)
+    stats = profiling.record(cache.root, job.kernel_key, job.name, ops, executable.signature)
     call = KernelCall(job.name, executable, runtime, job.tuple_output, job.kernel_key, job.devices, job.orders, stats)
     return call, seconds
 

@@ -82,10 +82,12 @@ class KernelRecord:
 
     A call does ``start = record.start()`` on entry and ``record.stop(start)`` on return."""
 
-    __slots__ = ("key", "name", "ops", "root", "bytes_in", "bytes_out", "event_name", "calls", "total_ns")
+    __slots__ = ("key", "name", "ops", "roots", "bytes_in", "bytes_out", "event_name", "calls", "total_ns")
 
-    def __init__(self, key: str, name: str, ops: str, root: Path | None, bytes_in: int, bytes_out: int):
-        self.key, self.name, self.ops, self.root = key, name, ops, root
+    def __init__(self, key: str, name: str, ops: str, bytes_in: int, bytes_out: int):
+        self.key, self.name, self.ops = key, name, ops
+        #: the kernel caches it was loaded from or compiled into: where its counters go at exit
+        self.roots: set[Path] = set()
         self.bytes_in, self.bytes_out = bytes_in, bytes_out
         self.event_name = f"{name} [{key[:8]}] {ops}".rstrip()
         self.calls = 0
@@ -144,7 +146,7 @@ def _nbytes(types: Iterable[Any]) -> int:
     return sum(t.size * t.dtype.numpy.itemsize for t in types)
 
 
-def record(root: str | os.PathLike | None, key: str, name: str, ops: Mapping[str, int], signature: Any) -> KernelRecord:
+def record(root: str | os.PathLike, key: str, name: str, ops: Mapping[str, int], signature: Any) -> KernelRecord:
     """The record of kernel ``key`` (created on first use: a kernel called under two names keeps
     the first), whose counters go to the cache ``root`` at exit. ``ops``: its ``op_counts``;
     ``signature``: its executable's input and output types."""
@@ -153,9 +155,9 @@ def record(root: str | os.PathLike | None, key: str, name: str, ops: Mapping[str
         found = _records.get(key)
         if found is None:
             found = _records[key] = KernelRecord(
-                key, name, op_summary(ops), None if root is None else Path(root),
-                _nbytes(signature.inputs), _nbytes(signature.outputs),
+                key, name, op_summary(ops), _nbytes(signature.inputs), _nbytes(signature.outputs)
             )
+        found.roots.add(Path(root))
         if not _exit_registered:
             atexit.register(write_last_run)
             _exit_registered = True
@@ -194,13 +196,15 @@ def stats_file(root: Path, rank: int, world_size: int) -> Path:
 def write_last_run() -> list[Path]:
     """Write each cache root's kernels' counters to its stats file (what runs at exit); the
     files written. Kernels never called are left out; a root whose kernels were never called
-    still gets a file, so the CLI does not show an older run's numbers for this one."""
+    still gets a file, so the CLI does not show an older run's numbers for this one. A kernel
+    used from two caches (rare: one process, two ``nkipy_cache`` settings) goes to both with
+    all its calls."""
     rank, world_size = _rank()
     with _lock:
         by_root: dict[Path, list[KernelStats]] = {}
         for r in _records.values():
-            if r.root is not None:
-                rows = by_root.setdefault(r.root, [])
+            for root in r.roots:
+                rows = by_root.setdefault(root, [])
                 if r.calls:
                     rows.append(r.snapshot())
     written = []
