@@ -84,12 +84,12 @@ def test_reset_zeroes_the_counters_of_bound_kernels(arithmetic):
     assert (stats.calls, stats.bytes_in, stats.bytes_out) == (1, 2 * 6 * 8, 6 * 8)
 
 
-def test_kernels_are_listed_most_total_time_first(arithmetic):
-    small = torch.compile(fn, backend="nkipy")
-    big = torch.compile(lambda x: torch.exp(x) * x, backend="nkipy")
-    small(torch.randn(2), torch.randn(2))
-    big(torch.randn(512, 512))
-    assert [s.ops for s in kernel_stats()] == ["exp, mul", "add, exp, mul"]
+def test_kernels_are_listed_most_total_time_first(arithmetic, graphs):
+    torch.compile(fn, backend="nkipy")(torch.randn(2), torch.randn(2))
+    torch.compile(lambda x: torch.exp(x) * x, backend="nkipy")(torch.randn(2))
+    first, second = compiled_kernels(graphs)
+    first.stats.total_ns, second.stats.total_ns = 5, 7
+    assert [(s.ops, s.total_ns) for s in kernel_stats()] == [("exp, mul", 7), ("add, exp, mul", 5)]
 
 
 def test_eager_ops_on_the_device_are_counted(arithmetic):
@@ -207,7 +207,6 @@ def test_stats_sums_the_ranks_of_the_last_run_or_shows_one(arithmetic, tmp_path,
         for _ in range(calls):
             compiled(x, x)
         monkeypatch.setenv("RANK", str(rank))
-        time.sleep(1.1)  # "finished" has whole seconds: each file newer than the last
         profiling.write_last_run()
     assert sorted(p.name for p in (cache / "stats").iterdir()) == [
         "last_run.json", "last_run.rank0.json", "last_run.rank1.json"

@@ -420,7 +420,7 @@ def _bytes(n: int) -> str:
 
 def render_stats(report: dict[str, Any]) -> str:
     runs = ", ".join(
-        f"rank {r['rank']} (pid {r['pid']}, finished {r['finished']})" for r in report["runs"]
+        f"rank {r['rank']} (pid {r['pid']}, finished {r['finished'][:19].replace('T', ' ')} UTC)" for r in report["runs"]
     )
     total = sum(k["total_ns"] for k in report["kernels"]) / 1e6
     lines = [f"Kernel statistics of the last run in {report['cache']}: {runs}; {total:.3f} ms in kernels"]

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import atexit
 import collections
+import datetime
 import json
 import logging
 import os
 import tempfile
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from time import perf_counter_ns
@@ -211,7 +211,7 @@ def write_last_run() -> list[Path]:
     for root, rows in by_root.items():
         data = {
             "rank": rank, "world_size": world_size, "pid": os.getpid(),
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds"),
             "kernels": [s.as_dict() for s in sorted(rows, key=lambda s: (-s.total_ns, s.key))],
         }
         path = stats_file(root, rank, world_size)
