@@ -1,6 +1,7 @@
 """Profiling and progress: profiler events and counters per kernel, the last run's file and
 ``nkipy-ops stats``, the compile progress bar, and the log lines of compile decisions."""
 
+import copy
 import io
 import json
 import logging
@@ -313,3 +314,11 @@ def test_compile_cache_and_fallback_decisions_are_logged(arithmetic, caplog):
     assert any(m.startswith("compiled kernel nkipy_kernel_0 (exp, mul) for cpu in ") for m in cold)
     assert "plan of a graph of 3 op(s) for cpu reused from the cache" in warm
     assert any(m.startswith("nkipy cache: hit for kernel ") and m.endswith("(nkipy_kernel_0, cpu)") for m in warm)
+
+
+def test_a_copied_graph_counts_into_the_same_record(arithmetic, graphs):
+    x, y = torch.randn(3), torch.randn(3)
+    torch.compile(fn, backend="nkipy")(x, y)
+    twin = copy.deepcopy(graphs[0])
+    torch.testing.assert_close(twin(x, y)[0], fn(x, y))
+    assert [s.calls for s in kernel_stats()] == [2]

@@ -104,6 +104,9 @@ class KernelRecord:
         self.total_ns += perf_counter_ns() - start
         self.calls += 1
 
+    def __deepcopy__(self, memo: dict) -> KernelRecord:
+        return self  # a copied graph's kernel is the same kernel: it counts into the same record
+
     def snapshot(self) -> KernelStats:
         return KernelStats(
             self.key, self.name, self.ops, self.calls, self.total_ns, self.calls * self.bytes_in,
