@@ -420,7 +420,8 @@ def _bytes(n: int) -> str:
 
 def render_stats(report: dict[str, Any]) -> str:
     runs = ", ".join(
-        f"rank {r['rank']} (pid {r['pid']}, finished {r['finished'][:19].replace('T', ' ')} UTC)" for r in report["runs"]
+        f"rank {r['rank']} (pid {r['pid']}, finished {r['finished'][:19].replace('T', ' ')} UTC)"
+        for r in report["runs"]
     )
     total = sum(k["total_ns"] for k in report["kernels"]) / 1e6
     lines = [f"Kernel statistics of the last run in {report['cache']}: {runs}; {total:.3f} ms in kernels"]
@@ -614,8 +615,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the primitives each kernel runs) that the last program run with the kernel cache DIR wrote "
         "at exit, most total time first. A run of several ranks is summed unless --rank is given.",
     )
-    stats.add_argument("cache", nargs="?", metavar="DIR", help="kernel cache directory (default: NKIPY_CACHE, else ./nkipy_cache)")
-    stats.add_argument("--sort", choices=tuple(STATS_SORTS), default="total", help="order of the rows (default: total time)")
+    stats.add_argument(
+        "cache", nargs="?", metavar="DIR", help="kernel cache directory (default: NKIPY_CACHE, else ./nkipy_cache)"
+    )
+    stats.add_argument(
+        "--sort", choices=tuple(STATS_SORTS), default="total", help="order of the rows (default: total time)"
+    )
     stats.add_argument("--rank", type=int, help="only this rank's counters")
     stats.set_defaults(handler=cmd_stats)
     return parser
