@@ -47,10 +47,10 @@ SUMMARY_OPS = 6
 
 
 def op_counts(kernel: Any) -> dict[str, int]:
-    """How many times the IR ``kernel`` applies each primitive (constants are data, not ops),
-    most frequent first: what ``meta.json`` stores as ``ops`` and summaries are made of."""
-    counts = collections.Counter(op.prim for op in kernel.ops if op.prim != "constant")
-    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+    """How many times the IR ``kernel`` applies each primitive (constants are data, not ops):
+    what a cache entry's ``meta.json`` stores as ``ops``, so a warm process need not lower the
+    kernel to name it."""
+    return dict(collections.Counter(op.prim for op in kernel.ops if op.prim != "constant"))
 
 
 def op_summary(counts: Mapping[str, int]) -> str:
