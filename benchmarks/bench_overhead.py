@@ -17,6 +17,8 @@ between two rows is what the outer layer adds):
   nkipy: KernelCall     the kernel's module: torch -> NumPy, executable, NumPy -> torch
   nkipy: executable     the cpu runtime's executable on NumPy arrays
   nkipy: kernel.py      the generated kernel function from the cache, on NumPy arrays
+  nkipy: kernel counters  the per-kernel counters' start and stop (profiling.KernelRecord), the
+                        part of the KernelCall row that nkipy_core.kernel_stats() costs
 
 Run: python benchmarks/bench_overhead.py [--size 8] [--repeat 15] [--number 2000]
 """
@@ -109,6 +111,8 @@ def main() -> None:
             "nkipy: KernelCall": (lambda: call(a, b), lambda: torch.testing.assert_close(call(a, b), expected)),
             "nkipy: executable": (lambda: call.executable(x, y), lambda: None),
             "nkipy: kernel.py": (lambda: kernel(x, y), lambda: None),
+            # what KernelCall adds to each call for nkipy_core.kernel_stats() (plus this lambda)
+            "nkipy: kernel counters": (lambda: call.stats.stop(call.stats.start()), lambda: None),
         }
         for name, (fn, check) in layers.items():
             timed(name, fn, check)

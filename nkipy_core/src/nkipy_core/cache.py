@@ -5,6 +5,7 @@ Layout under the cache root::
     kernels/<kernel key>/   meta.json, graph.py, kernel.py, kernel.ir, artifacts/<runtime files>
     index/<fx key>          the kernel key (or a partition plan) a lowering input maps to
     locks/<kernel key>      empty files, the compile lock of each kernel ever compiled here
+    stats/                  the last run's per-kernel counters (written by ``profiling``)
 
 The kernel key hashes the IR text, runtime, compiler arguments and package versions, so two
 graphs that lower to the same IR share one compiled artifact. The index maps the *input* of
@@ -113,6 +114,7 @@ class KernelCache:
         if not entry.exists():
             if count_miss:
                 STATS["misses"] += 1
+                log.debug("nkipy cache: miss for kernel %s in %s", key, self.root)
             return None
         try:
             meta = json.loads((entry / "meta.json").read_text())
@@ -130,6 +132,7 @@ class KernelCache:
             self._discard(entry)
             return None
         STATS["hits"] += 1
+        log.debug("nkipy cache: hit for kernel %s (%s, %s)", key, meta.get("name"), meta.get("runtime"))
         return meta, artifacts
 
     @contextlib.contextmanager

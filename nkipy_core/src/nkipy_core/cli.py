@@ -5,6 +5,8 @@
 compile fall back or fail here?"; ``nkipy-ops precompile -- CMD`` fills the kernel cache for a
 device this machine lacks while CMD runs on the ``cpu`` runtime. Both read the same plugin state the backend uses
 (``nkipy_core.plugins.get()``), so what they show is what ``torch.compile`` will do.
+``nkipy-ops stats DIR`` answers "which kernels did my last run spend its time in?" from the
+counters a program writes under its kernel cache at exit (``nkipy_core.profiling``).
 
 The data is gathered as plain JSON-ready dicts first and rendered second, so ``--format json``
 and the text tables can never disagree.
@@ -28,7 +30,7 @@ from typing import Any
 import numpy
 import torch
 
-from . import new_pack, plugins, precompile
+from . import new_pack, plugins, precompile, profiling
 from .coverage_exclusions import EXCLUSIONS
 from .errors import NkipyError
 from .registry import LoweringRule, op_name
@@ -389,6 +391,57 @@ def render_precompile(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: ``--sort`` choices: the key each sorts by, largest first (``name``: alphabetical)
+STATS_SORTS = {
+    "total": lambda k: -k["total_ns"],
+    "mean": lambda k: -k["mean_us"],
+    "calls": lambda k: -k["calls"],
+    "bytes": lambda k: -(k["bytes_in"] + k["bytes_out"]),
+    "name": lambda k: k["name"],
+}
+
+
+def kernel_rows(runs: list[dict[str, Any]], sort: str = "total") -> list[dict[str, Any]]:
+    """One row per kernel key over the given runs' files (ranks summed), sorted by ``sort``."""
+    rows: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        for k in run["kernels"]:
+            row = rows.setdefault(k["key"], {**k, "calls": 0, "total_ns": 0, "bytes_in": 0, "bytes_out": 0})
+            for field in ("calls", "total_ns", "bytes_in", "bytes_out"):
+                row[field] += k[field]
+    for row in rows.values():
+        row["total_ms"] = row["total_ns"] / 1e6
+        row["mean_us"] = row["total_ns"] / row["calls"] / 1e3 if row["calls"] else 0.0
+    return sorted(rows.values(), key=lambda k: (STATS_SORTS[sort](k), k["key"]))
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def render_stats(report: dict[str, Any]) -> str:
+    runs = ", ".join(
+        f"rank {r['rank']} (pid {r['pid']}, finished {r['finished'][:19].replace('T', ' ')} UTC)"
+        for r in report["runs"]
+    )
+    total = sum(k["total_ns"] for k in report["kernels"]) / 1e6
+    lines = [f"Kernel statistics of the last run in {report['cache']}: {runs}; {total:.3f} ms in kernels"]
+    lines.append(_table_section(
+        "Kernels", "no kernel was called",
+        ["key", "name", "calls", "total ms", "mean µs", "bytes in", "bytes out", "ops"],
+        [
+            (k["key"][:12], k["name"], k["calls"], f"{k['total_ms']:.3f}", f"{k['mean_us']:.1f}",
+             _bytes(k["bytes_in"]), _bytes(k["bytes_out"]), k["ops"] or "-")
+            for k in report["kernels"]
+        ],
+    ))
+    return "\n".join(lines)
+
+
 def _emit(data: Any, text: str, fmt: str) -> None:
     print(json.dumps(data, indent=2) if fmt == "json" else text)
 
@@ -453,7 +506,7 @@ def cmd_precompile(args: argparse.Namespace) -> int:
     if not command:
         raise _UsageError("give the command to run after --, e.g. nkipy-ops precompile -- python train.py")
     precompile.target_runtime(args.runtime, args.strict)  # fail before running anything
-    cache = Path(args.cache or os.environ.get("NKIPY_CACHE") or "nkipy_cache").resolve()
+    cache = _cache_dir(args.cache)
     with tempfile.TemporaryDirectory(prefix="nkipy-precompile-") as scratch:
         report_path = Path(scratch) / "report.json"
         env = {
@@ -468,6 +521,32 @@ def cmd_precompile(args: argparse.Namespace) -> int:
     report = {"runtime": args.runtime, "cache": str(cache), "exit_code": exit_code, **counts}
     _emit(report, render_precompile(report), args.format)
     return exit_code or (1 if report["failed"] else EXIT_OK)
+
+
+def _cache_dir(given: str | None) -> Path:
+    """A ``DIR`` argument, else ``NKIPY_CACHE``, else ``./nkipy_cache`` (as the backend resolves it)."""
+    return Path(given or os.environ.get("NKIPY_CACHE") or "nkipy_cache").resolve()
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """The per-kernel counters the last program run with this cache wrote at exit: calls, time
+    and bytes per kernel (every rank's, summed, or ``--rank``'s)."""
+    cache = _cache_dir(args.cache)
+    runs = profiling.read_last_run(cache)
+    if not runs:
+        raise _UsageError(f"no kernel statistics under {cache}: run a program with nkipy_cache={cache} first")
+    if args.rank is not None:
+        ranks = [r["rank"] for r in runs]
+        runs = [r for r in runs if r["rank"] == args.rank]
+        if not runs:
+            raise _UsageError(f"the last run in {cache} has no rank {args.rank}; its ranks: {ranks}")
+    report = {
+        "cache": str(cache),
+        "runs": [{k: r[k] for k in ("rank", "world_size", "pid", "finished", "file")} for r in runs],
+        "kernels": kernel_rows(runs, args.sort),
+    }
+    _emit(report, render_stats(report), args.format)
+    return EXIT_OK
 
 
 # --------------------------------------------------------------------------- entry point
@@ -557,6 +636,21 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("name", metavar="NAME", help="distribution name, e.g. nkipy-ops-mine")
     new.add_argument("--dir", default=".", help="parent directory (default: the current one)")
     new.set_defaults(handler=cmd_new_pack)
+
+    stats = commands.add_parser(
+        "stats", parents=[common], help="time, calls and bytes per kernel of the last run with a cache",
+        description="Print the per-kernel counters (calls, total and mean time, bytes in and out, "
+        "the primitives each kernel runs) that the last program run with the kernel cache DIR wrote "
+        "at exit, most total time first. A run of several ranks is summed unless --rank is given.",
+    )
+    stats.add_argument(
+        "cache", nargs="?", metavar="DIR", help="kernel cache directory (default: NKIPY_CACHE, else ./nkipy_cache)"
+    )
+    stats.add_argument(
+        "--sort", choices=tuple(STATS_SORTS), default="total", help="order of the rows (default: total time)"
+    )
+    stats.add_argument("--rank", type=int, help="only this rank's counters")
+    stats.set_defaults(handler=cmd_stats)
     return parser
 
 

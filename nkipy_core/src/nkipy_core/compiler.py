@@ -24,7 +24,7 @@ import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from . import plugins, precompile, regions, rng
+from . import plugins, precompile, profiling, regions, rng
 from .cache import STATS, KernelCache, digest
 from .config import Config, select_runtime
 from .device import memory
@@ -151,9 +151,12 @@ def plan(gm: torch.fx.GraphModule, config: Config, cache: KernelCache, runtime: 
     nodes = _candidates(gm)
     cached = _restore_plan(cache.get_index(key), nodes, registry)
     if cached is not None:
+        log.debug("plan of a graph of %d op(s) for %s reused from the cache", len(nodes), runtime.name)
         return cached
     decisions = {n.name: _choose_rule(n, registry.rules_for(n.target), config.strict, runtime) for n in nodes}
     _wait_where_the_collective_runs(nodes, decisions)
+    lowered = sum(isinstance(d, LoweringRule) for d in decisions.values())
+    log.debug("planned a graph for %s: %d op(s) lowered, %d on CPU", runtime.name, lowered, len(nodes) - lowered)
     STATS["planned_nodes"] += len(nodes)
     cache.put_index(key, _encode_plan(decisions))
     return decisions
@@ -214,6 +217,7 @@ def _report_fallbacks(gm: torch.fx.GraphModule, decisions: dict[str, Any], stric
         raise UnsupportedOpsError(f"{op} ({why})" for op, why in fallbacks.items())
     for op, why in fallbacks.items():
         STATS["fallback_ops"] += 1
+        log.info("fallback: %s runs on CPU: %s", op, why)
         warnings.warn(f"nkipy: {op} runs on CPU: {why}", FallbackWarning, stacklevel=2)
 
 
@@ -309,9 +313,11 @@ class KernelCall(torch.nn.Module):
 
     def __init__(
         self, name: str, executable: Any, runtime: Any, tuple_output: bool, entry: str, on_device: Sequence[bool],
-        orders: Sequence[tuple[int, ...] | None],
+        orders: Sequence[tuple[int, ...] | None], stats: profiling.KernelRecord,
     ):
         super().__init__()
+        #: this kernel's counters (``nkipy_core.kernel_stats()``), shared by its other calls
+        self.stats = stats
         self.kernel_name = name
         self.executable = executable
         self.runtime = runtime
@@ -328,10 +334,13 @@ class KernelCall(torch.nn.Module):
         return outputs if self.tuple_output else outputs[0]
 
     def forward(self, *args: torch.Tensor):
+        start = self.stats.start()
         on_device = [memory.is_nkipy(a) for a in args]
         if not any(on_device) and not any(self.on_device) and hasattr(self.runtime, "run_host"):
             results = self.runtime.run_host(self.executable, [torch_to_numpy(a) for a in args])
-            return self._laid_out(tuple(numpy_to_torch(r) for r in results))
+            outputs = self._laid_out(tuple(numpy_to_torch(r) for r in results))
+            self.stats.stop(start)
+            return outputs
         runtime = memory.runtime() if any(on_device) else self.runtime  # who owns the buffers
         if runtime.name != self.runtime.name:
             raise ConfigurationError(
@@ -350,9 +359,11 @@ class KernelCall(torch.nn.Module):
         results = runtime.run(self.executable, inputs)
         for array in staged:
             runtime.free(array.buffer)
-        return self._laid_out(tuple(
+        outputs = self._laid_out(tuple(
             memory.wrap(r) if dev else self._fetch(runtime, r) for r, dev in zip(results, self.on_device)
         ))
+        self.stats.stop(start)
+        return outputs
 
     @staticmethod
     def _fetch(runtime, result: DeviceArray) -> torch.Tensor:
@@ -419,7 +430,8 @@ def _find_or_lower(
             )
             executable = runtime.load(artifacts, signature, options)
             log.debug("kernel %s loaded from cache entry %s without lowering", name, indexed["kernel"])
-            return KernelCall(name, executable, runtime, tuple_output, indexed["kernel"], devices, orders)
+            stats = profiling.record(cache.root, indexed["kernel"], name, meta.get("ops", {}), signature)
+            return KernelCall(name, executable, runtime, tuple_output, indexed["kernel"], devices, orders, stats)
     kernel = lower(sub, name)
     ir_text = format_kernel(kernel, with_origin=False)
     kernel_key = digest("kernel", ir_text, runtime.name, tag, options.compiler_args, _versions_key())
@@ -428,7 +440,9 @@ def _find_or_lower(
         return _Lowered(name, sub, kernel, kernel_key, fx_key, options, tuple_output, devices, orders)
     executable = runtime.load(loaded[1], Signature.of(kernel), options)
     cache.put_index(fx_key, {"kernel": kernel_key})
-    return KernelCall(name, executable, runtime, tuple_output, kernel_key, devices, orders)
+    log.debug("kernel %s lowered to cache entry %s, which holds it compiled", name, kernel_key)
+    stats = profiling.record(cache.root, kernel_key, name, profiling.op_counts(kernel), executable.signature)
+    return KernelCall(name, executable, runtime, tuple_output, kernel_key, devices, orders, stats)
 
 
 def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall, float | None]:
@@ -440,17 +454,24 @@ def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall
     caller's)."""
     cache = KernelCache(config.nkipy_cache)
     seconds = None
+    ops = profiling.op_counts(job.kernel)
     with cache.compile_lock(job.kernel_key):
         stored = cache.load(job.kernel_key, count_miss=False)
         if stored is not None:
             executable = runtime.load(stored[1], Signature.of(job.kernel), job.options)
+            log.info("kernel %s was compiled by another process while this one waited; loaded it", job.name)
         else:
             start = time.monotonic()
             executable = runtime.compile(job.kernel, job.options)
             seconds = time.monotonic() - start
             cache.store(job.kernel_key, _entry_files(job), executable.artifacts(), _entry_meta(job, runtime, seconds))
+            log.info(
+                "compiled kernel %s (%s) for %s in %.2f s into cache entry %s", job.name,
+                profiling.op_summary(ops), runtime.name, seconds, job.kernel_key,
+            )
     cache.put_index(job.fx_key, {"kernel": job.kernel_key})
-    call = KernelCall(job.name, executable, runtime, job.tuple_output, job.kernel_key, job.devices, job.orders)
+    stats = profiling.record(cache.root, job.kernel_key, job.name, ops, executable.signature)
+    call = KernelCall(job.name, executable, runtime, job.tuple_output, job.kernel_key, job.devices, job.orders, stats)
     return call, seconds
 
 
@@ -472,6 +493,7 @@ def _entry_meta(job: _Lowered, runtime, seconds: float) -> dict[str, Any]:
         "inputs": [str(t) for t in kernel.input_types],
         "outputs": [str(t) for t in kernel.output_types],
         "ir_sha256": digest(format_kernel(kernel, with_origin=False)),
+        "ops": profiling.op_counts(kernel),
         "compile_seconds": round(seconds, 3),
     }
 

@@ -15,6 +15,7 @@ express (printing a tensor uses them).
 from __future__ import annotations
 
 import itertools
+import logging
 import operator
 import warnings
 from typing import Any
@@ -41,6 +42,8 @@ _HOST_OPS = {
         "masked_select", "nonzero", "_unique2", "unique_consecutive", "unique_dim",
     ), "its output shape depends on the data"),
 }
+
+log = logging.getLogger("nkipy.device")
 
 
 class _Kernels:
@@ -447,6 +450,7 @@ def _on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict, why: str, stat
             raise UnsupportedOpsError([f"{name} ({why}; eager on nkipy)"])
         if name not in state.warned:
             state.warned.add(name)
+            log.info("fallback: eager %s runs on CPU: %s", name, why)
             warnings.warn(
                 f"nkipy: {name} runs on CPU: {why}; its result comes back to the nkipy device",
                 compiler.FallbackWarning, stacklevel=3,
