@@ -24,7 +24,7 @@ from transformers import LlamaForCausalLM
 
 from nkipy_core import cache_stats, init_nkipy_backend
 
-from generate import small_llama
+from generate import kernels_looked_up, small_llama
 
 #: largest loss difference with masks from torch's generator: kernels and eager round differently
 EXACT_TOLERANCE = 2e-6
@@ -54,13 +54,13 @@ def compare(model: LlamaForCausalLM, batch: torch.Tensor, steps: int, **options)
     eager = copy.deepcopy(model)
     expected = train(eager, eager, batch, steps)
     compiled = copy.deepcopy(model)
-    before = dict(cache_stats)
+    before = cache_stats.copy()
     losses = train(compiled, torch.compile(compiled, backend="nkipy", dynamic=False, options=options), batch, steps)
     return {
         "losses": losses, "expected": expected,
         "max_difference": max(abs(a - b) for a, b in zip(losses, expected, strict=True)),
-        "kernels": cache_stats["lowered_kernels"] - before.get("lowered_kernels", 0),
-        "fallback_ops": cache_stats["fallback_ops"] - before.get("fallback_ops", 0),
+        "kernels": kernels_looked_up(cache_stats) - kernels_looked_up(before),
+        "fallback_ops": cache_stats["fallback_ops"] - before["fallback_ops"],
     }
 
 
