@@ -4,12 +4,15 @@ DeviceMesh, compiled by nkipy, it gives the single-process eager tokens."""
 
 from __future__ import annotations
 
-from conftest import EXAMPLES
+from pathlib import Path
+
 from torchrun import torchrun
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "hf_llama" / "tp_generate.py"
 
 
 def test_tensor_parallel_tokens_match_single_process_eager():
-    done = torchrun(str(EXAMPLES / "tp_generate.py"), "--new-tokens", "4", timeout=300)
+    done = torchrun(str(EXAMPLE), "--new-tokens", "4", timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     # prefill and decode one kernel each, the all-reduces inside; later decode steps compile nothing
     assert ("ranks 2: matches single-process eager: True; kernels 2; ops on CPU 0; "
