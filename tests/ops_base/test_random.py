@@ -335,3 +335,21 @@ def test_init_nkipy_backend_sets_fallback_random_for_every_compile():
     expected = torch.randn(8)
     torch.manual_seed(9)
     assert torch.equal(fn(), expected)
+
+
+@pytest.mark.parametrize("fallback_random", [False, True])
+def test_attention_without_dropout_leaves_torchs_generator_alone(graphs, fallback_random):
+    """Inference attention (``dropout_p=0``, as Hugging Face models call SDPA in evaluation) is
+    tagged as a seeded op but draws nothing: it takes no key, so the compiled call advances
+    torch's generator no more than eager does, and stays in the kernel under ``fallback_random``."""
+    q = torch.randn(1, 2, 5, 4)
+    fn = compiled(lambda t: F.scaled_dot_product_attention(t, t, t, is_causal=True), fallback_random=fallback_random)
+    keys, host_ops = nkipy_core.cache_stats["random_keys"], nkipy_core.cache_stats["host_random_ops"]
+    torch.manual_seed(0)
+    out = fn(q)
+    after = torch.rand(4)
+    torch.manual_seed(0)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, q, q, is_causal=True))
+    assert torch.equal(after, torch.rand(4))
+    assert nkipy_core.cache_stats["random_keys"] == keys and nkipy_core.cache_stats["host_random_ops"] == host_ops
+    assert [sum(isinstance(m, KernelCall) for m in g.children()) for g in graphs] == [1]

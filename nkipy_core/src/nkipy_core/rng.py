@@ -77,13 +77,27 @@ class RandomStream:
 
 
 def is_random(node: torch.fx.Node) -> bool:
-    """A node whose op draws from torch's generator (ATen tags them ``nondeterministic_seeded``)."""
+    """A node whose op draws from torch's generator (ATen tags them ``nondeterministic_seeded``)
+    with these arguments: dropout that drops nothing, like every fused attention of an inference
+    graph (``dropout_p=0``), is deterministic, so it neither takes a key (which would advance
+    torch's generator where eager does not) nor moves to the host under ``fallback_random``."""
     return (
         node.op == "call_function"
         and isinstance(node.target, torch._ops.OpOverload)
         and torch.Tag.nondeterministic_seeded in node.target.tags
         and node.target is not RNG_KEY
+        and _draws(node)
     )
+
+
+def _draws(node: torch.fx.Node) -> bool:
+    if node.target is torch.ops.aten.native_dropout.default:
+        return _dropping(node)
+    for index, argument in enumerate(node.target._schema.arguments):
+        if argument.name == "dropout_p":
+            p = node.args[index] if index < len(node.args) else node.kwargs.get("dropout_p", argument.default_value)
+            return isinstance(p, torch.fx.Node) or p != 0
+    return True
 
 
 def seed_random_ops(gm: torch.fx.GraphModule, fallback_random: bool) -> None:
@@ -163,7 +177,6 @@ def _to_host(gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node]) -> None:
     (``bernoulli_(1 - p)`` of an empty tensor, as torch's CPU kernel does) and multiplies in the
     graph."""
     graph = gm.graph
-    nodes = [n for n in nodes if n.target is not torch.ops.aten.native_dropout.default or _dropping(n)]
     for node in nodes:
         with graph.inserting_before(node):
             if node.target is torch.ops.aten.native_dropout.default:

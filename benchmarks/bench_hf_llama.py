@@ -1,0 +1,151 @@
+"""transformers' ``LlamaForCausalLM``: prefill, greedy generation and a training step, nkipy vs eager vs inductor.
+
+Three tables from one run, each with a row for eager, inductor and nkipy on every available
+runtime (``cpu``; ``xla`` when nkipy-runtime[xla] is installed), all on CPU tensors:
+
+- forward: one call over the prompt (``use_cache=False``), the prefill's work;
+- generate: the greedy loop of examples/hf_llama/generate.py (prefill, then one call per token
+  over a ``StaticCache``), reported as time per generated token so that ratios read like the
+  other tables (tokens/s in the notes);
+- training step: forward with the language-modelling loss, backward and ``AdamW.step``
+  (dropout off, so every row computes the same numbers).
+
+Before timing, each compiled row is checked against eager: logits within 1e-4, the same greedy
+tokens, the first step's loss within 1e-4. The model is a random Llama of a medium size (the
+example's ``small_llama`` with ``--hidden``/``--layers``/...).
+
+Run: python benchmarks/bench_hf_llama.py [--hidden 256] [--layers 2] [--seq 64] [--new-tokens 16] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from _timing import machine, median_time, print_table  # first: it sets the thread count
+
+import torch
+
+import nkipy_core
+from nkipy_core import plugins
+
+# the model and the greedy loop are the example's
+sys.path.insert(0, str(Path(__file__).parents[1] / "examples" / "hf_llama"))
+from generate import greedy, small_llama  # noqa: E402
+
+
+def backends() -> dict[str, Callable[[Callable], Callable]]:
+    """Row name -> how that row compiles a function (eager: not at all)."""
+    registry = plugins.get().runtimes
+    rows = {"eager": lambda fn: fn, "inductor": lambda fn: torch.compile(fn, backend="inductor", dynamic=False)}
+    for name in registry.names():
+        if registry.get(name).available()[0] and name in ("cpu", "xla"):
+            options = {"runtime": name, "nkipy_cache": tempfile.mkdtemp(prefix=f"nkipy-bench-llama-{name}-")}
+            rows[f"nkipy ({name})"] = lambda fn, options=options: torch.compile(
+                fn, backend="nkipy", dynamic=False, options=options)
+    return rows
+
+
+def measure(title: str, unit: str, rows: dict[str, Callable[[], tuple[Callable, Callable]]],
+            check: Callable[[object, object], None], repeat: int, per: int = 1,
+            note: Callable[[float], str] | None = None) -> None:
+    """Time each row's ``run`` after checking its first result against eager's with ``check``.
+    A row is ``make() -> (run, result)``: ``result()`` runs once (compiling) and returns what
+    ``check`` compares; the figure printed is the median time of ``run`` divided by ``per``."""
+    times, notes, expected = [], {}, None
+    for name, make in rows.items():
+        torch._dynamo.reset()
+        try:
+            run, result = make()
+            got = result()
+            if expected is None:
+                expected = got
+            else:
+                check(got, expected)
+            seconds = median_time(run, warmup=1, repeat=repeat) / per
+            times.append((name, seconds))
+            if note:
+                notes[name] = note(seconds)
+        except Exception as exc:  # noqa: BLE001 - report and go on with the other rows
+            traceback.print_exc()
+            times.append((name, None))
+            notes[name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+    torch._dynamo.reset()
+    print_table(title, times, unit=unit, note=notes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--kv-heads", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=1024)
+    parser.add_argument("--seq", type=int, default=64, help="prompt length (and training sequence length)")
+    parser.add_argument("--batch", type=int, default=2, help="training batch")
+    parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs; the median is reported")
+    args = parser.parse_args()
+    nkipy_core.init_nkipy_backend(runtime="cpu")
+    model = small_llama(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
+                        vocab=args.vocab, intermediate=4 * args.hidden,
+                        max_positions=args.seq + args.new_tokens).eval()
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, args.vocab, (1, args.seq), generator=generator)
+    batch = torch.randint(0, args.vocab, (args.batch, args.seq), generator=generator)
+    compilers = backends()
+    print(f"machine: {machine()}")
+    size = (f"hidden {args.hidden}, {args.layers} layers, {args.heads} heads ({args.kv_heads} kv), "
+            f"vocab {args.vocab}")
+
+    def close(got, expected):
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+    def forward_row(compile_fn):
+        fn = compile_fn(model.forward)
+
+        def run():
+            with torch.no_grad():
+                return fn(input_ids=prompt, use_cache=False).logits
+        return run, run
+
+    measure(f"LlamaForCausalLM forward, {size}; prompt 1 x {args.seq}", "ms/call",
+            {name: (lambda c=c: forward_row(c)) for name, c in compilers.items()}, close, args.repeat)
+
+    def generate_row(compile_fn):
+        fn = compile_fn(model.forward)
+        run = lambda: greedy(fn, model, prompt, args.new_tokens)  # noqa: E731
+        return run, run
+
+    def same_tokens(got, expected):
+        assert torch.equal(got, expected), f"tokens {got.tolist()} != eager's {expected.tolist()}"
+
+    measure(f"LlamaForCausalLM greedy generation, {size}; prompt {args.seq}, {args.new_tokens} new tokens "
+            f"(StaticCache), time per token incl. prefill", "ms/call",
+            {name: (lambda c=c: generate_row(c)) for name, c in compilers.items()}, same_tokens, args.repeat,
+            per=args.new_tokens, note=lambda seconds: f"{1 / seconds:.1f} tokens/s")
+
+    def training_row(compile_fn):
+        trained = copy.deepcopy(model).train()
+        fn = compile_fn(trained)
+        optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-4)
+
+        def step():
+            optimizer.zero_grad()
+            loss = fn(input_ids=batch, labels=batch).loss
+            loss.backward()
+            optimizer.step()
+            return loss.detach()
+        return step, step
+
+    measure(f"LlamaForCausalLM training step (forward, backward, AdamW), {size}; batch {args.batch} x {args.seq}",
+            "ms/call", {name: (lambda c=c: training_row(c)) for name, c in compilers.items()}, close, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
