@@ -34,10 +34,10 @@ PROGRAM = textwrap.dedent("""
 
     plugins.register(pack(rules), "arith", "arith-pack", "1.0")
     plugins.reload()
-    case, cache = sys.argv[2], sys.argv[1]
+    case, cache, options = sys.argv[2], sys.argv[1], json.loads(sys.argv[3])
 
-    def compiled(fn):
-        return torch.compile(fn, backend="nkipy", options={{"nkipy_cache": cache}})
+    def compiled(fn, **kwargs):
+        return torch.compile(fn, backend="nkipy", options={{"nkipy_cache": cache, **options}}, **kwargs)
 
     def close(a, b):
         return bool(torch.allclose(a, b, rtol=1e-5, atol=1e-6))
@@ -49,6 +49,14 @@ PROGRAM = textwrap.dedent("""
         if case == "inference":
             fn = lambda a: torch.exp(a) * a + 1
             report["ok"] = close(compiled(fn)(x), fn(x))
+        elif case == "cpu_region":  # the same dynamo graph as "inference", its ops kept on CPU
+            def fn(a):
+                with nkipy_core.on_cpu():
+                    return torch.exp(a) * a + 1
+            report["ok"] = close(compiled(fn)(x), fn(x))
+        elif case == "dynamic":
+            fn = lambda a: torch.exp(a) * a + 1
+            report["ok"] = close(compiled(fn, dynamic=True)(x), fn(x))
         elif case == "on_device":
             fn = lambda a: torch.exp(a) * a + 1
             out = compiled(fn)(x.to("nkipy"))
@@ -87,11 +95,12 @@ PROGRAM = textwrap.dedent("""
 """).format(here=str(HERE))
 
 
-def run(case: str, root: Path) -> dict:
+def run(case: str, root: Path, **options) -> dict:
+    """``case`` in a new process on the caches under ``root``, with nkipy ``options``."""
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(root / "torch")}
     proc = subprocess.run(
-        [sys.executable, "-c", PROGRAM, str(root / "nkipy"), case], env=env, capture_output=True, text=True,
-        timeout=600,
+        [sys.executable, "-c", PROGRAM, str(root / "nkipy"), case, json.dumps(options)], env=env,
+        capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -137,3 +146,21 @@ def test_random_ops_draw_the_same_numbers_after_a_hit(tmp_path):
     assert cold["fallbacks"] == []  # rand_like ran in the kernel, keyed from torch's generator
     assert warm["values"] == cold["values"]
     assert warm["nkipy"]["random_keys"] == cold["nkipy"]["random_keys"] == 2
+
+
+def test_graphs_with_symbolic_sizes_bypass_the_cache_and_count_it(tmp_path):
+    for run_ in (run("dynamic", tmp_path), run("dynamic", tmp_path)):
+        assert run_["ok"]
+        assert run_["nkipy"]["aot_cache_bypasses"] == 1 and "aot_cache_saved" not in run_["nkipy"], run_
+        assert run_["nkipy"]["specializations"] == 1
+    assert "lowered_kernels" not in run_["nkipy"]  # the second process still found its kernels
+
+
+def test_what_changes_the_compiled_graphs_changes_the_key(tmp_path):
+    assert run("inference", tmp_path)["nkipy"]["aot_cache_saved"] == 1
+    # the same dynamo graph (torch's part of the key) but its ops in a CPU region: no kernels
+    region = run("cpu_region", tmp_path)
+    assert region["ok"] and region["nkipy"]["aot_cache_misses"] == 1 and "misses" not in region["nkipy"], region
+    other_option = run("inference", tmp_path, fallback_random=True)
+    assert other_option["ok"] and other_option["nkipy"]["aot_cache_misses"] == 1
+    assert run("inference", tmp_path)["nkipy"]["aot_cache_hits"] == 1
