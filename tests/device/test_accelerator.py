@@ -90,3 +90,14 @@ def test_init_after_torchs_opinfo_database_touched_the_device():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "True\n"
+
+
+def test_no_runtime_is_asked_while_no_probe_sees_hardware(defaults, monkeypatch):
+    """torch's fake tensors ask once per traced op, and a runtime's ``available()`` may probe the
+    machine in a subprocess: with nkipy's plugins loaded too, the probes alone answer."""
+    plugins.get()
+    asked = []
+    monkeypatch.setattr(config, "select_runtime", asked.append)
+    monkeypatch.setattr(plugins, "hardware_present", lambda: False)
+    assert not torch.nkipy.is_available()
+    assert asked == []

@@ -102,7 +102,9 @@ def test_find_library_prefers_env_then_sdk_path_then_linker(monkeypatch, tmp_pat
     monkeypatch.setattr(locate.ctypes.util, "find_library", lambda name: f"linker-{name}")
     monkeypatch.setattr(locate, "STANDARD_LOCATIONS", (str(sdk),))
     monkeypatch.delenv(locate.LIBRARY_ENV, raising=False)
+    locate.linker_library.cache_clear()
     assert locate.find_library() == "linker-nrt"
+    locate.linker_library.cache_clear()
     sdk.write_bytes(b"")
     assert locate.find_library() == str(sdk)
     monkeypatch.setenv(locate.LIBRARY_ENV, "/somewhere/libnrt.so")
@@ -494,8 +496,10 @@ def bare_machine(monkeypatch, tmp_path):
     monkeypatch.setattr(locate.ctypes.util, "find_library", lambda name: None)
     monkeypatch.setattr(probe, "DEVICE_DIR", str(tmp_path / "dev"))
     probe.hardware_present.cache_clear()
+    locate.linker_library.cache_clear()
     yield tmp_path
     probe.hardware_present.cache_clear()
+    locate.linker_library.cache_clear()
 
 
 def test_missing_names_each_piece_and_how_to_get_it(bare_machine, monkeypatch, standin_path):

@@ -4,7 +4,8 @@ Registered through the ``torch_dynamo_backends`` entry point, so it works in a f
 without importing nkipy. AOTAutograd produces functional forward/backward (or inference) graphs
 with core ATen decompositions plus the plugins'; each graph goes through ``compile_graph``, or,
 when its sizes are symbolic, becomes a ``SpecializedGraph`` that compiles one static graph per
-size set it is called with.
+size set it is called with. The compilers are serialisable for torch's AOTAutograd cache, so a
+new process with warm caches skips AOTAutograd's trace too (``nkipy_core.aot_cache``).
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
 
-from . import plugins
+from . import aot_cache, plugins
+from .aot_cache import NkipyGraph
 from .compiler import compile_graph
 from .config import current
 from .specialize import SpecializedGraph, specializable
@@ -28,22 +30,24 @@ def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
     loaded = plugins.get(strict=config.strict)
     decompositions = loaded.decompositions.table(loaded.lowerings.ops())
 
-    def compiler(kind: str):
-        def compile_one(graph: torch.fx.GraphModule, inputs: Sequence[Any]):
-            # boxed: AOTAutograd passes a list it may free early, which keeps peak memory down
+    def compiler(kind: str) -> SerializableAOTDispatchCompiler:
+        def compile_one(graph: torch.fx.GraphModule, inputs: Sequence[Any]) -> NkipyGraph:
             if specializable(graph):
                 name = f"the {kind} graph of {_frame_name()}"
-                return make_boxed_func(SpecializedGraph(graph, inputs, config, name, compile_graph))
-            return make_boxed_func(compile_graph(graph, inputs, config))
+                specialized = SpecializedGraph(graph, inputs, config, name, compile_graph)
+                return NkipyGraph(specialized, config, None, f"{name} has symbolic sizes")
+            saved, bypass = aot_cache.dumps(graph)  # before compile_graph rewrites it
+            return NkipyGraph(compile_graph(graph, inputs, config), config, saved, bypass)
 
-        return compile_one
+        return SerializableAOTDispatchCompiler(NkipyGraph, compile_one)
 
-    return aot_autograd(
-        fw_compiler=compiler("forward"),
-        bw_compiler=compiler("backward"),
-        decompositions=decompositions,
-        keep_inference_input_mutations=True,
-    )(gm, example_inputs)
+    with aot_cache.caching(gm, config, decompositions):
+        return aot_autograd(
+            fw_compiler=compiler("forward"),
+            bw_compiler=compiler("backward"),
+            decompositions=decompositions,
+            keep_inference_input_mutations=True,
+        )(gm, example_inputs)
 
 
 def _frame_name() -> str:

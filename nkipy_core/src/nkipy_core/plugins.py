@@ -88,11 +88,6 @@ def unregister(name: str) -> None:
     _extra[:] = [c for c in _extra if c.name != name]
 
 
-def loaded() -> bool:
-    """Whether the plugins are loaded (or in-process ones registered): asking their runtimes is free."""
-    return _loaded is not None or bool(_extra)
-
-
 @functools.cache
 def hardware_present() -> bool:
     """Whether a probe in the ``nkipy.hardware`` entry-point group sees accelerator hardware.

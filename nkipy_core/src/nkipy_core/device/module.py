@@ -35,13 +35,19 @@ def is_available() -> bool:
     A simulator such as the ``cpu`` runtime is not the machine's accelerator unless asked for:
     otherwise ``torch.accelerator.is_available()`` would move every program on a CPU machine onto
     it. Explicit use (``.to("nkipy")``, ``device="nkipy"``) works either way.
+
+    Unless a runtime is named, no runtime is asked when the ``nkipy.hardware`` probes see no
+    hardware (a hardware runtime comes with such a probe): torch's fake tensors ask this once per
+    traced op (``FakeTensorMode.avoid_device_init``), and a runtime's ``available()`` may look
+    for libraries and compilers in subprocesses (``nrt``: ~25 ms a call), which made dynamo's and
+    AOTAutograd's traces of a Llama block seconds slower once nkipy's plugins were loaded.
     """
     from .. import config, plugins
 
     try:
         settings = config.peek()
-        if settings.runtime is None and not plugins.loaded() and not plugins.hardware_present():
-            return False  # no pack reports hardware here: answered without importing any pack
+        if settings.runtime is None and not plugins.hardware_present():
+            return False  # no probe sees hardware: answered without asking (or importing) any pack
         runtime = config.select_runtime(settings)
     except NkipyError:
         return False

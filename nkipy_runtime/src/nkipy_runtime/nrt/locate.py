@@ -7,6 +7,7 @@ compiles, so this module (and the probe) must import in well under a millisecond
 from __future__ import annotations
 
 import ctypes.util
+import functools
 import os
 
 #: where the Neuron SDK's aws-neuronx-runtime-lib package installs libnrt
@@ -21,4 +22,12 @@ def find_library() -> str | None:
     for path in STANDARD_LOCATIONS:
         if os.path.exists(path):
             return path
+    return linker_library()
+
+
+@functools.cache
+def linker_library() -> str | None:
+    """The linker's libnrt, looked up once per process: ``ctypes.util.find_library`` runs
+    ``ldconfig``/``gcc`` in a subprocess (~25 ms), and the ``nrt`` runtime's ``available()``,
+    which every ``select_runtime`` asks first, ends here on machines without the Neuron SDK."""
     return ctypes.util.find_library("nrt")

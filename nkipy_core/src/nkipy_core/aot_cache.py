@@ -1,0 +1,168 @@
+"""Warm starts through torch's AOTAutograd cache: a new process skips AOTAutograd's trace.
+
+Every process that compiles a model runs dynamo, then AOTAutograd (which traces the model again
+into functional forward/backward graphs), then nkipy's ``compile_graph`` on each graph. nkipy's
+kernel cache makes the last step cheap in a warm process (nothing is lowered), but AOTAutograd's
+trace is the larger cost. torch skips it when its AOTAutograd cache holds an entry for the same
+dynamo graph, which it writes only for compilers that are ``SerializableAOTDispatchCompiler``
+returning an ``OutputCode`` it can pickle (as inductor's are, and torch's ``aot_eager``).
+
+``NkipyGraph`` is that ``OutputCode``. What it pickles is the graph AOTAutograd handed to nkipy
+(ATen ops, each node with its fake value and CPU-region annotation), not the compiled result. A
+hit runs ``compile_graph`` on that graph again: the plan and the kernels come from nkipy's kernel
+cache (nothing is planned or lowered), and the callable is built exactly as a cold process
+builds it, with the same fallback warnings, random-op seeding, input-mutation write-backs,
+output placement and kernel calls. A kernel missing from nkipy's cache is simply lowered again,
+so the two caches need not be kept in step.
+
+The entries live in torch's cache directory (``TORCHINDUCTOR_CACHE_DIR``) under keys torch
+computes from the dynamo graph, its inputs and torch's configuration. ``caching`` adds, through
+``torch.compiler.config.cache_key_tag``, everything else nkipy's result depends on: nkipy's and
+the plugins' versions and sources, the decomposition table, the runtime and its target, the
+nkipy configuration, and the CPU-region annotations of the dynamo graph (node metadata that
+torch's key does not see). It also asks torch to bundle the result in the entry
+(``bundled_autograd_cache``; the default entry refers to inductor's FX graph cache) and to
+compile the backward graph together with the forward (``force_non_lazy_backward_lowering``), so
+that an entry is complete, and written, when the compile returns.
+
+What is not safely serialisable bypasses the cache: a graph with symbolic sizes (specialised per
+size set at call time), a graph whose nodes cannot be pickled, and a dynamo graph torch cannot
+key (torch decides). torch's hit, miss, save and bypass counts for nkipy's compiles are mirrored
+into ``cache_stats()`` as ``aot_cache_hits``, ``aot_cache_misses``, ``aot_cache_saved`` and
+``aot_cache_bypasses``; why nkipy bypassed is logged at INFO by ``nkipy.aot_cache``. torch's own
+switches turn the cache off (``TORCHINDUCTOR_AUTOGRAD_CACHE=0``, ``force_disable_caches``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import attrs
+import torch
+import torch.fx
+from torch._dynamo.utils import counters
+from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
+from torch._guards import detect_fake_mode
+from torch._inductor.output_code import OutputCode
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx._graph_pickler import GraphPickler, Options
+
+from . import plugins
+from .cache import STATS, KernelCache, digest
+from .compiler import _runtime_tag, _versions_key
+from .config import Config, select_runtime
+from .registry import _code_digest, op_name, source_digest
+from .runtime.base import CompileOptions
+
+log = logging.getLogger("nkipy.aot_cache")
+
+#: node metadata a graph keeps in the cache: what ``compile_graph`` and the packs' graph passes
+#: read (the fake value, the CPU-region annotation); the rest (stack traces, module stacks)
+#: describes the user's source and often cannot be pickled
+_KEPT_META = frozenset({"val", "custom"})
+
+#: torch's AOTAutograd cache counters and the names nkipy's ``cache_stats`` gives them
+_COUNTERS = {
+    "autograd_cache_hit": "aot_cache_hits",
+    "autograd_cache_miss": "aot_cache_misses",
+    "autograd_cache_saved": "aot_cache_saved",
+    "autograd_cache_bypass": "aot_cache_bypasses",
+}
+
+
+class NkipyGraph(OutputCode):
+    """A compiled forward, backward or inference graph, as torch's AOTAutograd cache stores it.
+
+    Called with AOTAutograd's boxed convention (one list of arguments). In a cache entry it is
+    the pickled ATen graph and the configuration; ``post_compile`` compiles it on a hit."""
+
+    def __init__(self, compiled: Callable[..., Any], config: Config, graph: bytes | None, bypass: str | None):
+        """``graph``: ``dumps`` of the graph ``compiled`` was compiled from; ``bypass``: why the
+        graph stays out of the cache (``None``: it goes in)."""
+        super().__init__()
+        self._boxed_call = True
+        self.compiled: Callable[..., Any] | None = compiled
+        self.config = config
+        self.graph = graph
+        self.bypass = bypass
+
+    def __call__(self, inputs: list[Any]) -> Any:
+        return self.compiled(*inputs)
+
+    def prepare_for_serialization(self) -> None:
+        """Called by torch on a copy of this object before it pickles the cache entry."""
+        if self.bypass is not None:
+            log.info("nkipy: not caching a compiled graph in torch's AOTAutograd cache: %s", self.bypass)
+            raise BypassAOTAutogradCache(f"nkipy: {self.bypass}")
+        self.compiled = None
+
+    def post_compile(self, example_inputs: Sequence[Any], constants: Any, graph_kwargs: Any) -> None:
+        """Called by torch on a cache hit: compile the graph again (from nkipy's kernel cache)."""
+        if self.compiled is not None:
+            return
+        from . import backend  # its compile_graph, the one entry point tests and benchmarks observe
+
+        fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
+        gm = GraphPickler.loads(self.graph, fake_mode)
+        gm.recompile()
+        inputs = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
+        with fake_mode:  # as AOTAutograd runs its compilers: tensors the passes make are fake too
+            self.compiled = backend.compile_graph(gm, inputs, self.config)
+
+    def set_triton_bundle(self, triton_bundle: Any) -> None:
+        """No Triton kernels here (torch's interface asks every ``OutputCode`` for it)."""
+
+
+def dumps(gm: torch.fx.GraphModule) -> tuple[bytes | None, str | None]:
+    """``gm`` pickled for a cache entry, or why it cannot be; call it before ``compile_graph``
+    rewrites the graph."""
+    try:
+        return GraphPickler.dumps(gm, Options(ops_filter=None, node_metadata_key_filter=_KEPT_META.__contains__)), None
+    except Exception as exc:  # noqa: BLE001 - any pickling failure only costs the warm start
+        return None, f"its graph cannot be pickled ({type(exc).__name__}: {exc})"
+
+
+@contextlib.contextmanager
+def caching(gm: torch.fx.GraphModule, config: Config, decompositions: dict[Any, Callable[..., Any]]) -> Iterator[None]:
+    """Compile ``gm`` with AOTAutograd inside this context: keys, bundling, eager backward and
+    counters as the module docstring says."""
+    tag = torch.compiler.config.cache_key_tag
+    key = cache_key(gm, config, decompositions)
+    before = {name: counters["aot_autograd"][name] for name in _COUNTERS}
+    try:
+        with torch._functorch.config.patch(bundled_autograd_cache=True, force_non_lazy_backward_lowering=True), \
+                torch.compiler.config.patch(cache_key_tag=f"{tag}|nkipy:{key}" if tag else f"nkipy:{key}"):
+            yield
+    finally:
+        for name, ours in _COUNTERS.items():
+            count = counters["aot_autograd"][name] - before[name]
+            if count:
+                STATS[ours] += count
+
+
+def cache_key(gm: torch.fx.GraphModule, config: Config, decompositions: dict[Any, Callable[..., Any]]) -> str:
+    """What nkipy adds to torch's AOTAutograd cache key for dynamo graph ``gm`` (see the module
+    docstring): what the compiled graphs depend on beyond the graph's code and inputs."""
+    runtime = select_runtime(config)
+    options = CompileOptions(config.additional_compiler_args, config.rank, config.world_size, config.target)
+    settings = attrs.asdict(config, recurse=False)
+    settings.pop("log_level")
+    settings["nkipy_cache"] = KernelCache(config.nkipy_cache).root
+    added = plugins.get(strict=config.strict).decompositions.added
+    table = sorted(
+        f"{op_name(op)}={_decomposition_fingerprint(fn) if op_name(op) in added else ''}"
+        for op, fn in decompositions.items()
+    )
+    regions = [f"{n.name}:{sorted(n.meta['custom'].items())}" for n in gm.graph.nodes if n.meta.get("custom")]
+    return digest(
+        "aot", _versions_key(), runtime.name, _runtime_tag(runtime, options),
+        repr(sorted(settings.items())), *table, *regions,
+    )
+
+
+def _decomposition_fingerprint(fn: Callable[..., Any]) -> str:
+    module = getattr(fn, "__module__", "") or ""
+    return f"{module}.{getattr(fn, '__qualname__', fn)}#{_code_digest(fn)}:{source_digest(module) if module else '-'}"

@@ -1,0 +1,166 @@
+"""Warm starts: a new process with warm caches skips AOTAutograd's trace (torch's AOTAutograd
+cache) and lowering (nkipy's kernel cache), and computes what the cold process computed."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+
+# Runs one case in a fresh process on the caches under argv[1] and prints what it observed.
+# Only nkipy-core's own plugins plus the test pack are loaded, so the fallbacks are known.
+PROGRAM = textwrap.dedent("""
+    import json, sys, warnings
+    import numpy as np, torch
+    sys.path.insert(0, {here!r})
+    from fixture_packs import arithmetic_rules, pack
+    import nkipy_core
+    from nkipy_core import cache_stats, knp, plugins
+    from nkipy_core.ir import DType
+
+    real = plugins._entry_point_candidates
+    plugins._entry_point_candidates = lambda: [c for c in real() if c.provenance.distribution == "nkipy-core"]
+    rules = arithmetic_rules()
+
+    @rules.register(torch.ops.aten.rand_like.default)
+    def rand_like(ctx, x, **_):
+        top = knp.floor_divide(ctx.random_bits(ctx.out.shape), np.uint32(256))
+        return knp.multiply(knp.astype(top, DType.f32), 2.0 ** -24)
+
+    plugins.register(pack(rules), "arith", "arith-pack", "1.0")
+    plugins.reload()
+    case, cache, options = sys.argv[2], sys.argv[1], json.loads(sys.argv[3])
+
+    def compiled(fn, **kwargs):
+        return torch.compile(fn, backend="nkipy", options={{"nkipy_cache": cache, **options}}, **kwargs)
+
+    def close(a, b):
+        return bool(torch.allclose(a, b, rtol=1e-5, atol=1e-6))
+
+    x = torch.linspace(-1, 1, 12).reshape(3, 4)
+    report = {{}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if case == "inference":
+            fn = lambda a: torch.exp(a) * a + 1
+            report["ok"] = close(compiled(fn)(x), fn(x))
+        elif case == "cpu_region":  # the same dynamo graph as "inference", its ops kept on CPU
+            def fn(a):
+                with nkipy_core.on_cpu():
+                    return torch.exp(a) * a + 1
+            report["ok"] = close(compiled(fn)(x), fn(x))
+        elif case == "dynamic":
+            fn = lambda a: torch.exp(a) * a + 1
+            report["ok"] = close(compiled(fn, dynamic=True)(x), fn(x))
+        elif case == "on_device":
+            fn = lambda a: torch.exp(a) * a + 1
+            out = compiled(fn)(x.to("nkipy"))
+            report["ok"] = out.device.type == "nkipy" and close(out.cpu(), fn(x))
+        elif case == "training":
+            w = torch.linspace(0.5, 1.5, 4, requires_grad=True)
+            fn = lambda a, w: (torch.exp(a * w) * a).mean()
+            loss = compiled(fn)(x, w)
+            loss.backward()
+            grad, w.grad = w.grad, None
+            expected = fn(x, w)
+            expected.backward()
+            report["ok"] = close(loss, expected) and close(grad, w.grad)
+        elif case == "fallback":
+            fn = lambda a: torch.sin(torch.exp(a)) * a
+            report["ok"] = close(compiled(fn)(x), fn(x))
+        elif case == "random":
+            fn = compiled(lambda a: torch.rand_like(a) * 2 + a)
+            torch.manual_seed(0)
+            first, second = fn(x), fn(x)
+            report["ok"] = not torch.equal(first, second) and bool(((first - x >= 0) & (first - x < 2)).all())
+            report["values"] = first.tolist() + second.tolist()
+        elif case == "mutation":
+            def fn(a, b):
+                a.mul_(2)
+                return a + b
+            a, expected_a = x.clone(), x.clone()
+            out = compiled(fn)(a, x)
+            expected = fn(expected_a, x)
+            report["ok"] = close(out, expected) and close(a, expected_a)
+    report["fallbacks"] = sorted({{str(w.message).split(" runs on CPU")[0] for w in caught
+                                  if issubclass(w.category, nkipy_core.FallbackWarning)}})
+    report["nkipy"] = dict(cache_stats)
+    report["torch"] = dict(torch._dynamo.utils.counters["aot_autograd"])
+    print(json.dumps(report))
+""").format(here=str(HERE))
+
+
+def run(case: str, root: Path, **options) -> dict:
+    """``case`` in a new process on the caches under ``root``, with nkipy ``options``."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(root / "torch")}
+    proc = subprocess.run(
+        [sys.executable, "-c", PROGRAM, str(root / "nkipy"), case, json.dumps(options)], env=env,
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def cold_and_warm(case: str, root: Path) -> tuple[dict, dict]:
+    cold = run(case, root)
+    warm = run(case, root)
+    assert cold["ok"] and warm["ok"], (cold, warm)
+    assert cold["torch"].get("autograd_cache_saved") == 1, cold
+    assert cold["nkipy"]["aot_cache_misses"] == 1 and cold["nkipy"]["aot_cache_saved"] == 1
+    assert cold["nkipy"]["lowered_kernels"] >= 1
+    assert warm["torch"].get("autograd_cache_hit") == 1, warm  # AOTAutograd did not trace
+    assert "autograd_cache_miss" not in warm["torch"]
+    assert warm["nkipy"]["aot_cache_hits"] == 1
+    # the kernels came from nkipy's cache: nothing planned or lowered
+    assert "lowered_kernels" not in warm["nkipy"] and "planned_nodes" not in warm["nkipy"], warm
+    assert warm["nkipy"]["hits"] == cold["nkipy"]["misses"]
+    assert warm["fallbacks"] == cold["fallbacks"]
+    return cold, warm
+
+
+@pytest.mark.parametrize("case", ["inference", "on_device", "mutation"])
+def test_warm_process_hits_both_caches_and_matches_eager(case, tmp_path):
+    cold, warm = cold_and_warm(case, tmp_path)
+    assert cold["fallbacks"] == []
+
+
+def test_training_restores_forward_and_backward(tmp_path):
+    cold, warm = cold_and_warm("training", tmp_path)
+    # one entry holds both graphs; the backward was compiled with the forward, so it was saved
+    assert warm["nkipy"]["hits"] >= 2
+
+
+def test_fallback_ops_still_warn_on_a_hit(tmp_path):
+    cold, warm = cold_and_warm("fallback", tmp_path)
+    assert warm["fallbacks"] == ["nkipy: aten::sin.default"]
+    assert warm["nkipy"]["fallback_ops"] == 1
+
+
+def test_random_ops_draw_the_same_numbers_after_a_hit(tmp_path):
+    cold, warm = cold_and_warm("random", tmp_path)
+    assert cold["fallbacks"] == []  # rand_like ran in the kernel, keyed from torch's generator
+    assert warm["values"] == cold["values"]
+    assert warm["nkipy"]["random_keys"] == cold["nkipy"]["random_keys"] == 2
+
+
+def test_graphs_with_symbolic_sizes_bypass_the_cache_and_count_it(tmp_path):
+    for run_ in (run("dynamic", tmp_path), run("dynamic", tmp_path)):
+        assert run_["ok"]
+        assert run_["nkipy"]["aot_cache_bypasses"] == 1 and "aot_cache_saved" not in run_["nkipy"], run_
+        assert run_["nkipy"]["specializations"] == 1
+    assert "lowered_kernels" not in run_["nkipy"]  # the second process still found its kernels
+
+
+def test_what_changes_the_compiled_graphs_changes_the_key(tmp_path):
+    assert run("inference", tmp_path)["nkipy"]["aot_cache_saved"] == 1
+    # the same dynamo graph (torch's part of the key) but its ops in a CPU region: no kernels
+    region = run("cpu_region", tmp_path)
+    assert region["ok"] and region["nkipy"]["aot_cache_misses"] == 1 and "misses" not in region["nkipy"], region
+    other_option = run("inference", tmp_path, fallback_random=True)
+    assert other_option["ok"] and other_option["nkipy"]["aot_cache_misses"] == 1
+    assert run("inference", tmp_path)["nkipy"]["aot_cache_hits"] == 1
