@@ -37,7 +37,9 @@ def small_llama(*, seed: int = 0, vocab: int = 256, hidden: int = 64, layers: in
 
 
 def load_model(checkpoint: str | None, *, seed: int = 0) -> LlamaForCausalLM:
-    """The checkpoint in the local directory ``checkpoint`` (never downloaded), or ``small_llama``."""
+    """The checkpoint in the local directory ``checkpoint`` (never downloaded), in float32 so that
+    greedy tokens compare exactly with eager's (half-float logits can tie differently), or
+    ``small_llama``."""
     if checkpoint is None:
         return small_llama(seed=seed).eval()
     return LlamaForCausalLM.from_pretrained(checkpoint, local_files_only=True, dtype=torch.float32).eval()
