@@ -10,11 +10,13 @@ preallocated and written in place at ``cache_position``), so the first decode st
 kernel set and every later step reuses it: the script checks that later steps compile no graph
 and look up no kernel, and that the tokens equal eager's greedy tokens (exit status 1 if not).
 It prints the tokens, the kernels, the ops left on CPU and tokens/s for eager and nkipy.
+``--device nkipy`` keeps the compiled model's weights, cache and tokens on the ``nkipy`` device.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import tempfile
 import time
 from collections.abc import Callable
@@ -107,19 +109,23 @@ def tokens_per_second(run: Callable[[], torch.Tensor], repeat: int = 3) -> float
     return tokens.numel() / best
 
 
-def compare(model: LlamaForCausalLM, prompt: torch.Tensor, new_tokens: int, **options) -> dict:
-    """Eager and nkipy greedy tokens for ``prompt``, and what compiling cost: kernels, ops on
-    CPU, graphs and kernel look-ups after the first decode step, tokens/s of both."""
+def compare(model: LlamaForCausalLM, prompt: torch.Tensor, new_tokens: int, *, device: str = "cpu",
+            **options) -> dict:
+    """Eager (on CPU) and nkipy greedy tokens for ``prompt``, and what compiling cost: kernels, ops
+    on CPU, graphs and kernel look-ups after the first decode step, tokens/s of both. With
+    ``device="nkipy"`` the compiled model's weights, cache and tokens live on the ``nkipy`` device."""
     expected = greedy(model.forward, model, prompt, new_tokens)
-    forward = Watched(torch.compile(model.forward, backend="nkipy", dynamic=False, options=options))
+    compiled = model if device == "cpu" else copy.deepcopy(model).to(device)
+    on_device = prompt.to(device)
+    forward = Watched(torch.compile(compiled.forward, backend="nkipy", dynamic=False, options=options))
     fallbacks = cache_stats["fallback_ops"]
-    tokens = greedy(forward, model, prompt, new_tokens)
+    tokens = greedy(forward, compiled, on_device, new_tokens).cpu()
     return {
         "tokens": tokens, "expected": expected, "match": torch.equal(tokens, expected),
         "kernels": forward.kernels, "fallback_ops": cache_stats["fallback_ops"] - fallbacks,
         "after_first_decode": forward.after_first_decode,
         "eager_tokens_per_s": tokens_per_second(lambda: greedy(model.forward, model, prompt, new_tokens)),
-        "nkipy_tokens_per_s": tokens_per_second(lambda: greedy(forward.forward, model, prompt, new_tokens)),
+        "nkipy_tokens_per_s": tokens_per_second(lambda: greedy(forward.forward, compiled, on_device, new_tokens)),
     }
 
 
@@ -130,13 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runtime", default=None, help="nkipy runtime (default: NKIPY_RUNTIME or the best available)")
+    parser.add_argument("--device", choices=("cpu", "nkipy"), default="cpu",
+                        help="where the compiled model's weights and cache live (eager runs on CPU)")
     args = parser.parse_args(argv)
 
     init_nkipy_backend(runtime=args.runtime, nkipy_cache=tempfile.mkdtemp(prefix="nkipy-llama-"))
     model = load_model(args.checkpoint, seed=args.seed)
     prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt_length),
                            generator=torch.Generator().manual_seed(args.seed))
-    result = compare(model, prompt, args.new_tokens)
+    result = compare(model, prompt, args.new_tokens, device=args.device)
     print(f"prompt:        {prompt[0].tolist()}")
     print(f"eager tokens:  {result['expected'][0].tolist()}")
     print(f"nkipy tokens:  {result['tokens'][0].tolist()}")
