@@ -30,12 +30,14 @@ from nkipy_core import cache_stats, init_nkipy_backend
 
 def small_llama(*, seed: int = 0, vocab: int = 256, hidden: int = 64, layers: int = 2, heads: int = 4,
                 kv_heads: int = 2, intermediate: int = 128, max_positions: int = 128, **config) -> LlamaForCausalLM:
-    """A randomly initialised Llama (grouped-query attention, untied embeddings) from ``seed``."""
-    torch.manual_seed(seed)
+    """A randomly initialised Llama (grouped-query attention, untied embeddings) from ``seed``;
+    torch's global generator is left as it was."""
     llama = LlamaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                         num_key_value_heads=kv_heads, intermediate_size=intermediate,
                         max_position_embeddings=max_positions, **config)
-    return LlamaForCausalLM(llama)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(llama)
 
 
 def load_model(checkpoint: str | None, *, seed: int = 0) -> LlamaForCausalLM:
