@@ -10,11 +10,13 @@ preallocated and written in place at ``cache_position``), so the first decode st
 kernel set and every later step reuses it: the script checks that later steps compile no graph
 and look up no kernel, and that the tokens equal eager's greedy tokens (exit status 1 if not).
 It prints the tokens, the kernels, the ops left on CPU and tokens/s for eager and nkipy.
+``--device nkipy`` keeps the compiled model's weights, cache and tokens on the ``nkipy`` device.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,16 +30,20 @@ from nkipy_core import cache_stats, init_nkipy_backend
 
 def small_llama(*, seed: int = 0, vocab: int = 256, hidden: int = 64, layers: int = 2, heads: int = 4,
                 kv_heads: int = 2, intermediate: int = 128, max_positions: int = 128, **config) -> LlamaForCausalLM:
-    """A randomly initialised Llama (grouped-query attention, untied embeddings) from ``seed``."""
-    torch.manual_seed(seed)
+    """A randomly initialised Llama (grouped-query attention, untied embeddings) from ``seed``;
+    torch's global generator is left as it was."""
     llama = LlamaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                         num_key_value_heads=kv_heads, intermediate_size=intermediate,
                         max_position_embeddings=max_positions, **config)
-    return LlamaForCausalLM(llama)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(llama)
 
 
 def load_model(checkpoint: str | None, *, seed: int = 0) -> LlamaForCausalLM:
-    """The checkpoint in the local directory ``checkpoint`` (never downloaded), or ``small_llama``."""
+    """The checkpoint in the local directory ``checkpoint`` (never downloaded), in float32 so that
+    greedy tokens compare exactly with eager's (half-float logits can tie differently), or
+    ``small_llama``."""
     if checkpoint is None:
         return small_llama(seed=seed).eval()
     return LlamaForCausalLM.from_pretrained(checkpoint, local_files_only=True, dtype=torch.float32).eval()
@@ -105,19 +111,23 @@ def tokens_per_second(run: Callable[[], torch.Tensor], repeat: int = 3) -> float
     return tokens.numel() / best
 
 
-def compare(model: LlamaForCausalLM, prompt: torch.Tensor, new_tokens: int, **options) -> dict:
-    """Eager and nkipy greedy tokens for ``prompt``, and what compiling cost: kernels, ops on
-    CPU, graphs and kernel look-ups after the first decode step, tokens/s of both."""
+def compare(model: LlamaForCausalLM, prompt: torch.Tensor, new_tokens: int, *, device: str = "cpu",
+            **options) -> dict:
+    """Eager (on CPU) and nkipy greedy tokens for ``prompt``, and what compiling cost: kernels, ops
+    on CPU, graphs and kernel look-ups after the first decode step, tokens/s of both. With
+    ``device="nkipy"`` the compiled model's weights, cache and tokens live on the ``nkipy`` device."""
     expected = greedy(model.forward, model, prompt, new_tokens)
-    forward = Watched(torch.compile(model.forward, backend="nkipy", dynamic=False, options=options))
+    compiled = model if device == "cpu" else copy.deepcopy(model).to(device)
+    on_device = prompt.to(device)
+    forward = Watched(torch.compile(compiled.forward, backend="nkipy", dynamic=False, options=options))
     fallbacks = cache_stats["fallback_ops"]
-    tokens = greedy(forward, model, prompt, new_tokens)
+    tokens = greedy(forward, compiled, on_device, new_tokens).cpu()
     return {
         "tokens": tokens, "expected": expected, "match": torch.equal(tokens, expected),
         "kernels": forward.kernels, "fallback_ops": cache_stats["fallback_ops"] - fallbacks,
         "after_first_decode": forward.after_first_decode,
         "eager_tokens_per_s": tokens_per_second(lambda: greedy(model.forward, model, prompt, new_tokens)),
-        "nkipy_tokens_per_s": tokens_per_second(lambda: greedy(forward.forward, model, prompt, new_tokens)),
+        "nkipy_tokens_per_s": tokens_per_second(lambda: greedy(forward.forward, compiled, on_device, new_tokens)),
     }
 
 
@@ -128,13 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runtime", default=None, help="nkipy runtime (default: NKIPY_RUNTIME or the best available)")
+    parser.add_argument("--device", choices=("cpu", "nkipy"), default="cpu",
+                        help="where the compiled model's weights and cache live (eager runs on CPU)")
     args = parser.parse_args(argv)
 
     init_nkipy_backend(runtime=args.runtime, nkipy_cache=tempfile.mkdtemp(prefix="nkipy-llama-"))
     model = load_model(args.checkpoint, seed=args.seed)
     prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt_length),
                            generator=torch.Generator().manual_seed(args.seed))
-    result = compare(model, prompt, args.new_tokens)
+    result = compare(model, prompt, args.new_tokens, device=args.device)
     print(f"prompt:        {prompt[0].tolist()}")
     print(f"eager tokens:  {result['expected'][0].tolist()}")
     print(f"nkipy tokens:  {result['tokens'][0].tolist()}")

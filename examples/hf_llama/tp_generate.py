@@ -42,10 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", help="a local Hugging Face Llama checkpoint directory (no download)")
     parser.add_argument("--prompt-length", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=8)
+    parser.add_argument("--runtime", default="cpu", help="nkipy runtime (xla: the collectives run between kernels)")
     args = parser.parse_args(argv)
 
     dist.init_process_group("nkipy")
-    init_nkipy_backend(runtime="cpu", nkipy_cache=tempfile.mkdtemp(prefix="nkipy-llama-tp-"))
+    init_nkipy_backend(runtime=args.runtime, nkipy_cache=tempfile.mkdtemp(prefix="nkipy-llama-tp-"))
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("nkipy", (world,))
 

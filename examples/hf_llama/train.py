@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
 
     init_nkipy_backend(runtime=args.runtime, nkipy_cache=tempfile.mkdtemp(prefix="nkipy-llama-"))
     model = small_llama(attention_dropout=args.dropout)
-    batch = torch.randint(0, model.config.vocab_size, (args.batch, args.seq), generator=torch.Generator().manual_seed(1))
+    generator = torch.Generator().manual_seed(1)
+    batch = torch.randint(0, model.config.vocab_size, (args.batch, args.seq), generator=generator)
     result = compare(model, batch, args.steps, fallback_random=args.fallback_random)
     tolerance = EXACT_TOLERANCE if args.fallback_random else DROPOUT_TOLERANCE
     print(f"eager losses: {[round(v, 5) for v in result['expected']]}")
