@@ -26,11 +26,12 @@ compile the backward graph together with the forward (``force_non_lazy_backward_
 that an entry is complete, and written, when the compile returns.
 
 What is not safely serialisable bypasses the cache: a graph with symbolic sizes (specialised per
-size set at call time), a graph whose nodes cannot be pickled, and a dynamo graph torch cannot
-key (torch decides). torch's hit, miss, save and bypass counts for nkipy's compiles are mirrored
-into ``cache_stats()`` as ``aot_cache_hits``, ``aot_cache_misses``, ``aot_cache_saved`` and
-``aot_cache_bypasses``; why nkipy bypassed is logged at INFO by ``nkipy.aot_cache``. torch's own
-switches turn the cache off (``TORCHINDUCTOR_AUTOGRAD_CACHE=0``, ``force_disable_caches``).
+size set at call time, or sized by tensor values), a graph whose nodes cannot be pickled, and a
+dynamo graph torch cannot key (torch decides). torch's hit, miss, save and bypass counts for
+nkipy's compiles are mirrored into ``cache_stats()`` as ``aot_cache_hits``, ``aot_cache_misses``,
+``aot_cache_saved`` and ``aot_cache_bypasses``; why nkipy bypassed is logged at INFO by
+``nkipy.aot_cache``. torch's own switches turn the cache off for every backend
+(``TORCHINDUCTOR_AUTOGRAD_CACHE=0``, ``torch.compiler.config.force_disable_caches``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from torch._guards import detect_fake_mode
 from torch._inductor.output_code import OutputCode
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx._graph_pickler import GraphPickler, Options
+from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from . import plugins
 from .cache import STATS, KernelCache, digest
@@ -118,7 +120,10 @@ class NkipyGraph(OutputCode):
 
 def dumps(gm: torch.fx.GraphModule) -> tuple[bytes | None, str | None]:
     """``gm`` pickled for a cache entry, or why it cannot be; call it before ``compile_graph``
-    rewrites the graph."""
+    rewrites the graph. Graphs with symbolic sizes stay out: they are specialised per size set
+    of the calls (``nkipy_core.specialize``), or hold sizes that depend on tensor values."""
+    if any(free_symbols(n.meta.get("val")) for n in gm.graph.nodes):
+        return None, "its sizes are symbolic"
     try:
         return GraphPickler.dumps(gm, Options(ops_filter=None, node_metadata_key_filter=_KEPT_META.__contains__)), None
     except Exception as exc:  # noqa: BLE001 - any pickling failure only costs the warm start

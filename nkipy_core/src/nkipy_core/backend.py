@@ -32,11 +32,10 @@ def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
 
     def compiler(kind: str) -> SerializableAOTDispatchCompiler:
         def compile_one(graph: torch.fx.GraphModule, inputs: Sequence[Any]) -> NkipyGraph:
+            saved, bypass = aot_cache.dumps(graph)  # before compile_graph rewrites it
             if specializable(graph):
                 name = f"the {kind} graph of {_frame_name()}"
-                specialized = SpecializedGraph(graph, inputs, config, name, compile_graph)
-                return NkipyGraph(specialized, config, None, f"{name} has symbolic sizes")
-            saved, bypass = aot_cache.dumps(graph)  # before compile_graph rewrites it
+                return NkipyGraph(SpecializedGraph(graph, inputs, config, name, compile_graph), config, None, bypass)
             return NkipyGraph(compile_graph(graph, inputs, config), config, saved, bypass)
 
         return SerializableAOTDispatchCompiler(NkipyGraph, compile_one)
