@@ -2,6 +2,8 @@
 values computed once at load time, and broadcasts left to NumPy. Each result is checked against
 NumPy on the same inputs, and the source is read for what it must (not) compute per call."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -68,6 +70,17 @@ def test_values_of_constants_alone_are_computed_once_at_load_time():
     fn = codegen.load(source)
     for _ in range(2):  # the shared values are not consumed by a call
         np.testing.assert_array_equal(fn(x)[0], expected)
+
+
+def test_loading_a_kernel_computes_its_shared_values_without_floating_point_warnings():
+    # log(0) at load time: a call would run it under np.errstate(all="ignore"), and so does loading
+    kernel = trace(lambda x: x + knp.log(knp.arange(3, DType.f32)), TensorType((3,), F32))
+    source = codegen.generate(kernel)
+    assert "np.log" in shared(source)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fn = codegen.load(source)
+    np.testing.assert_array_equal(fn(np.ones(3, np.float32))[0], [-np.inf, 1, 1 + np.log(np.float32(2))])
 
 
 def test_a_value_too_large_to_hold_is_computed_per_call(monkeypatch):

@@ -177,7 +177,8 @@ def load(source: str, filename: str = "<nkipy kernel>", communicator: Callable[.
     ``communicator`` (see ``numpy_support._collective``), which is set after the module's own
     ``_COMMUNICATOR = None`` so that the source stays runnable on its own."""
     namespace: dict[str, Any] = {"__name__": "nkipy_kernel"}
-    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+    with np.errstate(all="ignore"):  # the values computed at load time, as a call's are (cpu runtime)
+        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
     namespace["_COMMUNICATOR"] = communicator
     return namespace["kernel"]
 
