@@ -21,6 +21,14 @@ def _blob(data, dtype, shape):
     return np.frombuffer(base64.b64decode(data), dtype=dtype).reshape(shape)
 
 
+def _readonly(x):
+    """A value the kernel computes when it is loaded: every call shares it, so none may write it
+    (a caller handed it as a result copies it first, as it does any read-only result)."""
+    x = np.asarray(x)
+    x.flags.writeable = False
+    return x
+
+
 def _scatter_add(x, index, updates):
     """``x`` with ``updates`` added at ``index``; repeated indices accumulate."""
     out = np.array(x, copy=True)
@@ -105,4 +113,4 @@ def _custom_call(host, config, shape, dtype, *operands):
     return result
 
 
-HELPERS = (_blob, _scatter_add, _scatter_reduce, _philox4x32, _random_bits, _collective, _custom_call)
+HELPERS = (_readonly, _blob, _scatter_add, _scatter_reduce, _philox4x32, _random_bits, _collective, _custom_call)

@@ -1,4 +1,4 @@
-"""Simplification passes over kernels: constant folding, CSE and DCE.
+"""Simplification passes over kernels: constant folding, view composition, CSE and DCE.
 
 Each pass is a pure function ``Kernel -> Kernel``; ``simplify`` runs them to a fixed point. Rules
 are written naively (every scalar becomes a constant, every op is emitted), so these passes are
@@ -68,9 +68,39 @@ def constant_folding(kernel: Kernel) -> Kernel:
     return Kernel(kernel.name, kernel.params, ops, kernel.outputs)
 
 
+def compose_views(kernel: Kernel) -> Kernel:
+    """A reshape of a reshape reads the first one's operand, and so does a transpose of a
+    transpose (permutations composed); a composition that is the identity is its operand.
+
+    Rules chain views (``x.view(...).view(...)``, a permute undone by another) and each link is a
+    call on the cpu runtime; DCE then drops the links nothing else reads."""
+    defs: dict[int, Op] = {}
+    renamed: dict[int, Value] = {}
+    ops: list[Op] = []
+    for op in kernel.ops:
+        op = Op(op.prim, tuple(renamed.get(v.id, v) for v in op.operands), op.attributes, op.result, op.origin)
+        inner = defs.get(op.operands[0].id) if op.prim in ("reshape", "transpose") else None
+        if inner is not None and inner.prim == op.prim:
+            source = inner.operands[0]
+            if op.prim == "reshape":
+                attributes = {"shape": op.params["shape"]}
+                identity = source.type.shape == op.result.type.shape
+            else:
+                perm = tuple(inner.params["perm"][p] for p in op.params["perm"])
+                attributes = {"perm": perm}
+                identity = perm == tuple(range(len(perm)))
+            if identity:
+                renamed[op.result.id] = source
+                continue
+            op = Op(op.prim, (source,), attributes, op.result, op.origin)
+        defs[op.result.id] = op
+        ops.append(op)
+    return _rename(kernel, ops, renamed)
+
+
 def simplify(kernel: Kernel) -> Kernel:
     while True:
-        new = dead_code_elimination(common_subexpression_elimination(constant_folding(kernel)))
+        new = dead_code_elimination(common_subexpression_elimination(compose_views(constant_folding(kernel))))
         if new == kernel:
             return new
         kernel = new

@@ -35,14 +35,18 @@ class Primitive:
     #: constant folding may evaluate it at compile time (not collectives nor custom calls, whose
     #: value is computed elsewhere: by the other ranks, or by a kernel the runtime brings)
     folds: bool = True
+    #: elementwise over operands of one shape, so NumPy's implicit broadcasting of smaller operands
+    #: gives the same values: generated code passes a ``broadcast``'s operand instead of its result
+    broadcasting: bool = False
 
 
 PRIMITIVES: dict[str, Primitive] = {}
 
 
 def _define(name: str, arity: int | None, infer: Infer, emit: Emit, doc: str, half: bool = False,
-            collective: bool = False, folds: bool = True):
-    PRIMITIVES[name] = Primitive(name, arity, infer, emit, doc, half, collective, folds and not collective)
+            collective: bool = False, folds: bool = True, broadcasting: bool = False):
+    PRIMITIVES[name] = Primitive(name, arity, infer, emit, doc, half, collective, folds and not collective,
+                                 broadcasting)
 
 
 def _check(cond: bool, message: str) -> None:
@@ -165,6 +169,7 @@ for _name, _fmt in {**_BINARY_ARITH, **_BINARY_LOGICAL}.items():
         (lambda fmt: lambda a, b: fmt.format(a, b))(_fmt),
         f"elementwise `{_fmt.format('a', 'b')}`; operands of one type and shape",
         half=_name in _BINARY_ARITH,
+        broadcasting=True,
     )
 for _name, _sym in _COMPARE.items():
     _define(
@@ -173,6 +178,7 @@ for _name, _sym in _COMPARE.items():
         _infer_binary(_name),
         (lambda sym: lambda a, b: f"{a} {sym} {b}")(_sym),
         f"elementwise `a {_sym} b` giving pred",
+        broadcasting=True,
     )
 
 
@@ -184,7 +190,7 @@ def _infer_select(pred: TensorType, a: TensorType, b: TensorType) -> TensorType:
 
 
 _define("select", 3, _infer_select, lambda p, a, b: f"np.where({p}, {a}, {b})",
-        "`np.where(pred, a, b)`; all three of one shape")
+        "`np.where(pred, a, b)`; all three of one shape", broadcasting=True)
 
 
 def _infer_convert(x: TensorType, *, dtype: DType) -> TensorType:
@@ -217,7 +223,7 @@ def _infer_reshape(x: TensorType, *, shape: tuple[int, ...]) -> TensorType:
     return new
 
 
-_define("reshape", 1, _infer_reshape, lambda x, shape: f"np.reshape({x}, {tuple(shape)})",
+_define("reshape", 1, _infer_reshape, lambda x, shape: f"{x}.reshape({tuple(shape)})",
         "row-major reshape; element count preserved")
 
 
@@ -226,7 +232,7 @@ def _infer_transpose(x: TensorType, *, perm: tuple[int, ...]) -> TensorType:
     return TensorType(tuple(x.shape[p] for p in perm), x.dtype)
 
 
-_define("transpose", 1, _infer_transpose, lambda x, perm: f"np.transpose({x}, {tuple(perm)})",
+_define("transpose", 1, _infer_transpose, lambda x, perm: f"{x}.transpose({tuple(perm)})",
         "permute dimensions: result dim i is operand dim perm[i]")
 
 
@@ -346,8 +352,8 @@ def _infer_dot(a: TensorType, b: TensorType) -> TensorType:
 _define("dot", 2, _infer_dot, lambda a, b: f"np.matmul({a}, {b})",
         "batched matrix product `a @ b` over equal leading batch dims", half=True)
 
-_REDUCE_KINDS = {"sum": "np.sum", "prod": "np.prod", "max": "np.max", "min": "np.min",
-                 "any": "np.any", "all": "np.all"}
+#: reduce kinds, each the ndarray method computing it (a method skips ``np.sum``'s dispatch)
+_REDUCE_KINDS = ("sum", "prod", "max", "min", "any", "all")
 
 
 def _infer_reduce(x: TensorType, *, kind: str, axes: tuple, keepdims: bool) -> TensorType:
@@ -362,7 +368,7 @@ def _infer_reduce(x: TensorType, *, kind: str, axes: tuple, keepdims: bool) -> T
 
 def _emit_reduce(x: str, *, kind: str, axes: tuple, keepdims: bool) -> str:
     extra = ", dtype={0}.dtype".format(x) if kind in ("sum", "prod") else ""
-    return f"{_REDUCE_KINDS[kind]}({x}, axis={tuple(axes)}, keepdims={keepdims}{extra})"
+    return f"{x}.{kind}(axis={tuple(axes)}, keepdims={keepdims}{extra})"
 
 
 _define("reduce", 1, _infer_reduce, _emit_reduce,
