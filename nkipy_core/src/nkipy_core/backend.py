@@ -17,7 +17,7 @@ from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
 from . import plugins
-from .compiler import compile_graph
+from .compiler import compile_graph, entry
 from .config import current
 from .specialize import SpecializedGraph, specializable
 
@@ -33,8 +33,8 @@ def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
             # boxed: AOTAutograd passes a list it may free early, which keeps peak memory down
             if specializable(graph):
                 name = f"the {kind} graph of {_frame_name()}"
-                return make_boxed_func(SpecializedGraph(graph, inputs, config, name, compile_graph))
-            return make_boxed_func(compile_graph(graph, inputs, config))
+                return make_boxed_func(SpecializedGraph(graph, inputs, config, name, _compile_callable))
+            return make_boxed_func(_compile_callable(graph, inputs, config))
 
         return compile_one
 
@@ -44,6 +44,11 @@ def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
         decompositions=decompositions,
         keep_inference_input_mutations=True,
     )(gm, example_inputs)
+
+
+def _compile_callable(gm: torch.fx.GraphModule, inputs: Sequence[Any], config) -> Any:
+    """``compile_graph``, as what runs the graph it returns (``entry``: no ``nn.Module.__call__``)."""
+    return entry(compile_graph(gm, inputs, config))
 
 
 def _frame_name() -> str:

@@ -56,6 +56,8 @@ class _Kernels:
         self.rules = loaded.lowerings
         self.decompositions = loaded.decompositions.table(loaded.lowerings.ops())
         self.decomposing: set[torch._ops.OpOverload] = set()
+        #: ``_fast_key`` -> what a call of all tensors runs: a kernel call, or ``_InPlace``
+        self.fast: dict[tuple, Any] = {}
 
 
 class _Decomposition:
@@ -119,8 +121,35 @@ def _numbers_as_tensors(op: torch._ops.OpOverload, args: tuple) -> tuple:
     )
 
 
+def _fast_key(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple | None:
+    """A cheap key of a call whose arguments are all tensors (``torch.add(a, b)``, and
+    ``a.add_(b)``, which reaches the device as ``add.out(a, b, out=a)``): the op, and each
+    tensor's name, shape, dtype and whether it is on CPU; ``None`` for any other call. The
+    full path keys a call by the same things (``_signature``)."""
+    key: list[Any] = [op]
+    for a in args:
+        if not isinstance(a, torch.Tensor):
+            return None
+        key += (a.shape, a.dtype, a.is_cpu)
+    for name, a in kwargs.items():
+        if not isinstance(a, torch.Tensor):
+            return None
+        key += (name, a.shape, a.dtype, a.is_cpu)
+    return tuple(key)
+
+
 def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
-    """Run one ATen op on ``nkipy`` tensors (what the device's boxed fallback calls)."""
+    """Run one ATen op on ``nkipy`` tensors (what the device's boxed fallback calls).
+
+    A call whose arguments are all tensors, made before with the same shapes and dtypes, goes
+    straight to what it ran then (``_Kernels.fast``); the first call of each such signature
+    takes the full path, which decides what may go there."""
+    state = _state()
+    fast_key = _fast_key(op, args, kwargs)
+    if fast_key is not None:
+        fast = state.fast.get(fast_key)
+        if fast is not None:
+            return fast(args, kwargs)
     args = _numbers_as_tensors(op, args)
     if _updates_running_stats(op, args):
         return _batch_norm_training(*args)
@@ -131,12 +160,13 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     floats: list[float] = []
     key = (op, _signature(args, tensors, floats), _signature(tuple(kwargs.items()), tensors, floats))
     _check_devices(op, tensors)
-    state = _state()
     entry = state.entries.get(key)
     if entry is None:
         if op._schema.is_mutable:
-            return _mutating(op, args, kwargs, state)
+            return _mutating(op, args, kwargs, state, fast_key)
         entry = state.entries[key] = _build(op, args, kwargs, state, floats)
+    if fast_key is not None and not kwargs and isinstance(entry, compiler.KernelCall):
+        state.fast[fast_key] = _Call(entry)  # the arguments are exactly the kernel's tensors
     if isinstance(entry, _Lifted):
         return entry(tensors, floats)
     layout = kwargs.get("memory_format")
@@ -383,7 +413,53 @@ def _same_arguments(candidate: list, wanted: list) -> bool:
     return head == [(x.name, x.type) for x in wanted] and all(n in _FACTORY for n in extra)
 
 
-def _mutating(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> Any:
+class _Call:
+    """A kernel whose inputs are exactly the call's arguments, as a ``_Kernels.fast`` entry."""
+
+    def __init__(self, call: compiler.KernelCall):
+        self.call = call
+
+    def __call__(self, args: tuple, kwargs: dict) -> torch.Tensor:
+        return self.call(*args)
+
+
+class _InPlace:
+    """An in-place or ``out=`` op (``a.add_(b)``) whose functional kernel gives a result of its
+    target's shape and dtype, as a ``_Kernels.fast`` entry: the kernel writes into the target
+    (``KernelCall.run_into``) instead of into a new tensor that is then copied."""
+
+    def __init__(self, call: compiler.KernelCall, out: str | None):
+        self.call = call
+        self.out = out  # the keyword of an out= op's target; None: the target is ``self``
+
+    def __call__(self, args: tuple, kwargs: dict) -> torch.Tensor:
+        target = args[0] if self.out is None else kwargs[self.out]
+        self.call.run_into((target,), *args)
+        return target
+
+
+def _in_place(
+    functional: torch._ops.OpOverload, args: tuple, kwargs: dict, target: torch.Tensor, out: str | None,
+    state: _Kernels,
+) -> _InPlace | None:
+    """``_InPlace`` for a mutating op that wrote ``target`` with ``functional(*args, **kwargs)``
+    (``args`` all tensors, ``kwargs`` none), if ``run`` ran that as one kernel of exactly ``args``
+    whose single output is on the device with ``target``'s shape and dtype."""
+    tensors: list[torch.Tensor] = []
+    floats: list[float] = []
+    key = (functional, _signature(args, tensors, floats), _signature(tuple(kwargs.items()), tensors, floats))
+    call = state.entries.get(key)
+    if not isinstance(call, compiler.KernelCall) or len(tensors) != len(args) or floats:
+        return None
+    if not call.single or not call.on_device[0]:
+        return None
+    (result,) = call.executable.signature.outputs
+    if tuple(target.shape) != result.shape or target.dtype != result.dtype.torch:
+        return None
+    return _InPlace(call, out)
+
+
+def _mutating(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels, fast_key: tuple | None) -> Any:
     if op is torch.ops.aten._index_put_impl_.default:
         # what `x[i] = v` reaches: index_put_ plus an `unsafe` flag that only skips checks
         args, kwargs = args[:4], {k: v for k, v in kwargs.items() if k != "unsafe"}
@@ -409,10 +485,21 @@ def _mutating(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kern
         results = results if isinstance(results, (tuple, list)) else (results,)
         for out, result in zip(outs.values(), results):
             _store(op, out, result, resize=True)
-        return tuple(outs.values()) if len(outs) > 1 else next(iter(outs.values()))
+        if fast_key is not None and len(outs) == 1:  # every argument a tensor
+            _remember_in_place(fast_key, functional, args, rest, first, next(iter(outs)), state)
+        return tuple(outs.values()) if len(outs) > 1 else first
     self = args[0]
     _store(op, self, run(functional, args, kwargs), resize=False)
+    if fast_key is not None:
+        _remember_in_place(fast_key, functional, args, kwargs, self, None, state)
     return self
+
+
+def _remember_in_place(fast_key: tuple, functional, args: tuple, kwargs: dict, target, out: str | None, state) -> None:
+    """Let later calls like this one write into their target directly (``_InPlace``)."""
+    in_place = _in_place(functional, args, kwargs, target, out, state)
+    if in_place is not None:
+        state.fast[fast_key] = in_place
 
 
 def _store(op, dst: torch.Tensor, result: torch.Tensor, resize: bool) -> None:

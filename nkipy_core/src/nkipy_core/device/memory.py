@@ -119,12 +119,14 @@ def device_count() -> int:
     return getattr(runtime(), "device_count", 1)
 
 
+#: the dispatcher's handle of ``set_``: redispatching through it skips ``OpOverload.redispatch``
+_SET = torch.ops.aten.set_.source_Storage_storage_offset._handle
+
+
 def set_layout(t: torch.Tensor, storage: torch.UntypedStorage, shape: Sequence[int], strides: Sequence[int], offset: int = 0) -> None:
     """Point ``t`` at ``storage`` with this layout; torch's CPU ``set_`` kernel only writes
     metadata (and checks the layout fits the storage)."""
-    torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-        _CPU, t, storage, offset, list(shape), list(strides)
-    )
+    _SET.redispatch_boxed(_CPU, t, storage, offset, list(shape), list(strides))
 
 
 def _span(shape: Sequence[int], strides: Sequence[int], offset: int, itemsize: int) -> int:
