@@ -20,6 +20,7 @@ from ..runtime.base import DeviceArray, contiguous_strides
 from . import NAME
 
 _ATTR = "_nkipy_allocation"
+_DEVICE = torch.device(NAME, 0)
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
 _runtime = None
@@ -82,7 +83,7 @@ def _storage(buffer, nbytes: int) -> torch.UntypedStorage:
     of this device reads storage memory, and torch's own CPU kernels are only used for views."""
     global _next_address
     address, _next_address = _next_address, _next_address + ((nbytes + 127) // 64) * 64
-    storage = torch._C._construct_storage_from_data_pointer(address, torch.device(NAME, 0), nbytes)
+    storage = torch._C._construct_storage_from_data_pointer(address, _DEVICE, nbytes)
     setattr(storage, _ATTR, _Allocation(storage, buffer, address))
     return storage
 

@@ -59,7 +59,7 @@ class DType(enum.Enum):
 
     @property
     def numpy(self) -> np.dtype:
-        return _TO_NUMPY[self]
+        return self._numpy
 
     @property
     def numpy_name(self) -> str:
@@ -68,7 +68,7 @@ class DType(enum.Enum):
 
     @property
     def torch(self) -> torch.dtype:
-        return _TO_TORCH[self]
+        return self._torch
 
     @classmethod
     def from_torch(cls, dtype: torch.dtype) -> DType:
@@ -125,6 +125,9 @@ _TO_TORCH = {
     DType.f64: torch.float64,
 }
 _FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
+# on each member too: every kernel call reads them, and a dict keyed by an Enum hashes it in Python
+for _member in DType:
+    _member._numpy, _member._torch = _TO_NUMPY[_member], _TO_TORCH[_member]
 
 
 @attrs.frozen

@@ -182,11 +182,11 @@ def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _view(array: DeviceArray) -> np.ndarray:
+    """The NumPy array a device array is (made for every kernel input: positional arguments
+    and a list are what ``np.ndarray`` parses fastest)."""
     dtype = array.dtype.numpy
-    return np.ndarray(
-        array.shape, dtype, buffer=array.buffer, offset=array.offset * dtype.itemsize,
-        strides=tuple(s * dtype.itemsize for s in array.strides),
-    )
+    size = dtype.itemsize
+    return np.ndarray(array.shape, dtype, array.buffer, array.offset * size, [s * size for s in array.strides])
 
 
 @hookimpl
