@@ -293,3 +293,17 @@ def test_repeated_in_place_ops_allocate_no_buffer_for_the_result():
     before = torch.nkipy.memory_allocated()
     a.add_(b)
     assert torch.nkipy.max_memory_allocated() == before  # written in place, not through a new buffer
+
+
+def test_repeated_calls_with_int_and_flag_arguments_are_keyed_by_their_values():
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    da, db = a.to("nkipy"), b.to("nkipy")
+    for _ in range(3):
+        torch.testing.assert_close(da.sum(-1).cpu(), a.sum(-1))
+        torch.testing.assert_close(da.sum(0).cpu(), a.sum(0))
+        torch.testing.assert_close(da.sum([0, 1]).cpu(), a.sum([0, 1]))
+        torch.testing.assert_close(da.sum(0, keepdim=True).cpu(), a.sum(0, keepdim=True))
+        for alpha in (2, 3):
+            torch.testing.assert_close(torch.add(da, db, alpha=alpha).cpu(), a + alpha * b)
+        torch.testing.assert_close(da.to(torch.float64).cpu(), a.double())

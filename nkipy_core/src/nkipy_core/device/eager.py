@@ -121,35 +121,49 @@ def _numbers_as_tensors(op: torch._ops.OpOverload, args: tuple) -> tuple:
     )
 
 
+#: argument types a fast key takes by value (with the type: ``True`` and ``1`` are different)
+_BY_VALUE = (bool, int, str, torch.dtype, type(None))
+
+
 def _fast_key(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple | None:
-    """A cheap key of a call whose arguments are all tensors (``torch.add(a, b)``, and
-    ``a.add_(b)``, which reaches the device as ``add.out(a, b, out=a)``): the op, and each
-    tensor's name, shape, dtype and whether it is on CPU; ``None`` for any other call. The
-    full path keys a call by the same things (``_signature``)."""
+    """A cheap key of a call whose arguments are tensors, ints, bools, strings, dtypes, ``None``
+    and lists of ints (``torch.add(a, b)``, ``a.sum([-1])``, and ``a.add_(b)``, which reaches
+    the device as ``add.out(a, b, out=a)``): tensors by shape, dtype and whether they are on
+    CPU, the rest by type and value; ``None`` for any other call (Python floats, which may be
+    kernel inputs, lists of tensors). It determines the full path's key (``_signature``)."""
     key: list[Any] = [op]
-    for a in args:
-        if not isinstance(a, torch.Tensor):
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            key += (value.shape, value.dtype, value.is_cpu)
+        elif type(value) in _BY_VALUE:
+            key += (type(value), value)
+        elif type(value) in (list, tuple) and all(type(v) is int for v in value):
+            key += (type(value), tuple(value))
+        else:
             return None
-        key += (a.shape, a.dtype, a.is_cpu)
-    for name, a in kwargs.items():
-        if not isinstance(a, torch.Tensor):
+    for name, value in kwargs.items():
+        if isinstance(value, torch.Tensor):
+            key += (name, value.shape, value.dtype, value.is_cpu)
+        elif type(value) in _BY_VALUE:
+            key += (name, type(value), value)
+        else:
             return None
-        key += (name, a.shape, a.dtype, a.is_cpu)
     return tuple(key)
 
 
 def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     """Run one ATen op on ``nkipy`` tensors (what the device's boxed fallback calls).
 
-    A call whose arguments are all tensors, made before with the same shapes and dtypes, goes
-    straight to what it ran then (``_Kernels.fast``); the first call of each such signature
-    takes the full path, which decides what may go there."""
+    A call made before with the same ``_fast_key`` goes straight to what it ran then
+    (``_Kernels.fast``); the first call of each such signature takes the full path, which
+    decides what may go there."""
     state = _state()
     fast_key = _fast_key(op, args, kwargs)
     if fast_key is not None:
         fast = state.fast.get(fast_key)
         if fast is not None:
             return fast(args, kwargs)
+    given = args
     args = _numbers_as_tensors(op, args)
     if _updates_running_stats(op, args):
         return _batch_norm_training(*args)
@@ -165,8 +179,8 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
         if op._schema.is_mutable:
             return _mutating(op, args, kwargs, state, fast_key)
         entry = state.entries[key] = _build(op, args, kwargs, state, floats)
-    if fast_key is not None and not kwargs and isinstance(entry, compiler.KernelCall):
-        state.fast[fast_key] = _Call(entry)  # the arguments are exactly the kernel's tensors
+    if fast_key is not None and args is given and not floats and "memory_format" not in kwargs:
+        _remember_call(fast_key, entry, args, tensors, state)
     if isinstance(entry, _Lifted):
         return entry(tensors, floats)
     layout = kwargs.get("memory_format")
@@ -414,13 +428,27 @@ def _same_arguments(candidate: list, wanted: list) -> bool:
 
 
 class _Call:
-    """A kernel whose inputs are exactly the call's arguments, as a ``_Kernels.fast`` entry."""
+    """A kernel whose inputs are the call's positional tensors, as a ``_Kernels.fast`` entry."""
 
-    def __init__(self, call: compiler.KernelCall):
+    def __init__(self, call: compiler.KernelCall, positions: tuple[int, ...] | None):
         self.call = call
+        self.positions = positions  # of the tensors among the arguments; None: all of them
 
     def __call__(self, args: tuple, kwargs: dict) -> torch.Tensor:
-        return self.call(*args)
+        if self.positions is None:
+            return self.call(*args)
+        return self.call(*[args[i] for i in self.positions])
+
+
+def _remember_call(fast_key: tuple, entry: Any, args: tuple, tensors: list[torch.Tensor], state: _Kernels) -> None:
+    """Let later calls like this one go straight to ``entry`` if it is a kernel of exactly the
+    call's positional tensors (not of floats, of keyword tensors or of a memory format)."""
+    if not isinstance(entry, compiler.KernelCall):
+        return
+    positions = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+    if len(positions) != len(tensors):
+        return
+    state.fast[fast_key] = _Call(entry, None if len(positions) == len(args) else positions)
 
 
 class _InPlace:
