@@ -2,14 +2,16 @@
 
 An op some installed pack lowers becomes a one-node graph, lowered by that pack's rule into a
 single-op kernel and compiled once per op, argument shapes and dtypes (kept in memory and in the
-on-disk kernel cache). Python floats are kernel inputs where the rule allows (``scalars``); other
-non-tensor arguments (dims, flags, ints) are part of the key. In-place and ``out=`` ops run their
-functional op and copy the result into place on the device. An op no pack lowers runs on CPU: a
-``FallbackWarning`` names it once (strict mode raises) and the result comes back to the device.
-Two kinds of op run on CPU by design, without a warning: random fills, which draw from torch's
-CPU generator so that seeded device runs reproduce CPU runs, and ops whose output shape depends
-on the data (``masked_select``, ``nonzero``, ``unique``), which no static-shape kernel can
-express (printing a tensor uses them).
+on-disk kernel cache). Python floats are kernel inputs where the rule allows (``scalars``);
+other non-tensor arguments (dims, flags, ints) are part of the key. In-place and ``out=`` ops
+run their functional op and copy the result into place on the device (once known to be one
+kernel of the target's type, later calls write straight into the target). A repeated call goes
+through a flat key to what it ran before (``_fast_key``), skipping the rest of this module. An
+op no pack lowers runs on CPU: a ``FallbackWarning`` names it once (strict mode raises) and the
+result comes back to the device. Two kinds of op run on CPU by design, without a warning: random
+fills, which draw from torch's CPU generator so that seeded device runs reproduce CPU runs, and
+ops whose output shape depends on the data (``masked_select``, ``nonzero``, ``unique``), which
+no static-shape kernel can express (printing a tensor uses them).
 """
 
 from __future__ import annotations
