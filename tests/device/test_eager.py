@@ -307,3 +307,10 @@ def test_repeated_calls_with_int_and_flag_arguments_are_keyed_by_their_values():
         for alpha in (2, 3):
             torch.testing.assert_close(torch.add(da, db, alpha=alpha).cpu(), a + alpha * b)
         torch.testing.assert_close(da.to(torch.float64).cpu(), a.double())
+
+
+def test_repeated_in_place_ops_with_a_number_for_a_tensor_argument():
+    count = torch.tensor(0).to("nkipy")  # what BatchNorm's num_batches_tracked.add_(1) reaches
+    for i in range(1, 4):
+        assert count.add_(1) is count
+        assert count.cpu().item() == i

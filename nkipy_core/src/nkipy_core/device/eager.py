@@ -172,6 +172,8 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     if len(args) > 1 and isinstance(args[1], (list, tuple)) and _base_name(op) in _INDEXING:
         indices = [memory.from_host(i) if _on_host(i) else i for i in args[1]]
         args = (args[0], indices, *args[2:])
+    if args is not given:  # numbers made tensors: what runs takes other arguments than the call
+        fast_key = None
     tensors: list[torch.Tensor] = []
     floats: list[float] = []
     key = (op, _signature(args, tensors, floats), _signature(tuple(kwargs.items()), tensors, floats))
@@ -181,7 +183,7 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
         if op._schema.is_mutable:
             return _mutating(op, args, kwargs, state, fast_key)
         entry = state.entries[key] = _build(op, args, kwargs, state, floats)
-    if fast_key is not None and args is given and not floats and "memory_format" not in kwargs:
+    if fast_key is not None and not floats and "memory_format" not in kwargs:
         _remember_call(fast_key, entry, args, tensors, state)
     if isinstance(entry, _Lifted):
         return entry(tensors, floats)
