@@ -445,9 +445,9 @@ def entry(gm: torch.fx.GraphModule) -> Callable[..., Any]:
         return gm.forward
     call = getattr(gm, body[0].target)
     result = nodes[-1].args[0]
-    if not isinstance(call, KernelCall) or call.tuple_output or list(result) != body:
+    if not isinstance(call, KernelCall) or call.tuple_output or not isinstance(result, (tuple, list)):
         return gm.forward
-    return call.as_graph
+    return call.as_graph if list(result) == body else gm.forward
 
 
 def _subgraph_key(sub: torch.fx.GraphModule, base: str) -> str:
