@@ -18,8 +18,8 @@ The cpu runtime runs kernels synchronously, so timing the calls times the work.
 
 Then, per op, a summary line: nkipy eager ÷ cpu eager; the op's first nkipy call (cold for that
 kernel: lowered + compiled into an empty on-disk cache; except ``a.add_(b)``, which runs the
-functional add and copies the result into ``a`` on the device, so it reuses the kernel of the
-``torch.add`` row); and the change in ``torch.nkipy.transfer_stats()`` across the timed nkipy
+functional add's kernel with its result written into ``a`` on the device, so it reuses the
+kernel of the ``torch.add`` row); and the change in ``torch.nkipy.transfer_stats()`` across the timed nkipy
 loop, 0 when inputs and outputs stay on the device (a CPU fallback would show up there, and as a
 FallbackWarning, which is reported too).
 Last, the first call of ``torch.add`` on a shape not used before (``size x 3*size``), timed once

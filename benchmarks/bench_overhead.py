@@ -13,9 +13,12 @@ price of getting into and out of the compiled code. Rows, all measured in this r
 and the layers of the nkipy call, innermost last, each called directly (so the difference
 between two rows is what the outer layer adds):
 
-  nkipy: FX module      the graph compile_graph returned (no dynamo guards, no AOTAutograd wrapper)
-  nkipy: KernelCall     the kernel's module: torch -> NumPy, executable, NumPy -> torch
-  nkipy: executable     the cpu runtime's executable on NumPy arrays
+  nkipy: graph entry    what AOTAutograd's wrapper calls for the graph compile_graph returned
+                        (``compiler.entry``: a one-kernel graph is its kernel's call; no dynamo
+                        guards, no AOTAutograd wrapper)
+  nkipy: KernelCall     the kernel's call: torch -> NumPy, run_host, NumPy -> torch
+  nkipy: run_host       the cpu runtime's host call: the executable, results made memory of their own
+  nkipy: executable     the cpu runtime's executable on NumPy arrays (errors of floating point ignored)
   nkipy: kernel.py      the generated kernel function from the cache, on NumPy arrays
   nkipy: kernel counters  the per-kernel counters' start and stop (profiling.KernelRecord), the
                         part of the KernelCall row that nkipy_core.kernel_stats() costs
@@ -35,7 +38,7 @@ from _timing import machine, median_time, print_table  # first: it sets the thre
 import torch
 
 import nkipy_core.backend
-from nkipy_core.compiler import KernelCall
+from nkipy_core.compiler import KernelCall, entry
 from nkipy_core.ir import codegen
 
 
@@ -106,9 +109,11 @@ def main() -> None:
         call = next(m for m in module.children() if isinstance(m, KernelCall))
         (source,) = cache.glob("kernels/*/kernel.py")
         kernel = codegen.load(source.read_text())
+        run = entry(module)
         layers = {
-            "nkipy: FX module": (lambda: module(a, b), lambda: torch.testing.assert_close(module(a, b)[0], expected)),
+            "nkipy: graph entry": (lambda: run(a, b), lambda: torch.testing.assert_close(run(a, b)[0], expected)),
             "nkipy: KernelCall": (lambda: call(a, b), lambda: torch.testing.assert_close(call(a, b), expected)),
+            "nkipy: run_host": (lambda: call.runtime.run_host(call.executable, [x, y]), lambda: None),
             "nkipy: executable": (lambda: call.executable(x, y), lambda: None),
             "nkipy: kernel.py": (lambda: kernel(x, y), lambda: None),
             # what KernelCall adds to each call for nkipy_core.kernel_stats() (plus this lambda)

@@ -2,13 +2,16 @@
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from fixture_packs import arithmetic_rules, pack, wrong_shape_rules
 from torch._dynamo.exc import BackendCompilerFailed
 
 from nkipy_core import FallbackWarning, UnsupportedOpsError, VerificationError, cache_stats
+from nkipy_core import compiler
 from nkipy_core.compiler import KernelCall
+from nkipy_core.runtime.cpu import CpuRuntime
 
 
 @pytest.fixture
@@ -158,3 +161,51 @@ def test_sdpa_training_without_any_pack_has_correct_gradients(plugin_env):
         torch.compile(model, backend="nkipy")(x).sum().backward()
     model(x_ref).sum().backward()
     torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_a_one_kernel_graph_runs_as_its_kernel_call(arithmetic, graphs):
+    x, y = torch.randn(4, 6), torch.randn(6, 4).t()  # y: a strided input
+    fn = torch.compile(lambda a, b: torch.exp(a) * b + a, backend="nkipy")
+    for _ in range(2):
+        torch.testing.assert_close(fn(x, y), torch.exp(x) * y + x)
+    (gm,) = graphs
+    (call,) = kernels(gm)
+    run = compiler.entry(gm)
+    assert run == call.as_graph
+    (out,) = run(x, y)
+    torch.testing.assert_close(out, gm(x, y)[0])
+
+
+def test_a_graph_with_cpu_ops_runs_as_its_forward(arithmetic, graphs):
+    fn = torch.compile(lambda a: torch.exp(torch.tanh(a)) * a, backend="nkipy")  # tanh: no rule
+    x = torch.randn(5)
+    with pytest.warns(FallbackWarning, match="tanh"):
+        torch.testing.assert_close(fn(x), torch.exp(torch.tanh(x)) * x)
+    (gm,) = graphs
+    assert compiler.entry(gm) == gm.forward
+
+
+def test_a_kernel_call_takes_tensors_that_require_grad(arithmetic, graphs):
+    x = torch.randn(4)
+    torch.compile(lambda a: torch.exp(a) * a, backend="nkipy")(x)
+    (call,) = kernels(graphs[0])
+    w = x.clone().requires_grad_()
+    torch.testing.assert_close(call(w), torch.exp(x) * x)
+
+
+def test_host_results_never_share_memory_with_inputs_or_each_other():
+    runtime = CpuRuntime()
+    x = np.arange(6.0).reshape(2, 3)
+    fresh = x * 2
+
+    def kernel(a):  # what kernels may return: an input, a view of it, one value twice, views of a result
+        return a, a[0], fresh, fresh[1], fresh, np.broadcast_to(a[0], (2, 3))
+
+    results = runtime.run_host(kernel, [x])
+    assert [r.tolist() for r in results] == [
+        x.tolist(), x[0].tolist(), fresh.tolist(), fresh[1].tolist(), fresh.tolist(), [x[0].tolist()] * 2
+    ]
+    for i, r in enumerate(results):
+        assert r.flags.writeable
+        assert not np.may_share_memory(r, x)
+        assert not any(np.may_share_memory(r, o) for o in results[:i])

@@ -213,3 +213,104 @@ def test_index_tensors_may_stay_on_cpu():
     d[torch.tensor([1])] = 5.0
     x[torch.tensor([1])] = 5.0
     assert torch.equal(d.cpu(), x)
+
+
+# -- repeated calls: the fast dispatch path (eager._Kernels.fast) --------------------------------
+
+
+def test_repeated_out_of_place_calls_match_cpu_for_each_signature():
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    da, db = a.to("nkipy"), b.to("nkipy")
+    for _ in range(3):  # the first call takes the full path, the others the fast one
+        torch.testing.assert_close(torch.add(da, db).cpu(), a + b)
+        torch.testing.assert_close(torch.add(da[:2], db[:2]).cpu(), a[:2] + b[:2])  # another shape
+        torch.testing.assert_close(torch.add(da.double(), db.double()).cpu(), a.double() + b.double())
+        torch.testing.assert_close(torch.add(da.t(), db).cpu(), a.t() + b)  # a strided input
+
+
+def test_repeated_mixed_device_calls_keep_raising():
+    d, c = torch.randn(3, 3).to("nkipy"), torch.randn(3, 3)
+    torch.add(d, d)
+    for _ in range(2):
+        with pytest.raises(nkipy_core.DeviceError, match="got tensors on nkipy and on cpu"):
+            torch.add(d, c)
+
+
+def test_repeated_in_place_ops_write_their_target_and_return_it():
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    da, db = a.clone().to("nkipy"), b.to("nkipy")
+    view = da.view(16)  # another view of the target's storage sees every write
+    for _ in range(3):
+        assert da.add_(db) is da
+        a.add_(b)
+        torch.testing.assert_close(da.cpu(), a)
+        torch.testing.assert_close(view.cpu(), a.view(16))
+        assert da.mul_(da) is da  # the target is an input too
+        a.mul_(a)
+        torch.testing.assert_close(da.cpu(), a)
+    assert db.cpu().equal(b)
+
+
+def test_repeated_in_place_ops_on_strided_views_write_through():
+    torch.manual_seed(0)
+    base, other = torch.randn(6, 4), torch.randn(4, 2)
+    dbase, dother = base.clone().to("nkipy"), other.to("nkipy")
+    for _ in range(3):
+        target = dbase[1:5, ::2].t()  # offset and non-contiguous
+        assert target.add_(dother.t()) is target
+        base[1:5, ::2].t().add_(other.t())
+        torch.testing.assert_close(dbase.cpu(), base)
+
+
+def test_repeated_out_variant_writes_the_out_tensor():
+    torch.manual_seed(0)
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    da, db = a.to("nkipy"), b.to("nkipy")
+    out = torch.empty(3, 4, device="nkipy")
+    for i in range(3):
+        result = torch.add(da, db * i, out=out)
+        assert result is out
+        torch.testing.assert_close(out.cpu(), a + b * i)
+
+
+def test_repeated_in_place_ops_with_a_wider_operand_cast_like_torch():
+    a, b = torch.randn(5), torch.randn(5, dtype=torch.float64)
+    da, db = a.clone().to("nkipy"), b.to("nkipy")
+    for _ in range(3):  # the functional result is f64: it is cast into the f32 target
+        da.add_(db)
+        a.add_(b)
+        assert da.dtype == torch.float32
+        torch.testing.assert_close(da.cpu(), a)
+
+
+def test_repeated_in_place_ops_allocate_no_buffer_for_the_result():
+    a, b = torch.randn(64, 64).to("nkipy"), torch.randn(64, 64).to("nkipy")
+    a.add_(b)
+    a.add_(b)
+    torch.nkipy.reset_peak_memory_stats()
+    before = torch.nkipy.memory_allocated()
+    a.add_(b)
+    assert torch.nkipy.max_memory_allocated() == before  # written in place, not through a new buffer
+
+
+def test_repeated_calls_with_int_and_flag_arguments_are_keyed_by_their_values():
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    da, db = a.to("nkipy"), b.to("nkipy")
+    for _ in range(3):
+        torch.testing.assert_close(da.sum(-1).cpu(), a.sum(-1))
+        torch.testing.assert_close(da.sum(0).cpu(), a.sum(0))
+        torch.testing.assert_close(da.sum([0, 1]).cpu(), a.sum([0, 1]))
+        torch.testing.assert_close(da.sum(0, keepdim=True).cpu(), a.sum(0, keepdim=True))
+        for alpha in (2, 3):
+            torch.testing.assert_close(torch.add(da, db, alpha=alpha).cpu(), a + alpha * b)
+        torch.testing.assert_close(da.to(torch.float64).cpu(), a.double())
+
+
+def test_repeated_in_place_ops_with_a_number_for_a_tensor_argument():
+    count = torch.tensor(0).to("nkipy")  # what BatchNorm's num_batches_tracked.add_(1) reaches
+    for i in range(1, 4):
+        assert count.add_(1) is count
+        assert count.cpu().item() == i

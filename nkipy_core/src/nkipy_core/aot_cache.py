@@ -112,7 +112,7 @@ class NkipyGraph(OutputCode):
         gm.recompile()
         inputs = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
         with fake_mode:  # as AOTAutograd runs its compilers: tensors the passes make are fake too
-            self.compiled = backend.compile_graph(gm, inputs, self.config)
+            self.compiled = backend.compile_callable(gm, inputs, self.config)
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         """No Triton kernels here (torch's interface asks every ``OutputCode`` for it)."""

@@ -19,7 +19,7 @@ from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
 
 from . import aot_cache, plugins
 from .aot_cache import NkipyGraph
-from .compiler import compile_graph
+from .compiler import compile_graph, entry
 from .config import current
 from .specialize import SpecializedGraph, specializable
 
@@ -35,8 +35,9 @@ def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
             saved, bypass = aot_cache.dumps(graph)  # before compile_graph rewrites it
             if specializable(graph):
                 name = f"the {kind} graph of {_frame_name()}"
-                return NkipyGraph(SpecializedGraph(graph, inputs, config, name, compile_graph), config, None, bypass)
-            return NkipyGraph(compile_graph(graph, inputs, config), config, saved, bypass)
+                specialized = SpecializedGraph(graph, inputs, config, name, compile_callable)
+                return NkipyGraph(specialized, config, None, bypass)
+            return NkipyGraph(compile_callable(graph, inputs, config), config, saved, bypass)
 
         return SerializableAOTDispatchCompiler(NkipyGraph, compile_one)
 
@@ -47,6 +48,11 @@ def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
             decompositions=decompositions,
             keep_inference_input_mutations=True,
         )(gm, example_inputs)
+
+
+def compile_callable(gm: torch.fx.GraphModule, inputs: Sequence[Any], config) -> Any:
+    """``compile_graph``, as what runs the graph it returns (``entry``: no ``nn.Module.__call__``)."""
+    return entry(compile_graph(gm, inputs, config))
 
 
 def _frame_name() -> str:

@@ -2,14 +2,16 @@
 
 An op some installed pack lowers becomes a one-node graph, lowered by that pack's rule into a
 single-op kernel and compiled once per op, argument shapes and dtypes (kept in memory and in the
-on-disk kernel cache). Python floats are kernel inputs where the rule allows (``scalars``); other
-non-tensor arguments (dims, flags, ints) are part of the key. In-place and ``out=`` ops run their
-functional op and copy the result into place on the device. An op no pack lowers runs on CPU: a
-``FallbackWarning`` names it once (strict mode raises) and the result comes back to the device.
-Two kinds of op run on CPU by design, without a warning: random fills, which draw from torch's
-CPU generator so that seeded device runs reproduce CPU runs, and ops whose output shape depends
-on the data (``masked_select``, ``nonzero``, ``unique``), which no static-shape kernel can
-express (printing a tensor uses them).
+on-disk kernel cache). Python floats are kernel inputs where the rule allows (``scalars``);
+other non-tensor arguments (dims, flags, ints) are part of the key. In-place and ``out=`` ops
+run their functional op and copy the result into place on the device (once known to be one
+kernel of the target's type, later calls write straight into the target). A repeated call goes
+through a flat key to what it ran before (``_fast_key``), skipping the rest of this module. An
+op no pack lowers runs on CPU: a ``FallbackWarning`` names it once (strict mode raises) and the
+result comes back to the device. Two kinds of op run on CPU by design, without a warning: random
+fills, which draw from torch's CPU generator so that seeded device runs reproduce CPU runs, and
+ops whose output shape depends on the data (``masked_select``, ``nonzero``, ``unique``), which
+no static-shape kernel can express (printing a tensor uses them).
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class _Kernels:
         self.rules = loaded.lowerings
         self.decompositions = loaded.decompositions.table(loaded.lowerings.ops())
         self.decomposing: set[torch._ops.OpOverload] = set()
+        #: ``_fast_key`` -> what a call of all tensors runs: a kernel call, or ``_InPlace``
+        self.fast: dict[tuple, Any] = {}
 
 
 class _Decomposition:
@@ -122,24 +126,68 @@ def _numbers_as_tensors(op: torch._ops.OpOverload, args: tuple) -> tuple:
     )
 
 
+#: argument types a fast key takes by value (with the type: ``True`` and ``1`` are different)
+_BY_VALUE = (bool, int, str, torch.dtype, type(None))
+
+
+def _fast_key(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple | None:
+    """A cheap key of a call whose arguments are tensors, ints, bools, strings, dtypes, ``None``
+    and lists of ints (``torch.add(a, b)``, ``a.sum([-1])``, and ``a.add_(b)``, which reaches
+    the device as ``add.out(a, b, out=a)``): tensors by shape, dtype and whether they are on
+    CPU, the rest by type and value; ``None`` for any other call (Python floats, which may be
+    kernel inputs, lists of tensors). It determines the full path's key (``_signature``)."""
+    key: list[Any] = [op]
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            key += (value.shape, value.dtype, value.is_cpu)
+        elif type(value) in _BY_VALUE:
+            key += (type(value), value)
+        elif type(value) in (list, tuple) and all(type(v) is int for v in value):
+            key += (type(value), tuple(value))
+        else:
+            return None
+    for name, value in kwargs.items():
+        if isinstance(value, torch.Tensor):
+            key += (name, value.shape, value.dtype, value.is_cpu)
+        elif type(value) in _BY_VALUE:
+            key += (name, type(value), value)
+        else:
+            return None
+    return tuple(key)
+
+
 def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
-    """Run one ATen op on ``nkipy`` tensors (what the device's boxed fallback calls)."""
+    """Run one ATen op on ``nkipy`` tensors (what the device's boxed fallback calls).
+
+    A call made before with the same ``_fast_key`` goes straight to what it ran then
+    (``_Kernels.fast``); the first call of each such signature takes the full path, which
+    decides what may go there."""
+    state = _state()
+    fast_key = _fast_key(op, args, kwargs)
+    if fast_key is not None:
+        fast = state.fast.get(fast_key)
+        if fast is not None:
+            return fast(args, kwargs)
+    given = args
     args = _numbers_as_tensors(op, args)
     if _updates_running_stats(op, args):
         return _batch_norm_training(*args)
     if len(args) > 1 and isinstance(args[1], (list, tuple)) and _base_name(op) in _INDEXING:
         indices = [memory.from_host(i) if _on_host(i) else i for i in args[1]]
         args = (args[0], indices, *args[2:])
+    if args is not given:  # numbers made tensors: what runs takes other arguments than the call
+        fast_key = None
     tensors: list[torch.Tensor] = []
     floats: list[float] = []
     key = (op, _signature(args, tensors, floats), _signature(tuple(kwargs.items()), tensors, floats))
     _check_devices(op, tensors)
-    state = _state()
     entry = state.entries.get(key)
     if entry is None:
         if op._schema.is_mutable:
-            return _mutating(op, args, kwargs, state)
+            return _mutating(op, args, kwargs, state, fast_key)
         entry = state.entries[key] = _build(op, args, kwargs, state, floats)
+    if fast_key is not None and not floats and "memory_format" not in kwargs:
+        _remember_call(fast_key, entry, args, tensors, state)
     if isinstance(entry, _Lifted):
         return entry(tensors, floats)
     layout = kwargs.get("memory_format")
@@ -386,7 +434,67 @@ def _same_arguments(candidate: list, wanted: list) -> bool:
     return head == [(x.name, x.type) for x in wanted] and all(n in _FACTORY for n in extra)
 
 
-def _mutating(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> Any:
+class _Call:
+    """A kernel whose inputs are the call's positional tensors, as a ``_Kernels.fast`` entry."""
+
+    def __init__(self, call: compiler.KernelCall, positions: tuple[int, ...] | None):
+        self.call = call
+        self.positions = positions  # of the tensors among the arguments; None: all of them
+
+    def __call__(self, args: tuple, kwargs: dict) -> torch.Tensor:
+        if self.positions is None:
+            return self.call(*args)
+        return self.call(*[args[i] for i in self.positions])
+
+
+def _remember_call(fast_key: tuple, entry: Any, args: tuple, tensors: list[torch.Tensor], state: _Kernels) -> None:
+    """Let later calls like this one go straight to ``entry`` if it is a kernel of exactly the
+    call's positional tensors (not of floats, of keyword tensors or of a memory format)."""
+    if not isinstance(entry, compiler.KernelCall):
+        return
+    positions = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+    if len(positions) != len(tensors):
+        return
+    state.fast[fast_key] = _Call(entry, None if len(positions) == len(args) else positions)
+
+
+class _InPlace:
+    """An in-place or ``out=`` op (``a.add_(b)``) whose functional kernel gives a result of its
+    target's shape and dtype, as a ``_Kernels.fast`` entry: the kernel writes into the target
+    (``KernelCall.run_into``) instead of into a new tensor that is then copied."""
+
+    def __init__(self, call: compiler.KernelCall, out: str | None):
+        self.call = call
+        self.out = out  # the keyword of an out= op's target; None: the target is ``self``
+
+    def __call__(self, args: tuple, kwargs: dict) -> torch.Tensor:
+        target = args[0] if self.out is None else kwargs[self.out]
+        self.call.run_into((target,), *args)
+        return target
+
+
+def _in_place(
+    functional: torch._ops.OpOverload, args: tuple, kwargs: dict, target: torch.Tensor, out: str | None,
+    state: _Kernels,
+) -> _InPlace | None:
+    """``_InPlace`` for a mutating op that wrote ``target`` with ``functional(*args, **kwargs)``
+    (``args`` all tensors, ``kwargs`` none), if ``run`` ran that as one kernel of exactly ``args``
+    whose single output is on the device with ``target``'s shape and dtype."""
+    tensors: list[torch.Tensor] = []
+    floats: list[float] = []
+    key = (functional, _signature(args, tensors, floats), _signature(tuple(kwargs.items()), tensors, floats))
+    call = state.entries.get(key)
+    if not isinstance(call, compiler.KernelCall) or len(tensors) != len(args) or floats:
+        return None
+    if not call.single or not call.on_device[0]:
+        return None
+    (result,) = call.executable.signature.outputs
+    if tuple(target.shape) != result.shape or target.dtype != result.dtype.torch:
+        return None
+    return _InPlace(call, out)
+
+
+def _mutating(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels, fast_key: tuple | None) -> Any:
     if op is torch.ops.aten._index_put_impl_.default:
         # what `x[i] = v` reaches: index_put_ plus an `unsafe` flag that only skips checks
         args, kwargs = args[:4], {k: v for k, v in kwargs.items() if k != "unsafe"}
@@ -412,10 +520,21 @@ def _mutating(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kern
         results = results if isinstance(results, (tuple, list)) else (results,)
         for out, result in zip(outs.values(), results):
             _store(op, out, result, resize=True)
-        return tuple(outs.values()) if len(outs) > 1 else next(iter(outs.values()))
+        if fast_key is not None and len(outs) == 1:  # every argument a tensor
+            _remember_in_place(fast_key, functional, args, rest, first, next(iter(outs)), state)
+        return tuple(outs.values()) if len(outs) > 1 else first
     self = args[0]
     _store(op, self, run(functional, args, kwargs), resize=False)
+    if fast_key is not None:
+        _remember_in_place(fast_key, functional, args, kwargs, self, None, state)
     return self
+
+
+def _remember_in_place(fast_key: tuple, functional, args: tuple, kwargs: dict, target, out: str | None, state) -> None:
+    """Let later calls like this one write into their target directly (``_InPlace``)."""
+    in_place = _in_place(functional, args, kwargs, target, out, state)
+    if in_place is not None:
+        state.fast[fast_key] = in_place
 
 
 def _store(op, dst: torch.Tensor, result: torch.Tensor, resize: bool) -> None:

@@ -20,6 +20,7 @@ from ..runtime.base import DeviceArray, contiguous_strides
 from . import NAME
 
 _ATTR = "_nkipy_allocation"
+_DEVICE = torch.device(NAME, 0)
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
 _runtime = None
@@ -82,7 +83,7 @@ def _storage(buffer, nbytes: int) -> torch.UntypedStorage:
     of this device reads storage memory, and torch's own CPU kernels are only used for views."""
     global _next_address
     address, _next_address = _next_address, _next_address + ((nbytes + 127) // 64) * 64
-    storage = torch._C._construct_storage_from_data_pointer(address, torch.device(NAME, 0), nbytes)
+    storage = torch._C._construct_storage_from_data_pointer(address, _DEVICE, nbytes)
     setattr(storage, _ATTR, _Allocation(storage, buffer, address))
     return storage
 
@@ -119,12 +120,14 @@ def device_count() -> int:
     return getattr(runtime(), "device_count", 1)
 
 
+#: the dispatcher's handle of ``set_``: redispatching through it skips ``OpOverload.redispatch``
+_SET = torch.ops.aten.set_.source_Storage_storage_offset._handle
+
+
 def set_layout(t: torch.Tensor, storage: torch.UntypedStorage, shape: Sequence[int], strides: Sequence[int], offset: int = 0) -> None:
     """Point ``t`` at ``storage`` with this layout; torch's CPU ``set_`` kernel only writes
     metadata (and checks the layout fits the storage)."""
-    torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-        _CPU, t, storage, offset, list(shape), list(strides)
-    )
+    _SET.redispatch_boxed(_CPU, t, storage, offset, list(shape), list(strides))
 
 
 def _span(shape: Sequence[int], strides: Sequence[int], offset: int, itemsize: int) -> int:

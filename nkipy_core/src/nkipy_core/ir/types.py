@@ -59,7 +59,7 @@ class DType(enum.Enum):
 
     @property
     def numpy(self) -> np.dtype:
-        return _TO_NUMPY[self]
+        return self._numpy
 
     @property
     def numpy_name(self) -> str:
@@ -68,7 +68,7 @@ class DType(enum.Enum):
 
     @property
     def torch(self) -> torch.dtype:
-        return _TO_TORCH[self]
+        return self._torch
 
     @classmethod
     def from_torch(cls, dtype: torch.dtype) -> DType:
@@ -125,6 +125,9 @@ _TO_TORCH = {
     DType.f64: torch.float64,
 }
 _FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
+# on each member too: every kernel call reads them, and a dict keyed by an Enum hashes it in Python
+for _member in DType:
+    _member._numpy, _member._torch = _TO_NUMPY[_member], _TO_TORCH[_member]
 
 
 @attrs.frozen
@@ -148,18 +151,28 @@ class TensorType:
 
 
 def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A NumPy view of a CPU tensor, bf16 included (torch cannot export bf16 to NumPy itself)."""
-    t = t.detach()
-    if t.dtype == torch.bfloat16:
+    """A NumPy view of a CPU tensor, bf16 included (torch cannot export bf16 to NumPy itself).
+
+    Called on every kernel input of a CPU graph, so it detaches only a tensor that needs it
+    (``detach`` costs as much as ``numpy`` itself)."""
+    if t.requires_grad:
+        t = t.detach()
+    if t.dtype is torch.bfloat16:
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy()
 
 
 def numpy_to_torch(a: np.ndarray) -> torch.Tensor:
     """A CPU tensor sharing memory with ``a`` where torch allows it, bf16 included."""
-    a = np.asarray(a)
-    if not a.flags.writeable or any(s < 0 for s in a.strides):
-        a = a.copy()  # torch.from_numpy needs writable memory and non-negative strides
-    if a.dtype == ml_dtypes.bfloat16:
+    if type(a) is not np.ndarray:
+        a = np.asarray(a)
+    flags = a.flags
+    # torch.from_numpy needs writable memory and non-negative strides (C-contiguous has them)
+    if not flags.writeable or (not flags.c_contiguous and any(s < 0 for s in a.strides)):
+        a = a.copy()
+    if a.dtype == _BF16:
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(a)
+
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)

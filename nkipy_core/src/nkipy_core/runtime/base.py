@@ -196,6 +196,10 @@ class Runtime(Protocol):
     # Optional: ``run_host(executable, arrays) -> arrays`` runs a kernel on host NumPy arrays
     # directly; a runtime whose device memory is host memory offers it so that graphs of CPU
     # tensors skip staging. Without it, CPU tensors go through to_device/run/to_host.
+    #
+    # Optional: ``run_into(executable, inputs, outputs) -> None`` runs a kernel and writes its
+    # results into existing device arrays of the results' types (they may be inputs too), for
+    # eager in-place ops. Without it, the results are new arrays, copied into place and freed.
 
 
 def runs_custom_call(runtime: Any, target: str) -> bool:

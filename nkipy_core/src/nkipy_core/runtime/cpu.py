@@ -7,7 +7,8 @@ It is registered through the same ``nkipy_register_runtimes`` hook as any plugin
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -15,10 +16,39 @@ from ..hookspecs import hookimpl
 from ..ir import codegen
 from ..ir.graph import Kernel
 from ..ir.types import TensorType
-from .base import CompileOptions, DeviceArray, DeviceStats, Signature
+from .base import CompileOptions, DeviceArray, DeviceStats, Signature, contiguous_strides
 from .communicator import TorchDistributedCommunicator
 
 SOURCE = "kernel.py"
+
+
+def _ignoring_floating_point_errors() -> Callable[[Callable, tuple], Sequence[np.ndarray]]:
+    """``fn(*arrays)`` under ``np.errstate(all="ignore")`` (kernels compute inf and NaN silently,
+    as torch does). Entering ``np.errstate`` builds its error object anew each time (about 1.5 µs,
+    a tenth of a small kernel call); on NumPy 2 the object is built once and only the context
+    variable that ``np.errstate`` sets is set and reset."""
+    try:
+        from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
+
+        ignore = _make_extobj(all="ignore")
+    except (ImportError, TypeError):  # NumPy 1.x: no context variable
+        def call(fn, arrays):
+            with np.errstate(all="ignore"):
+                return fn(*arrays)
+
+        return call
+
+    def call(fn, arrays):
+        token = _extobj_contextvar.set(ignore)
+        try:
+            return fn(*arrays)
+        finally:
+            _extobj_contextvar.reset(token)
+
+    return call
+
+
+_quietly = _ignoring_floating_point_errors()
 
 
 class CpuExecutable:
@@ -29,8 +59,7 @@ class CpuExecutable:
                                 communicator=communicator)
 
     def __call__(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
-        with np.errstate(all="ignore"):
-            return self._fn(*arrays)
+        return _quietly(self._fn, arrays)
 
     def artifacts(self) -> Mapping[str, bytes]:
         return {SOURCE: self.source.encode()}
@@ -88,30 +117,76 @@ class CpuRuntime:
         outputs = self.run_host(executable, [_view(a) for a in inputs])
         return [self._adopt(o, t) for o, t in zip(outputs, executable.signature.outputs)]
 
+    def run_into(self, executable: CpuExecutable, inputs: Sequence[DeviceArray], outputs: Sequence[DeviceArray]) -> None:
+        """``run``, writing the results into ``outputs`` (arrays of the results' types, which
+        may be inputs too): an in-place op stores its result where it belongs, without a new
+        buffer in between (see ``Runtime``)."""
+        for result, out in zip(self.run_host(executable, [_view(a) for a in inputs]), outputs):
+            view = _view(out)
+            if result.shape != view.shape:
+                result = result.reshape(view.shape)
+            np.copyto(view, result, casting="unsafe")  # as ``_adopt``'s astype
+
     def run_host(self, executable: CpuExecutable, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Host arrays in, host arrays out: for the cpu runtime host memory *is* device memory,
-        so a graph of CPU tensors needs no staging (the optional fast path of ``Runtime``)."""
+        so a graph of CPU tensors needs no staging (the optional fast path of ``Runtime``).
+
+        Every result is memory of its own, writable: a kernel may return an input, a read-only
+        broadcast, or one value twice (after CSE), and those are copied. A result that owns its
+        memory and is none of the inputs and earlier results is new (what a NumPy operation
+        returns), so the slower overlap test is only made for views."""
         owned: list[np.ndarray] = []
-        for out in map(np.asarray, executable(*arrays)):
-            # a kernel may return an input, a read-only broadcast, or one value twice (after CSE)
-            if not out.flags.writeable or any(np.may_share_memory(out, o) for o in (*arrays, *owned)):
+        for out in executable(*arrays):
+            if type(out) is not np.ndarray:
+                out = np.asarray(out)
+            if not _new_memory(out, arrays, owned):
                 out = np.array(out, copy=True)
             owned.append(out)
         return owned
 
     def _adopt(self, result: np.ndarray, type_: TensorType) -> DeviceArray:
         """Make a kernel result (owned, see ``run_host``) a device buffer without copying it."""
-        result = np.ascontiguousarray(result.astype(type_.dtype.numpy, copy=False).reshape(type_.shape))
+        dtype = type_.dtype.numpy
+        if result.dtype != dtype or result.shape != type_.shape or not result.flags.c_contiguous:
+            result = np.ascontiguousarray(result.astype(dtype, copy=False).reshape(type_.shape))
         self.stats.allocate(result.nbytes)
-        return DeviceArray.contiguous(result.reshape(-1).view(np.uint8), type_)
+        return DeviceArray(result.reshape(-1).view(np.uint8), type_.dtype, type_.shape, _strides(type_.shape))
+
+
+def _new_memory(out: np.ndarray, arrays: Sequence[np.ndarray], owned: list[np.ndarray]) -> bool:
+    """Whether a kernel result is writable memory that no input and no earlier result shares.
+
+    A result that owns its memory was allocated by the kernel, unless it is an input itself:
+    no input can be a view of it, so the identity test suffices (``np.may_share_memory``
+    costs ten times as much)."""
+    if not out.flags.writeable:
+        return False
+    for other in owned:
+        if np.may_share_memory(out, other):
+            return False
+    if out.flags.owndata:
+        for other in arrays:
+            if other is out:
+                return False
+        return True
+    for other in arrays:
+        if np.may_share_memory(out, other):
+            return False
+    return True
+
+
+@lru_cache(maxsize=1024)
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of a kernel result's shape (a kernel has few shapes; cached)."""
+    return tuple(contiguous_strides(shape))
 
 
 def _view(array: DeviceArray) -> np.ndarray:
+    """The NumPy array a device array is (made for every kernel input: positional arguments
+    and a list are what ``np.ndarray`` parses fastest)."""
     dtype = array.dtype.numpy
-    return np.ndarray(
-        array.shape, dtype, buffer=array.buffer, offset=array.offset * dtype.itemsize,
-        strides=tuple(s * dtype.itemsize for s in array.strides),
-    )
+    size = dtype.itemsize
+    return np.ndarray(array.shape, dtype, array.buffer, array.offset * size, [s * size for s in array.strides])
 
 
 @hookimpl
