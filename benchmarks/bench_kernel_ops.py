@@ -66,7 +66,8 @@ def per_line_times(source: str, inputs: list[np.ndarray], calls: int) -> dict[st
         else:
             lines.append(line)
     times: list[list[float]] = [[] for _ in names]
-    fn = load(head + "\ndef kernel(" + "\n".join(lines) + "\n", {"_clock": time.perf_counter, "_times": times})["kernel"]
+    instrumented = head + "\ndef kernel(" + "\n".join(lines) + "\n"
+    fn = load(instrumented, {"_clock": time.perf_counter, "_times": times})["kernel"]
     for _ in range(calls):
         fn(*inputs)
     return {name: statistics.median(t) for name, t in zip(names, times)}

@@ -1,11 +1,12 @@
-"""What the generated NumPy code does beyond one line per op: view composition (an IR pass),
-values computed once at load time, and broadcasts left to NumPy. Each result is checked against
+"""What the generated NumPy code does beyond one line per op: view composition and squares (IR
+passes), values computed once at load time, and broadcasts left to NumPy. Each result is checked against
 NumPy on the same inputs, and the source is read for what it must (not) compute per call."""
 
 import warnings
 
 import numpy as np
 import pytest
+import torch
 
 from nkipy_core import knp
 from nkipy_core.ir import DType, KernelBuilder, TensorType, codegen, verify
@@ -140,3 +141,14 @@ def test_outer_broadcasts_meet_in_numpy():
     assert "broadcast_to" not in body(source)
     a, b = np.arange(3, dtype=np.float32).reshape(3, 1), np.arange(4, dtype=np.float32).reshape(1, 4)
     np.testing.assert_array_equal(codegen.load(source)(a, b)[0], a - b)
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16, DType.i32])
+def test_a_square_is_a_multiplication_as_in_torch(dtype):
+    kernel = trace(lambda x: (knp.power(x, 2), knp.power(x, 3)), TensorType((1000,), dtype))
+    assert [op.prim for op in kernel.ops].count("pow") == 1  # the cube stays a pow
+    x = torch.randn(1000).mul(50).to(dtype.torch)
+    square, cube = codegen.load(codegen.generate(kernel))(x.float().numpy().astype(dtype.numpy))
+    # torch's CPU pow multiplies for an exponent of 2: the kernel matches it bit for bit
+    np.testing.assert_array_equal(torch.from_numpy(square.astype(np.float64)), torch.pow(x, 2).double())
+    np.testing.assert_allclose(cube.astype(np.float64), torch.pow(x, 3).double(), rtol=1e-2)

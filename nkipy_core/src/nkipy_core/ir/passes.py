@@ -1,4 +1,4 @@
-"""Simplification passes over kernels: constant folding, view composition, CSE and DCE.
+"""Simplification passes over kernels: constant folding, view composition, squares, CSE and DCE.
 
 Each pass is a pure function ``Kernel -> Kernel``; ``simplify`` runs them to a fixed point. Rules
 are written naively (every scalar becomes a constant, every op is emitted), so these passes are
@@ -6,6 +6,8 @@ what keeps generated kernels small and readable.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ..ir import codegen
 from .graph import ConstantData, Kernel, Op, Value
@@ -98,9 +100,29 @@ def compose_views(kernel: Kernel) -> Kernel:
     return _rename(kernel, ops, renamed)
 
 
+def square_by_multiplication(kernel: Kernel) -> Kernel:
+    """``pow(x, 2)`` (a constant 2, possibly broadcast) becomes ``mul(x, x)``.
+
+    That is what torch computes (its CPU pow kernel multiplies for an exponent of 2, and XLA's
+    simplifier does the same): exactly rounded, where NumPy's ``power`` calls ``powf``, which may
+    be an ulp off, at four times the cost of a multiplication."""
+    twos: set[int] = set()
+    ops: list[Op] = []
+    for op in kernel.ops:
+        if op.prim == "constant" and np.all(op.params["value"].array == 2):
+            twos.add(op.result.id)
+        elif op.prim == "broadcast" and op.operands[0].id in twos:
+            twos.add(op.result.id)
+        elif op.prim == "pow" and op.operands[1].id in twos:
+            op = Op("mul", (op.operands[0], op.operands[0]), {}, op.result, op.origin)
+        ops.append(op)
+    return Kernel(kernel.name, kernel.params, ops, kernel.outputs)
+
+
 def simplify(kernel: Kernel) -> Kernel:
     while True:
-        new = dead_code_elimination(common_subexpression_elimination(compose_views(constant_folding(kernel))))
+        new = dead_code_elimination(common_subexpression_elimination(
+            square_by_multiplication(compose_views(constant_folding(kernel)))))
         if new == kernel:
             return new
         kernel = new
