@@ -2,7 +2,8 @@
 
     python examples/nki/override.py
 
-With nkipy-ops-nki installed, ``aten::_softmax`` over the last dimension lowers to the pack's NKI
+With nkipy-ops-nki installed and ``NKIPY_NKI_OVERRIDES=1`` (set below: the overrides are opt-in
+while they run on the host interpreter), ``aten::_softmax`` over the last dimension lowers to the pack's NKI
 softmax kernel (priority 10, above nkipy-ops-base), and the RMSNorm pattern becomes the pack's
 NKI RMSNorm op; shapes the kernels do not tile fall through to the base rules. The output matches
 eager, and the kernel file shows the two custom calls.
@@ -10,10 +11,13 @@ eager, and the kernel file shows the two custom calls.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
-import torch
+os.environ.setdefault("NKIPY_NKI_OVERRIDES", "1")  # before nkipy loads its plugins
+
+import torch  # noqa: E402 - after the switch above
 
 import nkipy_core
 from nkipy_core import init_nkipy_backend

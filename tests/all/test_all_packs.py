@@ -1,6 +1,7 @@
 """Every distribution installed together: all plugins load, and the tools report them."""
 
 import json
+import os
 import subprocess
 
 PACKS = {
@@ -11,8 +12,8 @@ PACKS = {
 }
 
 
-def run(*args):
-    return subprocess.run(args, capture_output=True, text=True, timeout=300)
+def run(*args, **env):
+    return subprocess.run(args, capture_output=True, text=True, timeout=300, env={**os.environ, **env})
 
 
 def test_every_plugin_loads_with_its_provenance():
@@ -28,7 +29,7 @@ def test_every_plugin_loads_with_its_provenance():
     providers = {row["provider"] for row in listing["lowerings"]}
     assert providers == {"nkipy-ops-base", "nkipy-ops-collectives", "nkipy-ops-nki"}  # nkipy-runtime gives runtimes
     nki = sorted(row["op"] for row in listing["lowerings"] if row["provider"] == "nkipy-ops-nki")
-    assert nki == ["aten::_softmax.default", "nkipy_nki::rms_norm.default"]
+    assert nki == ["aten::_softmax.default", "nkipy_nki::rms_norm.default"]  # NKIPY_NKI_OVERRIDES=1 (tox.ini)
     collectives = sorted(row["op"] for row in listing["lowerings"] if row["provider"] == "nkipy-ops-collectives")
     assert collectives == [f"_c10d_functional::{name}.default" for name in (
         "all_gather_into_tensor", "all_reduce", "all_to_all_single", "broadcast", "reduce_scatter_tensor", "wait_tensor",
@@ -56,3 +57,9 @@ def test_doctor_reports_a_usable_runtime():
     assert result.returncode == 0, result.stdout + result.stderr
     for dist in ("nkipy-core", *PACKS.values()):
         assert dist in result.stdout
+
+
+def test_the_nki_overrides_are_opt_in():
+    result = run("nkipy-ops", "list", "--pack", "nkipy-ops-nki", "--format", "json", NKIPY_NKI_OVERRIDES="0")
+    assert result.returncode == 0, result.stderr
+    assert [row["op"] for row in json.loads(result.stdout)["lowerings"]] == ["nkipy_nki::rms_norm.default"]

@@ -109,8 +109,11 @@ def test_rmsnorm_conforms_on_the_opinfo_samples():
     assert_conformance(row, allow_fallback=False)
 
 
-def test_nkipy_nki_overrides_0_leaves_softmax_and_rmsnorm_to_the_base_rules(monkeypatch):
-    monkeypatch.setenv("NKIPY_NKI_OVERRIDES", "0")
+@pytest.mark.parametrize("setting", [None, "0"], ids=["unset", "0"])
+def test_without_nkipy_nki_overrides_1_softmax_and_rmsnorm_stay_with_the_base_rules(monkeypatch, setting):
+    monkeypatch.delenv("NKIPY_NKI_OVERRIDES", raising=False)
+    if setting is not None:
+        monkeypatch.setenv("NKIPY_NKI_OVERRIDES", setting)
     plugins.reload()
     try:
         module, x = LlamaRMSNorm(64), torch.randn(8, 64)
@@ -119,7 +122,7 @@ def test_nkipy_nki_overrides_0_leaves_softmax_and_rmsnorm_to_the_base_rules(monk
             torch.testing.assert_close(out, torch.softmax(module(x), -1))
         assert fallbacks == [] and "_kernel#" not in sources
     finally:
-        monkeypatch.delenv("NKIPY_NKI_OVERRIDES")
+        monkeypatch.undo()
         plugins.reload()
 
 

@@ -2,10 +2,12 @@
 softmax with the pack's NKI kernel and fuses RMSNorm into its NKI op on runtimes that run
 ``AwsNeuronCustomNativeKernel`` custom calls.
 
-``NKIPY_NKI_OVERRIDES=0`` leaves softmax and RMSNorm to nkipy-ops-base. On the ``cpu`` runtime the
-overrides run the kernels on the interpreter, which checks them as the device would run them but
-is 5-11x slower than the base rules' NumPy (``benchmarks/bench_nki.py``); registered ops are
-lowered either way.
+The overrides are on only with ``NKIPY_NKI_OVERRIDES=1``. No runtime yet compiles an NKI kernel
+into its device kernel (``nrt`` declares no ``custom_call_targets`` until neuronx-cc's NKI
+frontend is wired in, docs/runtimes.md), so today they run on the ``cpu`` runtime's interpreter
+only, which checks the kernels as the device would run them but is 5-11x slower than the base
+rules' NumPy (``benchmarks/bench_nki.py``): installing the pack must not make every model on the
+``cpu`` runtime slower. Ops registered with ``NKIOpRegistry``/``nki_op`` are lowered either way.
 """
 
 from __future__ import annotations
@@ -24,8 +26,12 @@ from .rmsnorm_pass import rmsnorm_pass
 NKIPY_HOOK_API = ">=1.0,<2"
 
 
+#: the switch of the softmax and RMSNorm overrides: "1" turns them on
+OVERRIDES_ENV = "NKIPY_NKI_OVERRIDES"
+
+
 def overrides_enabled() -> bool:
-    return os.environ.get("NKIPY_NKI_OVERRIDES", "1") != "0"
+    return os.environ.get(OVERRIDES_ENV, "0") == "1"
 
 
 @hookimpl
