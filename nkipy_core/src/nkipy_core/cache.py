@@ -98,7 +98,7 @@ class KernelCache:
             return None
 
     def put_index(self, key: str, value: dict[str, Any]) -> None:
-        self._atomic_write(self.root / "index" / key, json.dumps(value, sort_keys=True).encode())
+        atomic_write(self.root / "index" / key, json.dumps(value, sort_keys=True).encode(), self.root / "tmp")
 
     # -- kernel entries -----------------------------------------------------------------------
 
@@ -184,16 +184,6 @@ class KernelCache:
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _atomic_write(self, path: Path, data: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.root / "tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
     def _discard(self, entry: Path) -> None:
         """Move a bad entry out of the way (rename is atomic; a reader never sees half of it)."""
         graveyard = self.root / "tmp" / f"corrupt-{uuid.uuid4().hex}"
@@ -215,3 +205,16 @@ def _lock_timeout() -> float:
             f"{LOCK_TIMEOUT_ENV}={text!r} is not a number of seconds; set it to e.g. 7200 or unset it "
             f"(default {_DEFAULT_LOCK_TIMEOUT:g})."
         ) from None
+
+
+def atomic_write(path: Path, data: bytes, staging: Path) -> None:
+    """Write ``data`` to ``path`` through a temporary file in ``staging`` (on the same file
+    system) and a rename, so readers see the old file or the new one, whole, never a part."""
+    fd, tmp = tempfile.mkstemp(dir=staging, prefix=f".{path.name}-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -28,7 +28,6 @@ import datetime
 import json
 import logging
 import os
-import tempfile
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -37,6 +36,8 @@ from typing import Any
 
 import attrs
 import torch.autograd.profiler as _torch_profiler
+
+from .cache import atomic_write
 
 log = logging.getLogger("nkipy.profiling")
 
@@ -219,25 +220,13 @@ def write_last_run() -> list[Path]:
         }
         path = stats_file(root, rank, world_size)
         try:
-            _atomic_write(path, json.dumps(data, indent=2).encode())
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, json.dumps(data, indent=2).encode(), path.parent)
         except OSError as exc:  # the cache is gone or read-only: nothing to report into
             log.debug("nkipy: could not write kernel statistics to %s: %s", path, exc)
             continue
         written.append(path)
     return written
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write-then-rename, as the kernel cache writes its files: readers see old or new, whole."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_last_run(root: str | os.PathLike) -> list[dict[str, Any]]:
