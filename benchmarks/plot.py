@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -32,7 +33,7 @@ def draw(tables: list[dict], title: str, baseline: str, out: Path) -> None:
     """One PNG of ``tables`` (as ``_timing.print_table`` records them) at ``out``."""
     columns = 2 if len(tables) > 1 else 1
     rows_of_panels = math.ceil(len(tables) / columns)
-    heights = [max(len(t["rows"]), 2) * 0.38 + 1.0 for t in tables]
+    heights = [max(len(t["rows"]), 2) * 0.38 + 1.3 for t in tables]
     figure, axes = plt.subplots(
         rows_of_panels, columns, figsize=(7 * columns, sum(heights[::columns]) + 0.6), squeeze=False,
     )
@@ -67,7 +68,7 @@ def _panel(ax, table: dict, baseline: str) -> None:
         label = f" {row['seconds'] * scale:.3g} {unit}"
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, label, va="center", fontsize=8)
     ax.set_xlim(0, max(values) * 1.35)
-    ax.set_title(table["title"], fontsize=9)
+    ax.set_title("\n".join(textwrap.wrap(table["title"], 70)), fontsize=9)
     ax.tick_params(axis="y", labelsize=8)
 
 
