@@ -21,9 +21,13 @@ computes from the dynamo graph, its inputs and torch's configuration. ``caching`
 the plugins' versions and sources, the decomposition table, the runtime and its target, the
 nkipy configuration, and the CPU-region annotations of the dynamo graph (node metadata that
 torch's key does not see). It also asks torch to bundle the result in the entry
-(``bundled_autograd_cache``; the default entry refers to inductor's FX graph cache) and to
-compile the backward graph together with the forward (``force_non_lazy_backward_lowering``), so
-that an entry is complete, and written, when the compile returns.
+(``bundled_autograd_cache``; the default entry refers to inductor's FX graph cache).
+
+Training graphs are not in this cache: torch compiles a backward lazily, at the first
+``backward()``, after the compile that would write the entry, and compiling it up front would
+make every model called with gradients enabled but never differentiated compile a backward it
+does not use (a neuronx-cc compile on Trainium). A training graph's warm start skips lowering
+through nkipy's kernel cache and re-runs AOTAutograd's trace.
 
 What is not safely serialisable bypasses the cache: a graph with symbolic sizes (specialised per
 size set at call time, or sized by tensor values), a graph whose nodes cannot be pickled, and a
@@ -132,13 +136,13 @@ def dumps(gm: torch.fx.GraphModule) -> tuple[bytes | None, str | None]:
 
 @contextlib.contextmanager
 def caching(gm: torch.fx.GraphModule, config: Config, decompositions: dict[Any, Callable[..., Any]]) -> Iterator[None]:
-    """Compile ``gm`` with AOTAutograd inside this context: keys, bundling, eager backward and
-    counters as the module docstring says."""
+    """Compile ``gm`` with AOTAutograd inside this context: keys, bundling and counters as the
+    module docstring says."""
     tag = torch.compiler.config.cache_key_tag
     key = cache_key(gm, config, decompositions)
     before = {name: counters["aot_autograd"][name] for name in _COUNTERS}
     try:
-        with torch._functorch.config.patch(bundled_autograd_cache=True, force_non_lazy_backward_lowering=True), \
+        with torch._functorch.config.patch(bundled_autograd_cache=True), \
                 torch.compiler.config.patch(cache_key_tag=f"{tag}|nkipy:{key}" if tag else f"nkipy:{key}"):
             yield
     finally:
