@@ -128,6 +128,7 @@ def test_the_kernels_precompiled_for_nrt_are_planned_for_nrt(capfd, tmp_path, mo
     ``nrt`` does not run yet, so the kernels precompiled for nrt must hold the base softmax."""
     import nkipy_ops_nki  # noqa: F401 - the override this test is about
 
+    monkeypatch.setenv("NKIPY_NKI_OVERRIDES", "1")  # the overrides are opt-in
     path, _ = neuronx_cc_standin.install(tmp_path / "bin")
     monkeypatch.setenv(neuronx_cc.COMPILER_ENV, str(path))
     script = tmp_path / "softmax.py"
