@@ -334,13 +334,14 @@ class KernelCall(torch.nn.Module):
         #: outputs the kernel returns in another dimension order (``output_orders``), put back
         self.inverse_orders = tuple(None if o is None else _inverse(o) for o in orders)
         #: a call whose inputs are all CPU tensors runs on host arrays, without staging
-        self.host_path = not any(self.on_device) and hasattr(runtime, "run_host")
+        self.run_host = getattr(runtime, "run_host", None)
+        self.host_path = not any(self.on_device) and self.run_host is not None
         #: the one output, returned as the kernel gives it (no tuple, no permutation)
         self.single = not tuple_output and self.inverse_orders == (None,)
 
     def _execute(self, run, inputs: list, *outputs):
-        """Run the kernel through ``run`` (``runtime.run_host``, ``run`` or ``run_into``): the
-        one place where a call of the kernel starts and ends."""
+        """Run the kernel through ``run`` (``runtime.run``, ``run_into``) with its counters
+        (``forward``'s host path has the same lines inline)."""
         start = self.stats.start()
         results = run(self.executable, inputs, *outputs)
         self.stats.stop(start)
@@ -348,15 +349,15 @@ class KernelCall(torch.nn.Module):
 
     def forward(self, *args: torch.Tensor):
         if self.host_path:
-            for a in args:
-                if not a.is_cpu:
-                    break
-            else:
-                try:  # what NumPy holds as it is; bf16 (TypeError) and autograd tensors: below
-                    arrays = [a.numpy() for a in args]
-                except (TypeError, RuntimeError):
-                    arrays = [torch_to_numpy(a) for a in args]
-                results = self._execute(self.runtime.run_host, arrays)
+            try:  # CPU tensors NumPy can view; device tensors, bf16 and autograd tensors raise
+                arrays = [a.numpy() for a in args]
+            except (TypeError, RuntimeError):
+                arrays = [torch_to_numpy(a) for a in args] if all(a.is_cpu for a in args) else None
+            if arrays is not None:  # what _execute does, inline: this is the call of a small graph
+                stats = self.stats
+                start = stats.start()
+                results = self.run_host(self.executable, arrays)
+                stats.stop(start)
                 if self.single:
                     return _to_torch(results[0])
                 return self._laid_out(tuple(_to_torch(r) for r in results))

@@ -199,8 +199,12 @@ def _check_device_runtime(config: Config, runtime) -> None:
 
 def current() -> Config:
     """The process configuration; if never initialised, the defaults (which a later
-    ``init_nkipy_backend`` call replaces)."""
+    ``init_nkipy_backend`` call replaces). Every eager op asks, so the common case (set)
+    reads the global without the lock; only the first use takes it."""
     global _config
+    config = _config
+    if config is not None:
+        return config
     with _lock:
         if _config is None:
             config = _resolve()

@@ -537,13 +537,18 @@ def _remember_in_place(fast_key: tuple, functional, args: tuple, kwargs: dict, t
         state.fast[fast_key] = in_place
 
 
+def _scalar_type(dtype: torch.dtype) -> str:
+    """torch's name of a dtype in its error messages (``Float``, ``Long``, ``BFloat16``)."""
+    return torch.empty(0, dtype=dtype).type().removeprefix("torch.").removesuffix("Tensor")
+
+
 def _store(op, dst: torch.Tensor, result: torch.Tensor, resize: bool) -> None:
     """Write a functional result into an in-place target (same shape) or an ``out=`` tensor
     (resized as torch does), with torch's casting rule."""
     if not torch.can_cast(result.dtype, dst.dtype):
         raise RuntimeError(
-            f"{op_name(op)}: result type {result.dtype} can't be cast to the desired output type "
-            f"{dst.dtype}"
+            f"{op_name(op)}: result type {_scalar_type(result.dtype)} can't be cast to the desired "
+            f"output type {_scalar_type(dst.dtype)}"
         )
     if dst.shape != result.shape:
         if not resize:

@@ -9,7 +9,6 @@ what a buffer is: this module hands it ``DeviceArray`` descriptions and never to
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 
 import torch
@@ -56,19 +55,25 @@ def is_nkipy(t: object) -> bool:
 
 
 class _Allocation:
-    """A runtime buffer owned by one torch storage; freed with it."""
+    """A runtime buffer owned by one torch storage; freed with it.
 
-    __slots__ = ("buffer",)
+    It lives in the storage's ``__dict__`` and nowhere else, so it dies when torch frees the
+    storage (torch keeps a storage's Python object, and with it the attribute, for as long as
+    the storage lives): ``__del__`` frees the buffer then, as a ``weakref.finalize`` on the
+    storage would, at a third of the cost of registering one (every eager op's result makes
+    one). At interpreter exit nothing is freed: the runtime's memory goes with the process."""
 
-    def __init__(self, storage: torch.UntypedStorage, buffer, address: int):
+    __slots__ = ("buffer", "address", "owner")
+
+    def __init__(self, buffer, address: int):
         self.buffer = buffer
+        self.address = address
+        self.owner = runtime()
         _by_address[address] = buffer
-        weakref.finalize(storage, _free, runtime(), buffer, address)
 
-
-def _free(owner, buffer, address: int) -> None:
-    _by_address.pop(address, None)
-    owner.free(buffer)
+    def __del__(self) -> None:
+        _by_address.pop(self.address, None)
+        self.owner.free(self.buffer)
 
 
 #: buffers by their storage's placeholder address, for storages torch makes from a data pointer
@@ -84,7 +89,7 @@ def _storage(buffer, nbytes: int) -> torch.UntypedStorage:
     global _next_address
     address, _next_address = _next_address, _next_address + ((nbytes + 127) // 64) * 64
     storage = torch._C._construct_storage_from_data_pointer(address, _DEVICE, nbytes)
-    setattr(storage, _ATTR, _Allocation(storage, buffer, address))
+    setattr(storage, _ATTR, _Allocation(buffer, address))
     return storage
 
 
@@ -132,9 +137,12 @@ def set_layout(t: torch.Tensor, storage: torch.UntypedStorage, shape: Sequence[i
 
 def _span(shape: Sequence[int], strides: Sequence[int], offset: int, itemsize: int) -> int:
     """Bytes a layout reaches into its storage (torch's computeStorageNbytes)."""
-    if any(size == 0 for size in shape):
+    if 0 in shape:
         return 0
-    return (offset + 1 + sum((size - 1) * stride for size, stride in zip(shape, strides))) * itemsize
+    end = offset + 1
+    for size, stride in zip(shape, strides):
+        end += (size - 1) * stride
+    return end * itemsize
 
 
 def _tensor(buffer, nbytes: int, dtype: torch.dtype, shape, strides, offset: int = 0) -> torch.Tensor:

@@ -7,7 +7,7 @@ It is registered through the same ``nkipy_register_runtimes`` hook as any plugin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -22,33 +22,18 @@ from .communicator import TorchDistributedCommunicator
 SOURCE = "kernel.py"
 
 
-def _ignoring_floating_point_errors() -> Callable[[Callable, tuple], Sequence[np.ndarray]]:
-    """``fn(*arrays)`` under ``np.errstate(all="ignore")`` (kernels compute inf and NaN silently,
-    as torch does). Entering ``np.errstate`` builds its error object anew each time (about 1.5 µs,
-    a tenth of a small kernel call); on NumPy 2 the object is built once and only the context
-    variable that ``np.errstate`` sets is set and reset."""
+def _errstate_ignore():
+    """NumPy 2's error-state context variable and the error object that ignores everything, or
+    ``None`` (NumPy 1.x: no context variable; ``np.errstate`` then)."""
     try:
         from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
 
-        ignore = _make_extobj(all="ignore")
-    except (ImportError, TypeError):  # NumPy 1.x: no context variable
-        def call(fn, arrays):
-            with np.errstate(all="ignore"):
-                return fn(*arrays)
-
-        return call
-
-    def call(fn, arrays):
-        token = _extobj_contextvar.set(ignore)
-        try:
-            return fn(*arrays)
-        finally:
-            _extobj_contextvar.reset(token)
-
-    return call
+        return _extobj_contextvar, _make_extobj(all="ignore")
+    except (ImportError, TypeError):
+        return None
 
 
-_quietly = _ignoring_floating_point_errors()
+_ERRSTATE = _errstate_ignore()
 
 
 class CpuExecutable:
@@ -58,16 +43,31 @@ class CpuExecutable:
         self._fn = codegen.load(source, filename=f"<nkipy cpu kernel {hash(source) & 0xFFFF:04x}>",
                                 communicator=communicator)
 
-    def __call__(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
-        return _quietly(self._fn, arrays)
+    if _ERRSTATE is not None:
+        def __call__(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
+            """The kernel under ``np.errstate(all="ignore")`` (kernels compute inf and NaN
+            silently, as torch does). Entering ``np.errstate`` builds its error object anew each
+            time (about 1.5 µs, a tenth of a small kernel call); NumPy 2's object is built once
+            and only the context variable ``np.errstate`` sets is set and reset here."""
+            variable, ignore = _ERRSTATE
+            token = variable.set(ignore)
+            try:
+                return self._fn(*arrays)
+            finally:
+                variable.reset(token)
+    else:
+        def __call__(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
+            with np.errstate(all="ignore"):
+                return self._fn(*arrays)
 
     def artifacts(self) -> Mapping[str, bytes]:
         return {SOURCE: self.source.encode()}
 
 
 class CpuRuntime:
-    """Device memory is host memory here, but only this class knows it: a buffer is a flat
-    ``uint8`` array and a ``DeviceArray`` is a strided NumPy view into it."""
+    """Device memory is host memory here, but only this class knows it: a buffer is a
+    C-contiguous NumPy array (flat ``uint8`` when allocated, a kernel's result array when
+    adopted) and a ``DeviceArray`` is a strided NumPy view of its bytes."""
 
     name = "cpu"
     priority = 0
@@ -145,12 +145,15 @@ class CpuRuntime:
         return owned
 
     def _adopt(self, result: np.ndarray, type_: TensorType) -> DeviceArray:
-        """Make a kernel result (owned, see ``run_host``) a device buffer without copying it."""
+        """Make a kernel result (owned, see ``run_host``) a device buffer without copying it.
+        The array itself is the buffer: whatever reads a buffer makes a NumPy view of it
+        through the buffer protocol (``_view``), which a contiguous array of any dtype offers
+        as its bytes."""
         dtype = type_.dtype.numpy
         if result.dtype != dtype or result.shape != type_.shape or not result.flags.c_contiguous:
             result = np.ascontiguousarray(result.astype(dtype, copy=False).reshape(type_.shape))
         self.stats.allocate(result.nbytes)
-        return DeviceArray(result.reshape(-1).view(np.uint8), type_.dtype, type_.shape, _strides(type_.shape))
+        return DeviceArray(result, type_.dtype, type_.shape, _strides(type_.shape))
 
 
 def _new_memory(out: np.ndarray, arrays: Sequence[np.ndarray], owned: list[np.ndarray]) -> bool:
