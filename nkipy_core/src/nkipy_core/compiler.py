@@ -391,13 +391,15 @@ class KernelCall(torch.nn.Module):
         """The runtime that owns the buffers, the kernel's inputs as its device arrays, and
         those staged from CPU tensors for this call (to free after it)."""
         runtime = self.runtime
-        if not all(a.is_cpu for a in args):
-            runtime = memory.runtime()  # who owns the buffers
-            if runtime is not self.runtime and runtime.name != self.runtime.name:
-                raise ConfigurationError(
-                    f"nkipy tensors live in the {runtime.name!r} runtime's memory but this "
-                    f"function was compiled for {self.runtime.name!r}; use one runtime per process"
-                )
+        for a in args:
+            if not a.is_cpu:
+                runtime = memory.runtime()  # who owns the buffers
+                if runtime is not self.runtime and runtime.name != self.runtime.name:
+                    raise ConfigurationError(
+                        f"nkipy tensors live in the {runtime.name!r} runtime's memory but this "
+                        f"function was compiled for {self.runtime.name!r}; use one runtime per process"
+                    )
+                break
         inputs, staged = [], []
         for a, type_ in zip(args, self.executable.signature.inputs):
             if not a.is_cpu:

@@ -65,7 +65,7 @@ _claimed: set[torch._ops.OpOverload] = set()
 
 def claim(ops) -> None:
     """Give the ops the packs lower, and their in-place and ``out=`` forms, a PrivateUse1 kernel
-    of their own that goes straight to ``eager.run``.
+    of their own that goes straight to ``eager.run`` (views among them: to torch's CPU kernel).
 
     Two reasons. The dispatcher prefers an op's CompositeExplicitAutograd kernel to a backend
     fallback, so e.g. ``native_layer_norm`` would be decomposed before the pack that lowers it
@@ -80,16 +80,17 @@ def claim(ops) -> None:
     from ..registry import resolve_op
     from .eager import _functional
 
-    lowered = {resolve_op(name) for name in ops if name.startswith("aten::") and name not in _TRANSFERS}
-    lowered = {op for op in lowered if not _redispatched(op)}  # views stay torch's
+    named = {resolve_op(name) for name in ops if name.startswith("aten::") and name not in _TRANSFERS}
+    views = {op for op in named if _redispatched(op)}
+    lowered = named - views
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
-    for op in sorted(lowered | _mutating_forms(lowered, _functional), key=str):
+    for op in sorted(lowered | views | _mutating_forms(lowered, _functional), key=str):
         if op in _claimed:
             continue
         _claimed.add(op)
         qualified = op._schema.name + (f".{op._overloadname}" if op._overloadname != "default" else "")
         if not (has_kernel(qualified, "CompositeImplicitAutograd") or has_kernel(qualified, "PrivateUse1")):
-            _library[0].impl(op, _eager_kernel(op), "PrivateUse1")
+            _library[0].impl(op, _kernel_code(_cpu_kernel(op) if op in views else _eager_kernel(op)), "PrivateUse1")
 
 
 def _mutating_forms(ops: set, functional) -> set:
@@ -106,7 +107,18 @@ def _eager_kernel(op: torch._ops.OpOverload):
     def kernel(*args, **kwargs):
         return run(op, args, kwargs)
 
-    return _kernel_code(kernel)
+    return kernel
+
+
+def _cpu_kernel(op: torch._ops.OpOverload):
+    """A view op's kernel: torch's CPU kernel, which only computes sizes and strides (what the
+    fallback does for every other view, here without its per-call lookup of the op)."""
+    handle = op._handle
+
+    def kernel(*args, **kwargs):
+        return handle.redispatch_boxed(_CPU, *args, **kwargs)
+
+    return kernel
 
 
 def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
