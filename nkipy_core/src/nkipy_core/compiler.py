@@ -31,6 +31,7 @@ from .config import Config, select_runtime
 from .device import memory
 from .device.aten import is_view
 from .errors import ConfigurationError, LoweringError, Unsupported, UnsupportedOpsError, VerificationError
+from .host_views import HostViews, host_arrays
 from .ir import codegen
 from .ir.builder import KernelBuilder, Traced
 from .ir.passes import simplify
@@ -336,6 +337,7 @@ class KernelCall(torch.nn.Module):
         #: a call whose inputs are all CPU tensors runs on host arrays, without staging
         self.run_host = getattr(runtime, "run_host", None)
         self.host_path = not any(self.on_device) and self.run_host is not None
+        self.host_views = HostViews(len(executable.signature.inputs))
         #: the one output, returned as the kernel gives it (no tuple, no permutation)
         self.single = not tuple_output and self.inverse_orders == (None,)
 
@@ -350,9 +352,9 @@ class KernelCall(torch.nn.Module):
     def forward(self, *args: torch.Tensor):
         if self.host_path:
             try:  # CPU tensors NumPy can view; device tensors, bf16 and autograd tensors raise
-                arrays = [a.numpy() for a in args]
+                arrays = self.host_views.arrays(args)
             except (TypeError, RuntimeError):
-                arrays = [torch_to_numpy(a) for a in args] if all(a.is_cpu for a in args) else None
+                arrays = host_arrays(args)
             if arrays is not None:  # what _execute does, inline: this is the call of a small graph
                 stats = self.stats
                 start = stats.start()

@@ -193,9 +193,16 @@ def _bytes(buffer, nbytes: int) -> DeviceArray:
 
 
 def array(t: torch.Tensor) -> DeviceArray:
-    """The runtime's view of a device tensor."""
-    buffer = _buffer(t.untyped_storage())
-    return DeviceArray(buffer, DType.from_torch(t.dtype), t.shape, t.stride(), t.storage_offset())
+    """The runtime's view of a device tensor (every input of every kernel call on the device
+    asks: the storage's own buffer is looked up inline, the rare others by ``_buffer``)."""
+    storage = t.untyped_storage()
+    allocation = getattr(storage, _ATTR, None)
+    buffer = _buffer(storage) if allocation is None else allocation.buffer
+    return DeviceArray(buffer, _DTYPES.get(t.dtype) or DType.from_torch(t.dtype), t.shape, t.stride(), t.storage_offset())
+
+
+#: DType of each torch dtype the device holds (``DType.from_torch`` raises for the others)
+_DTYPES = {d.torch: d for d in DType}
 
 
 def wrap(result: DeviceArray) -> torch.Tensor:
