@@ -33,7 +33,8 @@ import torch
 
 import nkipy_core
 from nkipy_core.compiler import KernelCall
-from nkipy_core.device import eager, memory
+from nkipy_core import memory
+from nkipy_core.device import eager
 
 
 def main() -> None:

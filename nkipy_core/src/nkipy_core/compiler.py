@@ -25,10 +25,9 @@ import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from . import plugins, precompile, profiling, regions, rng
+from . import memory, plugins, precompile, profiling, regions, rng
 from .cache import STATS, KernelCache, digest
 from .config import Config, select_runtime
-from .device import memory
 from .device.aten import is_view
 from .errors import ConfigurationError, LoweringError, Unsupported, UnsupportedOpsError, VerificationError
 from .ir import codegen

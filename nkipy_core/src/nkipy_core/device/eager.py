@@ -26,11 +26,11 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_map
 
-from .. import compiler, plugins
+from .. import compiler, memory, plugins
 from ..config import Config, current
 from ..errors import DeviceError, UnsupportedOpsError
 from ..registry import LoweringRule, op_name
-from . import aten, memory, scalars
+from . import aten, scalars
 
 #: ops run on CPU on purpose (see the module docstring), and why
 _HOST_OPS = {

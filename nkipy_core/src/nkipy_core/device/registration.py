@@ -37,7 +37,7 @@ def _clone_storage_on_the_device() -> None:
 
     def clone(self):
         if self.device.type == NAME:
-            from . import memory
+            from .. import memory
 
             return memory.clone_storage(self)
         return torch_clone(self)

@@ -25,7 +25,7 @@ def tag(storage) -> str | None:
 def restore(storage, location: str):
     if not location.startswith(NAME):
         return None
-    from . import memory
+    from .. import memory
 
     memory.check_index(memory.device_index(location))
     host = torch.empty(0, dtype=torch.uint8).set_(storage)

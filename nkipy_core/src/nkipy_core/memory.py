@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 import torch
 
-from ..errors import DeviceError, RuntimeNotFoundError, RuntimeUnavailableError
-from ..ir.types import DType, numpy_to_torch, torch_to_numpy
-from ..runtime.base import DeviceArray, contiguous_strides
-from . import NAME
+from .errors import DeviceError, RuntimeNotFoundError, RuntimeUnavailableError
+from .ir.types import DType, numpy_to_torch, torch_to_numpy
+from .runtime.base import DeviceArray, contiguous_strides
+from .device import NAME
 
 _ATTR = "_nkipy_allocation"
 _DEVICE = torch.device(NAME, 0)
@@ -31,9 +31,9 @@ def runtime():
     (tensors already allocated cannot move to another runtime)."""
     global _runtime
     if _runtime is None:
-        from .. import plugins
-        from ..config import current, select_runtime
-        from . import aten, autocast
+        from . import plugins
+        from .config import current, select_runtime
+        from .device import aten, autocast
 
         try:
             config = current()
