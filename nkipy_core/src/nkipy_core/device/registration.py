@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import torch
 
+from .. import device_contract
+from ..device_contract import NAME
 from ..errors import DeviceError
 from . import aten, module, serialization, untraced
-from . import NAME
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -47,6 +48,18 @@ def _clone_storage_on_the_device() -> None:
     torch.UntypedStorage.clone = clone
 
 
+def _first_use(config) -> None:
+    """The device's work at the first use of its memory (``memory.runtime()`` runs it through
+    ``device_contract``, as the buffer layer does not import the device): route the ops the
+    packs lower to the device and install its autocast policy. Not at registration: that runs
+    inside ``import torch``, and this loads the plugins and makes ~300 registrations."""
+    from .. import plugins
+    from . import autocast
+
+    aten.claim(plugins.get(strict=config.strict).lowerings.ops())
+    autocast.install()
+
+
 def register() -> None:
     """Register the device once per process; a no-op when it already is."""
     current = torch._C._get_privateuse1_backend_name()
@@ -68,3 +81,4 @@ def register() -> None:
     _clone_storage_on_the_device()
     torch.serialization.register_package(serialization.PRIORITY, serialization.tag, serialization.restore)
     untraced.skip_in_dynamo(__package__)
+    device_contract.on_first_use(_first_use)

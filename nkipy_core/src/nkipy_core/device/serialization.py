@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import NAME
+from ..device_contract import NAME
 
 #: ahead of torch's own PrivateUse1 entry (23) in ``torch.serialization``'s package registry
 PRIORITY = 19
