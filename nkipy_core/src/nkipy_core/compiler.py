@@ -26,9 +26,9 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from . import memory, plugins, precompile, profiling, regions, rng
+from .aten_schema import is_view
 from .cache import STATS, KernelCache, digest
 from .config import Config, select_runtime
-from .device.aten import is_view
 from .errors import ConfigurationError, LoweringError, Unsupported, UnsupportedOpsError, VerificationError
 from .ir import codegen
 from .ir.builder import KernelBuilder, Traced

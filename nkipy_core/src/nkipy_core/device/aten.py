@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from ..aten_schema import is_view
 from . import rnn
 
 
@@ -153,14 +154,6 @@ def _item(self: torch.Tensor):
     from .. import memory
 
     return memory.to_host(self).item()
-
-
-def is_view(op: torch._ops.OpOverload) -> bool:
-    """Whether ``op`` returns a view of an input (it computes sizes and strides, no values)."""
-    schema = op._schema
-    return not schema.is_mutable and any(
-        r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
-    )
 
 
 def _redispatched(op: torch._ops.OpOverload) -> bool:
