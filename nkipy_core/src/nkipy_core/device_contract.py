@@ -7,8 +7,8 @@ its memory is first used (routing the ops the packs lower to it, installing its 
 it registers that work here with ``on_first_use`` when torch registers the device, and
 ``memory.runtime()`` runs it once, when it chooses the runtime.
 
-This module imports nothing: the device's registration, which runs inside ``import torch``,
-imports it, and ``memory`` (numpy, the IR) must not be imported there.
+This module imports nothing of nkipy and nothing heavy: the device's registration, which runs
+inside ``import torch``, imports it, and ``memory`` (numpy, the IR) must not be imported there.
 """
 
 from __future__ import annotations
