@@ -32,8 +32,9 @@ from _timing import machine, median_time, print_table  # first: it sets the thre
 import torch
 
 import nkipy_core
-from nkipy_core.compiler import KernelCall
-from nkipy_core.device import eager, memory
+from nkipy_core import memory
+from nkipy_core.device import eager
+from nkipy_core.kernel_call import KernelCall
 
 
 def main() -> None:

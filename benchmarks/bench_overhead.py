@@ -14,7 +14,7 @@ and the layers of the nkipy call, innermost last, each called directly (so the d
 between two rows is what the outer layer adds):
 
   nkipy: graph entry    what AOTAutograd's wrapper calls for the graph compile_graph returned
-                        (``compiler.entry``: a one-kernel graph is its kernel's call; no dynamo
+                        (``kernel_call.entry``: a one-kernel graph is its kernel's call; no dynamo
                         guards, no AOTAutograd wrapper)
   nkipy: KernelCall     the kernel's call: torch -> NumPy, run_host, NumPy -> torch
   nkipy: run_host       the cpu runtime's host call: the executable, results made memory of their own
@@ -38,8 +38,8 @@ from _timing import machine, median_time, print_table  # first: it sets the thre
 import torch
 
 import nkipy_core.backend
-from nkipy_core.compiler import KernelCall, entry
 from nkipy_core.ir import codegen
+from nkipy_core.kernel_call import KernelCall, entry
 
 
 def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

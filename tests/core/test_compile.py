@@ -9,8 +9,7 @@ from fixture_packs import arithmetic_rules, pack, wrong_shape_rules
 from torch._dynamo.exc import BackendCompilerFailed
 
 from nkipy_core import FallbackWarning, UnsupportedOpsError, VerificationError, cache_stats
-from nkipy_core import compiler
-from nkipy_core.compiler import KernelCall
+from nkipy_core.kernel_call import KernelCall, entry
 from nkipy_core.runtime.cpu import CpuRuntime
 
 
@@ -170,7 +169,7 @@ def test_a_one_kernel_graph_runs_as_its_kernel_call(arithmetic, graphs):
         torch.testing.assert_close(fn(x, y), torch.exp(x) * y + x)
     (gm,) = graphs
     (call,) = kernels(gm)
-    run = compiler.entry(gm)
+    run = entry(gm)
     assert run == call.as_graph
     (out,) = run(x, y)
     torch.testing.assert_close(out, gm(x, y)[0])
@@ -182,7 +181,7 @@ def test_a_graph_with_cpu_ops_runs_as_its_forward(arithmetic, graphs):
     with pytest.warns(FallbackWarning, match="tanh"):
         torch.testing.assert_close(fn(x), torch.exp(torch.tanh(x)) * x)
     (gm,) = graphs
-    assert compiler.entry(gm) == gm.forward
+    assert entry(gm) == gm.forward
 
 
 def test_a_kernel_call_takes_tensors_that_require_grad(arithmetic, graphs):

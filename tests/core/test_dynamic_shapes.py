@@ -12,7 +12,7 @@ from nkipy_core import (
     ConfigurationError, FallbackWarning, SpecializationLimitError, UnsupportedOpsError, cache_stats,
     init_nkipy_backend,
 )
-from nkipy_core.compiler import KernelCall
+from nkipy_core.kernel_call import KernelCall
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from nkipy_cli import line_of, run, section
 from nkipy_core import (
     hookimpl, init_nkipy_backend, kernel_boundary, kernel_stats, profiling, progress, reset_kernel_stats,
 )
-from nkipy_core.compiler import KernelCall
+from nkipy_core.kernel_call import KernelCall
 from nkipy_core.runtime.cpu import CpuRuntime
 
 

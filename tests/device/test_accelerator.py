@@ -9,7 +9,7 @@ import torch
 from fresh_python import python
 
 from nkipy_core import ConfigurationError, config, init_nkipy_backend, plugins
-from nkipy_core.device import memory
+from nkipy_core import memory
 
 ACCELERATOR = (
     "import sys, torch\n"

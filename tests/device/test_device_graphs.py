@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from nkipy_core import FallbackWarning, kernel_boundary, on_cpu, regions
-from nkipy_core.compiler import KernelCall
+from nkipy_core.kernel_call import KernelCall
 
 
 def kernels(graphs):

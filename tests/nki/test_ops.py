@@ -16,7 +16,7 @@ import nkipy_core
 import nkipy_ops_nki.nki.language as nl
 from nkipy_ops_nki import nki
 from nkipy_core import plugins
-from nkipy_core.compiler import KernelCall
+from nkipy_core.kernel_call import KernelCall
 from nkipy_ops_nki import NKIOpRegistry, nki_op
 
 

@@ -19,8 +19,9 @@ from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
 
 from . import aot_cache, plugins
 from .aot_cache import NkipyGraph
-from .compiler import compile_graph, entry
+from .compiler import compile_graph
 from .config import current
+from .kernel_call import entry
 from .specialize import SpecializedGraph, specializable
 
 

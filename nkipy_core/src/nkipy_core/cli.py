@@ -330,7 +330,8 @@ def render_coverage(report: dict[str, Any], pack: str | None) -> str:
 def device_status() -> dict[str, Any]:
     """Whether torch knows the ``nkipy`` device, how it was registered, and whether torch may
     pick it as the machine's accelerator (``torch.nkipy.is_available()``)."""
-    from .device import NAME, module
+    from .device import module
+    from .device_contract import NAME
 
     taken = torch._C._get_privateuse1_backend_name()
     return {

@@ -13,36 +13,34 @@ import operator
 import os
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import attrs
-import numpy as np
 import torch
 import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from . import plugins, precompile, profiling, regions, rng
+from . import memory, plugins, precompile, profiling, regions, rng
+from .aten_schema import is_view
 from .cache import STATS, KernelCache, digest
 from .config import Config, select_runtime
-from .device import memory
-from .device.aten import is_view
-from .errors import ConfigurationError, LoweringError, Unsupported, UnsupportedOpsError, VerificationError
-from .host_views import HostViews, host_arrays
+from .errors import LoweringError, Unsupported, UnsupportedOpsError, VerificationError
 from .ir import codegen
 from .ir.builder import KernelBuilder, Traced
 from .ir.passes import simplify
 from .ir.primitives import primitive
 from .ir.printer import format_kernel
-from .ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
+from .ir.types import DType, TensorType
 from .ir.verify import verify
+from .kernel_call import KernelCall, _inverse
 from .lowering import GRAPH_INPUT, Layout, invoke, output_types, tensor_type
 from .progress import CompileProgress
 from .registry import LoweringRule, op_name, source_digest
-from .runtime.base import CompileOptions, DeviceArray, Runtime, Signature, runs_custom_call
+from .runtime.base import CompileOptions, Runtime, Signature, runs_custom_call
 
 log = logging.getLogger("nkipy.compiler")
 
@@ -261,10 +259,6 @@ def _dense_order(value: Any) -> tuple[int, ...] | None:
     return order
 
 
-def _inverse(order: Sequence[int]) -> tuple[int, ...]:
-    return tuple(sorted(range(len(order)), key=order.__getitem__))
-
-
 def lower_subgraph(sub: torch.fx.GraphModule, name: str):
     """Trace the rules of a fused subgraph into one NKIPy kernel (verified and simplified)."""
     return finish_kernel(trace_subgraph(sub, name))
@@ -304,167 +298,6 @@ def trace_subgraph(sub: torch.fx.GraphModule, name: str):
     kernel = builder.finish(outputs)
     verify(kernel)
     return kernel
-
-
-class KernelCall(torch.nn.Module):
-    """Stands in for a fused subgraph: runs its compiled kernel on the runtime.
-
-    ``nkipy`` tensors are passed as the device arrays they already are; CPU tensors are staged
-    to the device and back. Outputs stay on the device when the graph produced them there.
-
-    It is called once per kernel per graph call, so what does not change between calls is
-    decided here once (whether outputs stay on the host, whether any needs its dimensions put
-    back), and calling it skips ``nn.Module.__call__``: a fused graph's kernels have no hooks,
-    and the hook machinery costs more than the rest of a small call (see docs/benchmarks.md).
-    Every call of the kernel itself goes through ``_execute``.
-    """
-
-    def __init__(
-        self, name: str, executable: Any, runtime: Any, tuple_output: bool, entry: str, on_device: Sequence[bool],
-        orders: Sequence[tuple[int, ...] | None], stats: profiling.KernelRecord,
-    ):
-        super().__init__()
-        #: this kernel's counters (``nkipy_core.kernel_stats()``), shared by its other calls
-        self.stats = stats
-        self.kernel_name = name
-        self.executable = executable
-        self.runtime = runtime
-        self.tuple_output = tuple_output
-        self.entry = entry
-        self.on_device = tuple(on_device)
-        #: outputs the kernel returns in another dimension order (``output_orders``), put back
-        self.inverse_orders = tuple(None if o is None else _inverse(o) for o in orders)
-        #: a call whose inputs are all CPU tensors runs on host arrays, without staging
-        self.run_host = getattr(runtime, "run_host", None)
-        self.host_path = not any(self.on_device) and self.run_host is not None
-        self.host_views = HostViews(len(executable.signature.inputs))
-        #: the one output, returned as the kernel gives it (no tuple, no permutation)
-        self.single = not tuple_output and self.inverse_orders == (None,)
-
-    def _execute(self, run, inputs: list, *outputs):
-        """Run the kernel through ``run`` (``runtime.run``, ``run_into``) with its counters
-        (``forward``'s host path has the same lines inline)."""
-        start = self.stats.start()
-        results = run(self.executable, inputs, *outputs)
-        self.stats.stop(start)
-        return results
-
-    def forward(self, *args: torch.Tensor):
-        if self.host_path:
-            try:  # CPU tensors NumPy can view; device tensors, bf16 and autograd tensors raise
-                arrays = self.host_views.arrays(args)
-            except (TypeError, RuntimeError):
-                arrays = host_arrays(args)
-            if arrays is not None:  # what _execute does, inline: this is the call of a small graph
-                stats = self.stats
-                start = stats.start()
-                results = self.run_host(self.executable, arrays)
-                stats.stop(start)
-                if self.single:
-                    try:  # _to_torch, inline
-                        return torch.from_numpy(results[0])
-                    except (TypeError, ValueError):
-                        return numpy_to_torch(results[0])
-                return self._laid_out(tuple(_to_torch(r) for r in results))
-        runtime, inputs, staged = self._device_inputs(args)
-        results = self._execute(runtime.run, inputs)
-        self._free(runtime, staged)
-        if self.single and self.on_device[0]:
-            return memory.wrap(results[0])
-        return self._laid_out(tuple(
-            memory.wrap(r) if dev else self._fetch(runtime, r) for r, dev in zip(results, self.on_device)
-        ))
-
-    __call__ = forward
-
-    def run_into(self, outputs: Sequence[torch.Tensor], *args: torch.Tensor) -> None:
-        """Run on ``args`` and write the results into ``outputs``, device tensors of the
-        results' shapes and dtypes (an eager in-place op's target), with the runtime's
-        ``run_into`` where it has one, else through new buffers copied into place."""
-        runtime, inputs, staged = self._device_inputs(args)
-        targets = [memory.array(t) for t in outputs]
-        run_into = getattr(runtime, "run_into", None)
-        if run_into is not None:
-            self._execute(run_into, inputs, targets)
-        else:
-            for result, target in zip(self._execute(runtime.run, inputs), targets):
-                runtime.copy(result, target)
-                runtime.free(result.buffer)
-        self._free(runtime, staged)
-
-    def _device_inputs(self, args: Sequence[torch.Tensor]):
-        """The runtime that owns the buffers, the kernel's inputs as its device arrays, and
-        those staged from CPU tensors for this call (to free after it)."""
-        runtime = self.runtime
-        for a in args:
-            if not a.is_cpu:
-                runtime = memory.runtime()  # who owns the buffers
-                if runtime is not self.runtime and runtime.name != self.runtime.name:
-                    raise ConfigurationError(
-                        f"nkipy tensors live in the {runtime.name!r} runtime's memory but this "
-                        f"function was compiled for {self.runtime.name!r}; use one runtime per process"
-                    )
-                break
-        inputs, staged = [], []
-        for a, type_ in zip(args, self.executable.signature.inputs):
-            if not a.is_cpu:
-                inputs.append(memory.array(a))
-            else:
-                array = DeviceArray.contiguous(runtime.allocate(a.nbytes), type_)
-                runtime.to_device(torch_to_numpy(a), array)
-                inputs.append(array)
-                staged.append(array)
-        return runtime, inputs, staged
-
-    @staticmethod
-    def _free(runtime, staged: list[DeviceArray]) -> None:
-        for array in staged:
-            runtime.free(array.buffer)
-
-    def _laid_out(self, outputs: tuple[torch.Tensor, ...]):
-        outputs = tuple(
-            t if inverse is None else t.contiguous().permute(inverse) for t, inverse in zip(outputs, self.inverse_orders)
-        )
-        return outputs if self.tuple_output else outputs[0]
-
-    @staticmethod
-    def _fetch(runtime, result: DeviceArray) -> torch.Tensor:
-        host = runtime.to_host(result)
-        runtime.free(result.buffer)
-        return numpy_to_torch(host)
-
-    def extra_repr(self) -> str:
-        return f"{self.kernel_name}, runtime={self.runtime.name}, cache={self.entry}"
-
-    def as_graph(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The call as the graph it stands for returns it: a tuple of outputs."""
-        return (self.forward(*args),)
-
-
-def _to_torch(array: np.ndarray) -> torch.Tensor:
-    """``numpy_to_torch`` of a kernel result (``run_host`` made it writable memory of its own):
-    ``torch.from_numpy`` at once, except for what it refuses (bf16, negative strides)."""
-    try:
-        return torch.from_numpy(array)
-    except (TypeError, ValueError):
-        return numpy_to_torch(array)
-
-
-def entry(gm: torch.fx.GraphModule) -> Callable[..., Any]:
-    """What runs a graph ``compile_graph`` returned, called with the graph's inputs: its
-    ``forward``, bound (``nn.Module.__call__`` runs hooks, which a compiled graph has none of,
-    and costs as much as a small kernel), or, when the whole graph is one kernel taking the
-    graph's inputs in order, that kernel's call itself."""
-    nodes = list(gm.graph.nodes)
-    placeholders = [n for n in nodes if n.op == "placeholder"]
-    body = nodes[len(placeholders):-1]
-    if len(body) != 1 or body[0].op != "call_module" or body[0].kwargs or list(body[0].args) != placeholders:
-        return gm.forward
-    call = getattr(gm, body[0].target)
-    result = nodes[-1].args[0]
-    if not isinstance(call, KernelCall) or call.tuple_output or not isinstance(result, (tuple, list)):
-        return gm.forward
-    return call.as_graph if list(result) == body else gm.forward
 
 
 def _subgraph_key(sub: torch.fx.GraphModule, base: str) -> str:

@@ -186,7 +186,7 @@ def _apply(config: Config) -> None:
 
 def _check_device_runtime(config: Config, runtime) -> None:
     """The device keeps the runtime of its first tensors: naming another one later is an error."""
-    from .device import memory
+    from . import memory
 
     held = memory.selected()
     if config.runtime is not None and held is not None and held.name != runtime.name:

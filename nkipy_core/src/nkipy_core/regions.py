@@ -19,7 +19,7 @@ import torch
 from torch.fx.traceback import annotate
 from torch.utils._pytree import tree_map
 
-from .device import memory
+from . import memory
 
 _KEY = "nkipy"
 _CPU = "cpu"

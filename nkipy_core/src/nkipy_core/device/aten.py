@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from ..aten_schema import is_view
 from . import rnn
 
 
@@ -122,7 +123,7 @@ def _cpu_kernel(op: torch._ops.OpOverload):
 
 
 def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    from . import memory
+    from .. import memory
 
     memory.check_index(memory.device_index(device))
     dtype = dtype or torch.get_default_dtype()
@@ -133,14 +134,14 @@ def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memor
 
 
 def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    from . import memory
+    from .. import memory
 
     memory.check_index(memory.device_index(device))
     return memory.empty(size, dtype or torch.get_default_dtype(), stride)
 
 
 def _resize(self, size, *, memory_format=None):
-    from . import memory
+    from .. import memory
 
     memory.resize(self, size)
     return self
@@ -148,7 +149,7 @@ def _resize(self, size, *, memory_format=None):
 
 def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     """``dst.copy_(src)`` where at least one side is on the device: broadcast, cast, move."""
-    from . import memory
+    from .. import memory
 
     if src.shape != dst.shape:
         src = src.expand(dst.shape)
@@ -172,17 +173,9 @@ def _copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
 
 
 def _item(self: torch.Tensor):
-    from . import memory
+    from .. import memory
 
     return memory.to_host(self).item()
-
-
-def is_view(op: torch._ops.OpOverload) -> bool:
-    """Whether ``op`` returns a view of an input (it computes sizes and strides, no values)."""
-    schema = op._schema
-    return not schema.is_mutable and any(
-        r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
-    )
 
 
 def _redispatched(op: torch._ops.OpOverload) -> bool:

@@ -26,11 +26,12 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_map
 
-from .. import compiler, plugins
+from .. import compiler, memory, plugins
 from ..config import Config, current
 from ..errors import DeviceError, UnsupportedOpsError
+from ..kernel_call import KernelCall
 from ..registry import LoweringRule, op_name
-from . import aten, memory, scalars
+from . import aten, scalars
 
 #: ops run on CPU on purpose (see the module docstring), and why
 _HOST_OPS = {
@@ -191,7 +192,7 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     if isinstance(entry, _Lifted):
         return entry(tensors, floats)
     layout = kwargs.get("memory_format")
-    if layout in (torch.channels_last, torch.channels_last_3d) and isinstance(entry, compiler.KernelCall):
+    if layout in (torch.channels_last, torch.channels_last_3d) and isinstance(entry, KernelCall):
         return _in_memory_format(entry(*tensors), layout)
     if isinstance(entry, _ByValue):
         values = tuple(floats)
@@ -317,7 +318,7 @@ def _lifted(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernel
         call = _kernel(op, args_a, kwargs_a, state, lower)
     except Exception:  # noqa: BLE001 - NotLiftable, or a sentinel the op rejects: key by value
         return None
-    return _Lifted(call) if isinstance(call, compiler.KernelCall) else None
+    return _Lifted(call) if isinstance(call, KernelCall) else None
 
 
 def _kernel(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels, lower=None) -> Any:
@@ -437,7 +438,7 @@ def _same_arguments(candidate: list, wanted: list) -> bool:
 class _Call:
     """A kernel whose inputs are the call's positional tensors, as a ``_Kernels.fast`` entry."""
 
-    def __init__(self, call: compiler.KernelCall, positions: tuple[int, ...] | None):
+    def __init__(self, call: KernelCall, positions: tuple[int, ...] | None):
         self.call = call
         self.positions = positions  # of the tensors among the arguments; None: all of them
 
@@ -450,7 +451,7 @@ class _Call:
 def _remember_call(fast_key: tuple, entry: Any, args: tuple, tensors: list[torch.Tensor], state: _Kernels) -> None:
     """Let later calls like this one go straight to ``entry`` if it is a kernel of exactly the
     call's positional tensors (not of floats, of keyword tensors or of a memory format)."""
-    if not isinstance(entry, compiler.KernelCall):
+    if not isinstance(entry, KernelCall):
         return
     positions = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
     if len(positions) != len(tensors):
@@ -463,7 +464,7 @@ class _InPlace:
     target's shape and dtype, as a ``_Kernels.fast`` entry: the kernel writes into the target
     (``KernelCall.run_into``) instead of into a new tensor that is then copied."""
 
-    def __init__(self, call: compiler.KernelCall, out: str | None):
+    def __init__(self, call: KernelCall, out: str | None):
         self.call = call
         self.out = out  # the keyword of an out= op's target; None: the target is ``self``
 
@@ -484,7 +485,7 @@ def _in_place(
     floats: list[float] = []
     key = (functional, _signature(args, tensors, floats), _signature(tuple(kwargs.items()), tensors, floats))
     call = state.entries.get(key)
-    if not isinstance(call, compiler.KernelCall) or len(tensors) != len(args) or floats:
+    if not isinstance(call, KernelCall) or len(tensors) != len(args) or floats:
         return None
     if not call.single or not call.on_device[0]:
         return None

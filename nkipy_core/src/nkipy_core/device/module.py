@@ -22,7 +22,7 @@ _current = 0
 
 
 def _runtime():
-    from . import memory
+    from .. import memory
 
     return memory.runtime()
 
@@ -81,7 +81,7 @@ def _is_in_bad_fork() -> bool:
 
 def device_count() -> int:
     """Devices torch may use as accelerators: 0 unless ``is_available()``, as torch expects."""
-    from . import memory
+    from .. import memory
 
     return memory.device_count() if is_available() else 0
 
@@ -91,7 +91,7 @@ def current_device() -> int:
 
 
 def set_device(device: Any) -> None:
-    from . import memory
+    from .. import memory
 
     index = device if isinstance(device, int) else memory.device_index(device)
     if index is None:  # "nkipy" without an index: the current device

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import torch
 
+from .. import device_contract
+from ..device_contract import NAME
 from ..errors import DeviceError
 from . import aten, module, serialization, untraced
-from . import NAME
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -37,7 +38,7 @@ def _clone_storage_on_the_device() -> None:
 
     def clone(self):
         if self.device.type == NAME:
-            from . import memory
+            from .. import memory
 
             return memory.clone_storage(self)
         return torch_clone(self)
@@ -45,6 +46,18 @@ def _clone_storage_on_the_device() -> None:
     clone._nkipy = True
     clone.__doc__ = torch_clone.__doc__
     torch.UntypedStorage.clone = clone
+
+
+def _first_use(config) -> None:
+    """The device's work at the first use of its memory (``memory.runtime()`` runs it through
+    ``device_contract``, as the buffer layer does not import the device): route the ops the
+    packs lower to the device and install its autocast policy. Not at registration: that runs
+    inside ``import torch``, and this loads the plugins and makes ~300 registrations."""
+    from .. import plugins
+    from . import autocast
+
+    aten.claim(plugins.get(strict=config.strict).lowerings.ops())
+    autocast.install()
 
 
 def register() -> None:
@@ -68,3 +81,4 @@ def register() -> None:
     _clone_storage_on_the_device()
     torch.serialization.register_package(serialization.PRIORITY, serialization.tag, serialization.restore)
     untraced.skip_in_dynamo(__package__)
+    device_contract.on_first_use(_first_use)

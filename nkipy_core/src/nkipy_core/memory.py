@@ -13,10 +13,11 @@ from collections.abc import Sequence
 
 import torch
 
-from ..errors import DeviceError, RuntimeNotFoundError, RuntimeUnavailableError
-from ..ir.types import DType, numpy_to_torch, torch_to_numpy
-from ..runtime.base import DeviceArray, contiguous_strides
-from . import NAME
+from . import device_contract
+from .device_contract import NAME
+from .errors import DeviceError, RuntimeNotFoundError, RuntimeUnavailableError
+from .ir.types import DType, numpy_to_torch, torch_to_numpy
+from .runtime.base import DeviceArray, contiguous_strides
 
 _ATTR = "_nkipy_allocation"
 _DEVICE = torch.device(NAME, 0)
@@ -27,20 +28,18 @@ _runtime = None
 
 def runtime():
     """The runtime that owns device memory: chosen at first use, then fixed for the process
-    (tensors already allocated cannot move to another runtime)."""
+    (tensors already allocated cannot move to another runtime). Choosing it runs the device's
+    first-use work (``device_contract.on_first_use``)."""
     global _runtime
     if _runtime is None:
-        from .. import plugins
-        from ..config import current, select_runtime
-        from . import aten, autocast
+        from .config import current, select_runtime
 
         try:
             config = current()
             selected = select_runtime(config)
         except (RuntimeNotFoundError, RuntimeUnavailableError) as exc:
             raise type(exc)(f"the nkipy device cannot be used: {exc}") from None
-        aten.claim(plugins.get(strict=config.strict).lowerings.ops())
-        autocast.install()
+        device_contract.first_use(config)
         _runtime = selected
     return _runtime
 
