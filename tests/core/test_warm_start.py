@@ -204,3 +204,47 @@ def test_what_changes_the_compiled_graphs_changes_the_key(tmp_path):
     other_option = run("inference", tmp_path, fallback_random=True)
     assert other_option["ok"] and other_option["nkipy"]["aot_cache_misses"] == 1
     assert run("inference", tmp_path)["nkipy"]["aot_cache_hits"] == 1
+
+
+PASS_PROGRAM = textwrap.dedent("""
+    import sys, torch
+    sys.path.insert(0, sys.argv[2])
+    import passpack
+    from nkipy_core import cache_stats, plugins
+    plugins.register(passpack, "passpack", "pass-pack", "1.0")
+    plugins.reload()
+    out = torch.compile(torch.exp, backend="nkipy", options={"nkipy_cache": sys.argv[1]})(torch.ones(3))
+    print(round(float(out[0]), 3), cache_stats["aot_cache_hits"])
+""")
+
+
+def test_editing_a_graph_pass_of_a_pack_misses_the_cache(tmp_path):
+    """A hit is not planned or passed again, so the sources of every loaded pack are in its key:
+    here a pack that lowers nothing changes what its graph pass does, not its version."""
+    package = tmp_path / "src" / "passpack"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(textwrap.dedent("""
+        import torch
+        from nkipy_core import hookimpl
+        from .target import TARGET
+
+        def swap_exp(gm):
+            for node in gm.graph.nodes:
+                if node.target is torch.ops.aten.exp.default:
+                    node.target = getattr(torch.ops.aten, TARGET).default
+
+        @hookimpl
+        def nkipy_graph_passes(stage):
+            return [swap_exp] if stage == "aten" else None
+    """))
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "torch")}
+    outputs = []
+    for target in ("exp", "exp", "sin"):
+        (package / "target.py").write_text(f"TARGET = {target!r}\n")
+        proc = subprocess.run(
+            [sys.executable, "-c", PASS_PROGRAM, str(tmp_path / "nkipy"), str(tmp_path / "src")],
+            env=env, capture_output=True, text=True, timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+        outputs.append(proc.stdout.split()[-2:])
+    assert outputs == [["2.718", "0"], ["2.718", "1"], ["0.841", "0"]]

@@ -24,9 +24,11 @@ compile is what fills the other runtime's cache.
 The entries live in torch's cache directory (``TORCHINDUCTOR_CACHE_DIR``) under keys torch
 computes from the dynamo graph, its inputs and torch's configuration. ``caching`` adds, through
 ``torch.compiler.config.cache_key_tag``, everything else nkipy's result depends on: nkipy's and
-the plugins' versions and sources, the decomposition table, the runtime and its target, the
-nkipy configuration, and the CPU-region annotations of the dynamo graph (node metadata that
-torch's key does not see). It also asks torch to bundle the result in the entry
+the plugins' versions and sources, the lowering rules (their fingerprints: code and package
+sources, as the kernel cache's keys hold them), the decomposition table, the runtime and its
+target, the nkipy configuration, and the CPU-region annotations of the dynamo graph (node
+metadata that torch's key does not see). A hit is not planned again, so whatever decides the plan
+and the graph passes must be in the key. It also asks torch to bundle the result in the entry
 (``bundled_autograd_cache``; the default entry refers to inductor's FX graph cache).
 
 Training graphs are not in this cache: torch compiles a backward lazily, at the first
@@ -184,15 +186,19 @@ def cache_key(gm: torch.fx.GraphModule, config: Config, decompositions: dict[Any
     settings = attrs.asdict(config, recurse=False)
     settings.pop("log_level")
     settings["nkipy_cache"] = KernelCache(config.nkipy_cache).root
-    added = plugins.get(strict=config.strict).decompositions.added
+    loaded = plugins.get(strict=config.strict)
+    added = loaded.decompositions.added
     table = sorted(
-        f"{op_name(op)}={_decomposition_fingerprint(fn) if op_name(op) in added else ''}"
-        for op, fn in decompositions.items()
+        f"{name}={_decomposition_fingerprint(fn) if name in added else ''}"
+        for name, fn in ((op_name(op), fn) for op, fn in decompositions.items())
     )
+    # what a hit's graph was planned and lowered with: it is not planned again (``stored_graph``)
+    rules = sorted(r.fingerprint for r in loaded.lowerings.all_rules())
+    sources = sorted(f"{s.name}:{source_digest(s.module)}" for s in loaded.statuses if s.ok)
     regions = [f"{n.name}:{sorted(n.meta['custom'].items())}" for n in gm.graph.nodes if n.meta.get("custom")]
     return digest(
         "aot", _versions_key(), runtime.name, _runtime_tag(runtime, options),
-        repr(sorted(settings.items())), *table, *regions,
+        repr(sorted(settings.items())), *table, *rules, *sources, *regions,
     )
 
 
