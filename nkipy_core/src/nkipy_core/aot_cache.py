@@ -16,7 +16,8 @@ nothing is planned, partitioned or lowered. The second is the graph AOTAutograd 
 (ATen ops, each node with its fake value and CPU-region annotation), kept for when the first
 cannot be used: a kernel missing from nkipy's cache (or corrupt) makes the hit run
 ``compile_graph`` on it, which lowers that kernel again, so the two caches need not be kept in
-step. ``cache_stats()`` counts each graph a hit rebuilt from its kernels as
+step; so does a compiled graph the first form cannot hold (``stored_graph`` says which, and the
+reason is logged at INFO). ``cache_stats()`` counts each graph a hit rebuilt from its kernels as
 ``aot_cache_restored`` and each it compiled again as ``aot_cache_recompiled``. Graphs compiled
 with ``precompile`` (kernels for another runtime too) are always compiled again, as that
 compile is what fills the other runtime's cache.
