@@ -134,6 +134,7 @@ def loads(data: bytes, config: Config) -> torch.fx.GraphModule | None:
     for n in stored.nodes:
         nodes.append(graph.create_node(n.op, n.target, _nodes(n.args, nodes), _nodes(n.kwargs, nodes), n.name))
     report_fallbacks(stored.fallbacks, config.strict)
+    log.debug("a graph of %d kernel(s) rebuilt from torch's AOTAutograd cache without compiling it", len(stored.kernels))
     return torch.fx.GraphModule(root, graph)
 
 
