@@ -308,15 +308,23 @@ def test_compile_cache_and_fallback_decisions_are_logged(arithmetic, caplog):
         cold = [r.getMessage() for r in caplog.records if r.name.startswith("nkipy")]
         caplog.clear()
         torch._dynamo.reset()
-        with pytest.warns(UserWarning, match="tanh"):
+        with pytest.warns(UserWarning, match="tanh"):  # torch's AOTAutograd cache: the graph rebuilt
             torch.compile(with_fallback, backend="nkipy")(x)
+        restored = [r.getMessage() for r in caplog.records if r.name.startswith("nkipy")]
+        caplog.clear()
+        torch._dynamo.reset()
+        with pytest.warns(UserWarning, match="tanh"), torch._functorch.config.patch(enable_autograd_cache=False):
+            torch.compile(with_fallback, backend="nkipy")(x)  # compiled again, from the kernel cache
         warm = [r.getMessage() for r in caplog.records if r.name.startswith("nkipy")]
     assert "planned a graph for cpu: 2 op(s) lowered, 1 on CPU" in cold
     assert "fallback: aten::tanh.default runs on CPU: no installed pack lowers it" in cold
     assert any(m.startswith("nkipy cache: miss for kernel ") for m in cold)
     assert any(m.startswith("compiled kernel nkipy_kernel_0 (exp, mul) for cpu in ") for m in cold)
+    assert "a graph of 1 kernel(s) rebuilt from torch's AOTAutograd cache without compiling it" in restored
+    assert not any(m.startswith("plan of a graph") for m in restored)
     assert "plan of a graph of 3 op(s) for cpu reused from the cache" in warm
-    assert any(m.startswith("nkipy cache: hit for kernel ") and m.endswith("(nkipy_kernel_0, cpu)") for m in warm)
+    for run in (restored, warm):
+        assert any(m.startswith("nkipy cache: hit for kernel ") and m.endswith("(nkipy_kernel_0, cpu)") for m in run)
 
 
 def test_a_copied_graph_counts_into_the_same_record(arithmetic, graphs):

@@ -3,6 +3,7 @@ cache) and lowering (nkipy's kernel cache), and computes what the cold process c
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -70,6 +71,9 @@ PROGRAM = textwrap.dedent("""
             expected = fn(x, w)
             expected.backward()
             report["ok"] = close(loss, expected) and close(grad, w.grad)
+        elif case == "constant":  # a tensor constant: a get_attr node of the compiled graph
+            fn = lambda a: a * torch.tensor([1.0, 2.0, 3.0, 4.0]) + 1
+            report["ok"] = close(compiled(fn)(x), fn(x))
         elif case == "fallback":
             fn = lambda a: torch.sin(torch.exp(a)) * a
             report["ok"] = close(compiled(fn)(x), fn(x))
@@ -116,6 +120,8 @@ def cold_and_warm(case: str, root: Path) -> tuple[dict, dict]:
     assert warm["torch"].get("autograd_cache_hit") == 1, warm  # AOTAutograd did not trace
     assert "autograd_cache_miss" not in warm["torch"]
     assert warm["nkipy"]["aot_cache_hits"] == 1
+    # the graph compile_graph made was rebuilt from its stored form, not compiled again
+    assert warm["nkipy"]["aot_cache_restored"] == 1 and "aot_cache_recompiled" not in warm["nkipy"], warm
     # the kernels came from nkipy's cache: nothing planned or lowered
     assert "lowered_kernels" not in warm["nkipy"] and "planned_nodes" not in warm["nkipy"], warm
     assert warm["nkipy"]["hits"] == cold["nkipy"]["misses"]
@@ -127,6 +133,36 @@ def cold_and_warm(case: str, root: Path) -> tuple[dict, dict]:
 def test_warm_process_hits_both_caches_and_matches_eager(case, tmp_path):
     cold, warm = cold_and_warm(case, tmp_path)
     assert cold["fallbacks"] == []
+
+
+def test_a_tensor_constant_is_stored_with_the_compiled_graph(tmp_path):
+    cold, warm = cold_and_warm("constant", tmp_path)
+    # the test pack does not lower the copy torch makes of the constant: it runs on CPU, warm too
+    assert warm["fallbacks"] == ["nkipy: aten::lift_fresh_copy.default"]
+
+
+@pytest.mark.parametrize("damage", ["deleted", "corrupt"])
+def test_a_kernel_gone_from_the_kernel_cache_is_lowered_again_on_a_hit(damage, tmp_path):
+    """torch's entry names the kernel by its nkipy cache key; without that entry the hit compiles
+    the ATen graph stored beside it, which lowers and compiles the kernel again."""
+    cold = run("fallback", tmp_path)  # two kernels (exp, mul) around the sin left on CPU
+    entries = sorted((tmp_path / "nkipy" / "kernels").iterdir())
+    assert len(entries) == 2
+    entry = entries[0]
+    if damage == "deleted":
+        shutil.rmtree(entry)
+    else:
+        (entry / "kernel.py").write_text("garbage")
+    warm = run("fallback", tmp_path)
+    assert cold["ok"] and warm["ok"], (cold, warm)
+    assert warm["torch"].get("autograd_cache_hit") == 1 and warm["nkipy"]["aot_cache_hits"] == 1, warm
+    assert warm["nkipy"]["aot_cache_recompiled"] == 1 and "aot_cache_restored" not in warm["nkipy"], warm
+    # only the damaged kernel is lowered and compiled again; the other comes from the cache
+    assert warm["nkipy"]["lowered_kernels"] == 1 and warm["nkipy"]["compiled_kernels"] == 1, warm
+    assert warm["nkipy"].get("corrupt", 0) == (damage == "corrupt")
+    assert warm["fallbacks"] == cold["fallbacks"] == ["nkipy: aten::sin.default"]
+    assert warm["nkipy"]["fallback_ops"] == 1  # warned once, by the compile, not by the restore too
+    assert run("fallback", tmp_path)["nkipy"]["aot_cache_restored"] == 1  # the kernel is back
 
 
 def test_training_warm_starts_from_the_kernel_cache_only(tmp_path):
@@ -168,3 +204,47 @@ def test_what_changes_the_compiled_graphs_changes_the_key(tmp_path):
     other_option = run("inference", tmp_path, fallback_random=True)
     assert other_option["ok"] and other_option["nkipy"]["aot_cache_misses"] == 1
     assert run("inference", tmp_path)["nkipy"]["aot_cache_hits"] == 1
+
+
+PASS_PROGRAM = textwrap.dedent("""
+    import sys, torch
+    sys.path.insert(0, sys.argv[2])
+    import passpack
+    from nkipy_core import cache_stats, plugins
+    plugins.register(passpack, "passpack", "pass-pack", "1.0")
+    plugins.reload()
+    out = torch.compile(torch.exp, backend="nkipy", options={"nkipy_cache": sys.argv[1]})(torch.ones(3))
+    print(round(float(out[0]), 3), cache_stats["aot_cache_hits"])
+""")
+
+
+def test_editing_a_graph_pass_of_a_pack_misses_the_cache(tmp_path):
+    """A hit is not planned or passed again, so the sources of every loaded pack are in its key:
+    here a pack that lowers nothing changes what its graph pass does, not its version."""
+    package = tmp_path / "src" / "passpack"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(textwrap.dedent("""
+        import torch
+        from nkipy_core import hookimpl
+        from .target import TARGET
+
+        def swap_exp(gm):
+            for node in gm.graph.nodes:
+                if node.target is torch.ops.aten.exp.default:
+                    node.target = getattr(torch.ops.aten, TARGET).default
+
+        @hookimpl
+        def nkipy_graph_passes(stage):
+            return [swap_exp] if stage == "aten" else None
+    """))
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "torch")}
+    outputs = []
+    for target in ("exp", "exp", "sin"):
+        (package / "target.py").write_text(f"TARGET = {target!r}\n")
+        proc = subprocess.run(
+            [sys.executable, "-c", PASS_PROGRAM, str(tmp_path / "nkipy"), str(tmp_path / "src")],
+            env=env, capture_output=True, text=True, timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+        outputs.append(proc.stdout.split()[-2:])
+    assert outputs == [["2.718", "0"], ["2.718", "1"], ["0.841", "0"]]

@@ -7,20 +7,29 @@ trace is the larger cost. torch skips it when its AOTAutograd cache holds an ent
 dynamo graph, which it writes only for compilers that are ``SerializableAOTDispatchCompiler``
 returning an ``OutputCode`` it can pickle (as inductor's are, and torch's ``aot_eager``).
 
-``NkipyGraph`` is that ``OutputCode``. What it pickles is the graph AOTAutograd handed to nkipy
-(ATen ops, each node with its fake value and CPU-region annotation), not the compiled result. A
-hit runs ``compile_graph`` on that graph again: the plan and the kernels come from nkipy's kernel
-cache (nothing is planned or lowered), and the callable is built exactly as a cold process
-builds it, with the same fallback warnings, random-op seeding, input-mutation write-backs,
-output placement and kernel calls. A kernel missing from nkipy's cache is simply lowered again,
-so the two caches need not be kept in step.
+``NkipyGraph`` is that ``OutputCode``. It pickles two forms of a graph. The first is what
+``compile_graph`` returned (``nkipy_core.stored_graph``): its nodes, each kernel call as a key
+into nkipy's kernel cache, its fallback warnings. A hit rebuilds the callable from it, loading
+each kernel's executable by its key, and gives the same fallback warnings, random-op seeding,
+input-mutation write-backs, output placement and kernel calls as the process that compiled it;
+nothing is planned, partitioned or lowered. The second is the graph AOTAutograd handed to nkipy
+(ATen ops, each node with its fake value and CPU-region annotation), kept for when the first
+cannot be used: a kernel missing from nkipy's cache (or corrupt) makes the hit run
+``compile_graph`` on it, which lowers that kernel again, so the two caches need not be kept in
+step; so does a compiled graph the first form cannot hold (``stored_graph`` says which, and the
+reason is logged at INFO). ``cache_stats()`` counts each graph a hit rebuilt from its kernels as
+``aot_cache_restored`` and each it compiled again as ``aot_cache_recompiled``. Graphs compiled
+with ``precompile`` (kernels for another runtime too) are always compiled again, as that
+compile is what fills the other runtime's cache.
 
 The entries live in torch's cache directory (``TORCHINDUCTOR_CACHE_DIR``) under keys torch
 computes from the dynamo graph, its inputs and torch's configuration. ``caching`` adds, through
 ``torch.compiler.config.cache_key_tag``, everything else nkipy's result depends on: nkipy's and
-the plugins' versions and sources, the decomposition table, the runtime and its target, the
-nkipy configuration, and the CPU-region annotations of the dynamo graph (node metadata that
-torch's key does not see). It also asks torch to bundle the result in the entry
+the plugins' versions and sources, the lowering rules (their fingerprints: code and package
+sources, as the kernel cache's keys hold them), the decomposition table, the runtime and its
+target, the nkipy configuration, and the CPU-region annotations of the dynamo graph (node
+metadata that torch's key does not see). A hit is not planned again, so whatever decides the plan
+and the graph passes must be in the key. It also asks torch to bundle the result in the entry
 (``bundled_autograd_cache``; the default entry refers to inductor's FX graph cache).
 
 Training graphs are not in this cache: torch compiles a backward lazily, at the first
@@ -56,12 +65,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx._graph_pickler import GraphPickler, Options
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
-from . import plugins
+from . import plugins, stored_graph
 from .cache import STATS, KernelCache, digest
-from .compiler import _runtime_tag, _versions_key
+from .compiler import _runtime_tag, _versions_key, compile_options, entry
 from .config import Config, select_runtime
 from .registry import _code_digest, op_name, source_digest
-from .runtime.base import CompileOptions
 
 log = logging.getLogger("nkipy.aot_cache")
 
@@ -83,17 +91,25 @@ class NkipyGraph(OutputCode):
     """A compiled forward, backward or inference graph, as torch's AOTAutograd cache stores it.
 
     Called with AOTAutograd's boxed convention (one list of arguments). In a cache entry it is
-    the pickled ATen graph and the configuration; ``post_compile`` compiles it on a hit."""
+    the compiled graph (``stored_graph``), the pickled ATen graph and the configuration;
+    ``post_compile`` makes the callable again on a hit."""
 
-    def __init__(self, compiled: Callable[..., Any], config: Config, graph: bytes | None, bypass: str | None):
+    def __init__(
+        self, compiled: Callable[..., Any], config: Config, graph: bytes | None, bypass: str | None,
+        fused: torch.fx.GraphModule | None = None,
+    ):
         """``graph``: ``dumps`` of the graph ``compiled`` was compiled from; ``bypass``: why the
-        graph stays out of the cache (``None``: it goes in)."""
+        graph stays out of the cache (``None``: it goes in); ``fused``: the graph
+        ``compile_graph`` returned, if ``compiled`` runs it."""
         super().__init__()
         self._boxed_call = True
         self.compiled: Callable[..., Any] | None = compiled
         self.config = config
         self.graph = graph
         self.bypass = bypass
+        self.fused = fused
+        #: ``stored_graph.dumps`` of ``fused``, made for the cache entry
+        self.stored: bytes | None = None
 
     def __call__(self, inputs: list[Any]) -> Any:
         return self.compiled(*inputs)
@@ -103,14 +119,25 @@ class NkipyGraph(OutputCode):
         if self.bypass is not None:
             log.info("nkipy: not caching a compiled graph in torch's AOTAutograd cache: %s", self.bypass)
             raise BypassAOTAutogradCache(f"nkipy: {self.bypass}")
-        self.compiled = None
+        if self.fused is not None and not self.config.precompile:
+            self.stored, why = stored_graph.dumps(self.fused)
+            if why is not None:
+                log.info("nkipy: a hit in torch's AOTAutograd cache will compile this graph again: %s", why)
+        self.compiled = self.fused = None
 
     def post_compile(self, example_inputs: Sequence[Any], constants: Any, graph_kwargs: Any) -> None:
-        """Called by torch on a cache hit: compile the graph again (from nkipy's kernel cache)."""
+        """Called by torch on a cache hit: rebuild the compiled graph from nkipy's kernel cache,
+        or compile the ATen graph again when that cannot be done."""
         if self.compiled is not None:
             return
         from . import backend  # its compile_graph, the one entry point tests and benchmarks observe
 
+        gm = stored_graph.loads(self.stored, self.config) if self.stored is not None else None
+        if gm is not None:
+            STATS["aot_cache_restored"] += 1
+            self.compiled = entry(gm)
+            return
+        STATS["aot_cache_recompiled"] += 1
         fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
         gm = GraphPickler.loads(self.graph, fake_mode)
         gm.recompile()
@@ -156,19 +183,23 @@ def cache_key(gm: torch.fx.GraphModule, config: Config, decompositions: dict[Any
     """What nkipy adds to torch's AOTAutograd cache key for dynamo graph ``gm`` (see the module
     docstring): what the compiled graphs depend on beyond the graph's code and inputs."""
     runtime = select_runtime(config)
-    options = CompileOptions(config.additional_compiler_args, config.rank, config.world_size, config.target)
+    options = compile_options(config)
     settings = attrs.asdict(config, recurse=False)
     settings.pop("log_level")
     settings["nkipy_cache"] = KernelCache(config.nkipy_cache).root
-    added = plugins.get(strict=config.strict).decompositions.added
+    loaded = plugins.get(strict=config.strict)
+    added = loaded.decompositions.added
     table = sorted(
-        f"{op_name(op)}={_decomposition_fingerprint(fn) if op_name(op) in added else ''}"
-        for op, fn in decompositions.items()
+        f"{name}={_decomposition_fingerprint(fn) if name in added else ''}"
+        for name, fn in ((op_name(op), fn) for op, fn in decompositions.items())
     )
+    # what a hit's graph was planned and lowered with: it is not planned again (``stored_graph``)
+    rules = sorted(r.fingerprint for r in loaded.lowerings.all_rules())
+    sources = sorted(f"{s.name}:{source_digest(s.module)}" for s in loaded.statuses if s.ok)
     regions = [f"{n.name}:{sorted(n.meta['custom'].items())}" for n in gm.graph.nodes if n.meta.get("custom")]
     return digest(
         "aot", _versions_key(), runtime.name, _runtime_tag(runtime, options),
-        repr(sorted(settings.items())), *table, *regions,
+        repr(sorted(settings.items())), *table, *rules, *sources, *regions,
     )
 
 

@@ -38,7 +38,8 @@ def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
                 name = f"the {kind} graph of {_frame_name()}"
                 specialized = SpecializedGraph(graph, inputs, config, name, compile_callable)
                 return NkipyGraph(specialized, config, None, bypass)
-            return NkipyGraph(compile_callable(graph, inputs, config), config, saved, bypass)
+            fused = compile_graph(graph, inputs, config)
+            return NkipyGraph(entry(fused), config, saved, bypass, fused)
 
         return SerializableAOTDispatchCompiler(NkipyGraph, compile_one)
 

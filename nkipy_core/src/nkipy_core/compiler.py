@@ -201,8 +201,8 @@ def _restore_plan(stored: dict[str, str] | None, nodes, registry) -> dict[str, L
     return decisions
 
 
-def _report_fallbacks(gm: torch.fx.GraphModule, decisions: dict[str, Any], strict: bool) -> None:
-    """One warning per op left on CPU (glue ops and ``getitem`` excepted); strict: one error."""
+def _fallbacks(gm: torch.fx.GraphModule, decisions: dict[str, Any]) -> dict[str, str]:
+    """Op name -> why it runs on CPU, for each op left on CPU (glue ops and ``getitem`` excepted)."""
     fallbacks: dict[str, str] = {}
     for node in gm.graph.nodes:
         decision = decisions.get(node.name)
@@ -211,6 +211,12 @@ def _report_fallbacks(gm: torch.fx.GraphModule, decisions: dict[str, Any], stric
         elif node.op == "call_function" and not isinstance(node.target, torch._ops.OpOverload):
             if node.target not in (operator.getitem, regions.run_on_cpu):
                 fallbacks.setdefault(getattr(node.target, "__name__", str(node.target)), "not an ATen op")
+    return fallbacks
+
+
+def report_fallbacks(fallbacks: dict[str, str], strict: bool) -> None:
+    """One warning per op left on CPU (``_fallbacks``); strict: one error. A graph rebuilt from
+    torch's AOTAutograd cache (``nkipy_core.stored_graph``) reports its fallbacks here too."""
     if not fallbacks:
         return
     if strict:
@@ -226,6 +232,10 @@ def _report_fallbacks(gm: torch.fx.GraphModule, decisions: dict[str, Any], stric
 
 #: node.meta key holding the rule chosen for a node; meta travels with nodes into fused subgraphs
 RULE = "nkipy_rule"
+
+#: ``GraphModule.meta`` key of a graph ``compile_graph`` returned: its ``_fallbacks``, which a
+#: process rebuilding the graph from torch's AOTAutograd cache reports again
+FALLBACKS = "nkipy_fallbacks"
 
 
 class _Support(OperatorSupportBase):
@@ -333,7 +343,7 @@ def _find_or_lower(
     """The kernel's call rebuilt from the cache (through the fx index without lowering, or by
     its kernel key after lowering), else the lowered kernel still to compile."""
     cache = KernelCache(config.nkipy_cache)
-    options = CompileOptions(config.additional_compiler_args, config.rank, config.world_size, config.target)
+    options = compile_options(config)
     tag = _runtime_tag(runtime, options)
     base_key = digest(_versions_key(), runtime.name, tag, config.additional_compiler_args)
     fx_key = _subgraph_key(sub, base_key)
@@ -347,16 +357,9 @@ def _find_or_lower(
         devices = [on_device] * len(results)
     indexed = cache.get_index(fx_key)
     if indexed is not None:
-        loaded = cache.load(indexed["kernel"])
-        if loaded is not None:
-            meta, artifacts = loaded
-            signature = Signature(
-                [_parse_type(t) for t in meta["inputs"]], [_parse_type(t) for t in meta["outputs"]]
-            )
-            executable = runtime.load(artifacts, signature, options)
-            log.debug("kernel %s loaded from cache entry %s without lowering", name, indexed["kernel"])
-            stats = profiling.record(cache.root, indexed["kernel"], name, meta.get("ops", {}), signature)
-            return KernelCall(name, executable, runtime, tuple_output, indexed["kernel"], devices, orders, stats)
+        call = load_kernel(cache, indexed["kernel"], name, runtime, options, tuple_output, devices, orders)
+        if call is not None:
+            return call
     kernel = lower(sub, name)
     ir_text = format_kernel(kernel, with_origin=False)
     kernel_key = digest("kernel", ir_text, runtime.name, tag, options.compiler_args, _versions_key())
@@ -368,6 +371,30 @@ def _find_or_lower(
     log.debug("kernel %s lowered to cache entry %s, which holds it compiled", name, kernel_key)
     stats = profiling.record(cache.root, kernel_key, name, profiling.op_counts(kernel), executable.signature)
     return KernelCall(name, executable, runtime, tuple_output, kernel_key, devices, orders, stats)
+
+
+def load_kernel(
+    cache: KernelCache, key: str, name: str, runtime, options: CompileOptions, tuple_output: bool,
+    devices: Sequence[bool], orders: Sequence[tuple[int, ...] | None], count_miss: bool = True,
+) -> KernelCall | None:
+    """The call of kernel ``key`` (named ``name``) made from its cache entry, without lowering;
+    ``None`` when the entry is missing or corrupt (``KernelCache.load``; ``count_miss`` as there).
+    The entry's metadata gives the signature, so only how the call places its outputs
+    (``tuple_output``, ``devices``, ``orders``) must come from the caller."""
+    loaded = cache.load(key, count_miss=count_miss)
+    if loaded is None:
+        return None
+    meta, artifacts = loaded
+    signature = Signature([_parse_type(t) for t in meta["inputs"]], [_parse_type(t) for t in meta["outputs"]])
+    executable = runtime.load(artifacts, signature, options)
+    log.debug("kernel %s loaded from cache entry %s without lowering", name, key)
+    stats = profiling.record(cache.root, key, name, meta.get("ops", {}), signature)
+    return KernelCall(name, executable, runtime, tuple_output, key, devices, orders, stats)
+
+
+def compile_options(config: Config) -> CompileOptions:
+    """What a runtime compiles and loads a kernel with, from the configuration."""
+    return CompileOptions(config.additional_compiler_args, config.rank, config.world_size, config.target)
 
 
 def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall, float | None]:
@@ -586,9 +613,11 @@ def _lower(gm: torch.fx.GraphModule, config: Config, runtime: Runtime, cache: Ke
     gm.recompile()
     decisions = plan(gm, config, cache, runtime)  # cached under the runtime's name: its process finds it
     rng.unseed_fallbacks(gm, {n for n, d in decisions.items() if isinstance(d, LoweringRule)})
+    fallbacks = _fallbacks(gm, decisions)
     if report is None:
-        _report_fallbacks(gm, decisions, config.strict)
+        report_fallbacks(fallbacks, config.strict)
     if not any(isinstance(d, LoweringRule) for d in decisions.values()):
+        gm.meta[FALLBACKS] = fallbacks
         return gm
     for node in gm.graph.nodes:
         if isinstance(decisions.get(node.name), LoweringRule):
@@ -602,5 +631,6 @@ def _lower(gm: torch.fx.GraphModule, config: Config, runtime: Runtime, cache: Ke
     for (name, _), call in zip(subs, compile_kernels(subs, config, runtime, report)):
         setattr(fused, name, call)
     fused.recompile()
+    fused.meta[FALLBACKS] = fallbacks
     log.info("compiled a graph into %d kernel(s)", sum(isinstance(m, KernelCall) for m in fused.children()))
     return fused

@@ -79,11 +79,12 @@ class LoweringRule:
     def describe(self) -> str:
         return f"{self.qualname} from {self.provenance}"
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
         """Identity of the rule, its code and the sources of its package (the helpers and
         tables it may use), so editing a pack in an editable install invalidates the kernels
-        it built even when the pack's version is unchanged."""
+        it built even when the pack's version is unchanged. Computed once per rule: neither
+        can change in a running process, and every compile's cache keys ask for it."""
         return f"{self.qualname}@{self.provenance}#{_code_digest(self.fn)}:{source_digest(self.fn.__module__)}"
 
 
