@@ -13,7 +13,8 @@ import torch.fx
 from fixture_packs import arithmetic_rules, pack
 
 from nkipy_core import FallbackWarning, cache_stats, stored_graph
-from nkipy_core.compiler import FALLBACKS, KernelCall
+from nkipy_core.compiler import FALLBACKS
+from nkipy_core.kernel_call import KernelCall
 from nkipy_core.config import current
 
 

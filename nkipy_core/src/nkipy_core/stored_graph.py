@@ -37,7 +37,8 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor
 
 from .cache import KernelCache
-from .compiler import FALLBACKS, KernelCall, _inverse, compile_options, load_kernel, report_fallbacks
+from .compiler import FALLBACKS, compile_options, load_kernel, report_fallbacks
+from .kernel_call import KernelCall, _inverse
 from .config import Config, select_runtime
 from .registry import op_name, resolve_op
 
