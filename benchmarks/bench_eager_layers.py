@@ -7,7 +7,7 @@ layer adds):
 
   cpu eager              torch.add on CPU tensors
   inductor               torch.compile(torch.add, backend="inductor") on CPU tensors
-  nkipy torch.add        the op on nkipy tensors: the dispatcher's PrivateUse1 fallback, then
+  nkipy torch.add        the op on nkipy tensors: the dispatcher's PrivateUse1 kernel, then
   nkipy eager.run        nkipy's eager path (device/eager.py: the fast dispatch cache), then
   nkipy KernelCall       the kernel's call on device tensors: their device arrays, the
                          runtime's run, the result wrapped in a new device tensor
