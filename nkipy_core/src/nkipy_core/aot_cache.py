@@ -68,8 +68,8 @@ from torch.fx.experimental.symbolic_shapes import free_symbols
 from . import plugins, stored_graph
 from .cache import STATS, KernelCache, digest
 from .compiler import _runtime_tag, _versions_key, compile_options
-from .kernel_call import entry
 from .config import Config, select_runtime
+from .kernel_call import entry
 from .registry import _code_digest, op_name, source_digest
 
 log = logging.getLogger("nkipy.aot_cache")

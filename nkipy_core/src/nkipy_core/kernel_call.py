@@ -37,7 +37,8 @@ class KernelCall(torch.nn.Module):
     decided here once (whether outputs stay on the host, whether any needs its dimensions put
     back), and calling it skips ``nn.Module.__call__``: a fused graph's kernels have no hooks,
     and the hook machinery costs more than the rest of a small call (see docs/benchmarks.md).
-    Every call of the kernel itself goes through ``_execute``.
+    Every call of the kernel itself is counted (``stats``): through ``_execute``, or inline on
+    the host path, which is the whole call of a small CPU graph.
     """
 
     def __init__(
@@ -82,10 +83,7 @@ class KernelCall(torch.nn.Module):
                 results = self.run_host(self.executable, arrays)
                 stats.stop(start)
                 if self.single:
-                    try:  # _to_torch, inline
-                        return torch.from_numpy(results[0])
-                    except (TypeError, ValueError):
-                        return numpy_to_torch(results[0])
+                    return _to_torch(results[0])
                 return self._laid_out(tuple(_to_torch(r) for r in results))
         runtime, inputs, staged = self._device_inputs(args)
         results = self._execute(runtime.run, inputs)
