@@ -13,9 +13,11 @@ price of getting into and out of the compiled code. Rows, all measured in this r
 and the layers of the nkipy call, innermost last, each called directly (so the difference
 between two rows is what the outer layer adds):
 
-  nkipy: graph entry    what AOTAutograd's wrapper calls for the graph compile_graph returned
-                        (``kernel_call.entry``: a one-kernel graph is its kernel's call; no dynamo
-                        guards, no AOTAutograd wrapper)
+  nkipy: graph entry    what dynamo's guarded code calls for the graph compile_graph returned
+                        (``kernel_call.entry``: a one-kernel graph is its kernel's call), here
+                        without dynamo's guards; an inference graph like this one, which needs
+                        nothing of AOTAutograd's runtime wrapper, is called without it
+                        (``nkipy_core.direct_call``), so this row is nkipy's whole share
   nkipy: KernelCall     the kernel's call: torch -> NumPy, run_host, NumPy -> torch
   nkipy: run_host       the cpu runtime's host call: the executable, results made memory of their own
   nkipy: executable     the cpu runtime's executable on NumPy arrays (errors of floating point ignored)

@@ -126,6 +126,9 @@ def cold_and_warm(case: str, root: Path) -> tuple[dict, dict]:
     assert "lowered_kernels" not in warm["nkipy"] and "planned_nodes" not in warm["nkipy"], warm
     assert warm["nkipy"]["hits"] == cold["nkipy"]["misses"]
     assert warm["fallbacks"] == cold["fallbacks"]
+    # called with or without AOTAutograd's runtime wrapper, as the cold process decided
+    for way in ("direct_graphs", "wrapped_graphs"):
+        assert warm["nkipy"].get(way) == cold["nkipy"].get(way), (cold, warm)
     return cold, warm
 
 
@@ -133,6 +136,7 @@ def cold_and_warm(case: str, root: Path) -> tuple[dict, dict]:
 def test_warm_process_hits_both_caches_and_matches_eager(case, tmp_path):
     cold, warm = cold_and_warm(case, tmp_path)
     assert cold["fallbacks"] == []
+    assert cold["nkipy"].get("wrapped_graphs" if case == "mutation" else "direct_graphs") == 1, cold
 
 
 def test_a_tensor_constant_is_stored_with_the_compiled_graph(tmp_path):

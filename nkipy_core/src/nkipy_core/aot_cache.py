@@ -50,6 +50,7 @@ nkipy's compiles are mirrored into ``cache_stats()`` as ``aot_cache_hits``, ``ao
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -87,22 +88,30 @@ _COUNTERS = {
     "autograd_cache_bypass": "aot_cache_bypasses",
 }
 
+#: the graphs AOTAutograd compiled or restored inside ``caching``, for the backend to call
+_GRAPHS: contextvars.ContextVar[list | None] = contextvars.ContextVar("nkipy_aot_graphs", default=None)
+
 
 class NkipyGraph(OutputCode):
     """A compiled forward, backward or inference graph, as torch's AOTAutograd cache stores it.
 
     Called with AOTAutograd's boxed convention (one list of arguments). In a cache entry it is
     the compiled graph (``stored_graph``), the pickled ATen graph and the configuration;
-    ``post_compile`` makes the callable again on a hit."""
+    ``post_compile`` makes the callable again on a hit.
+
+    ``why_wrapped`` says why dynamo must call it through AOTAutograd's runtime wrapper
+    (``nkipy_core.direct_call``; ``None``: it need not), ``num_inputs`` how many inputs it takes."""
 
     def __init__(
         self, compiled: Callable[..., Any], config: Config, graph: bytes | None, bypass: str | None,
-        fused: torch.fx.GraphModule | None = None,
+        fused: torch.fx.GraphModule | None = None, *, why_wrapped: str | None, num_inputs: int = 0,
     ):
         """``graph``: ``dumps`` of the graph ``compiled`` was compiled from; ``bypass``: why the
         graph stays out of the cache (``None``: it goes in); ``fused``: the graph
         ``compile_graph`` returned, if ``compiled`` runs it."""
         super().__init__()
+        self.why_wrapped = why_wrapped
+        self.num_inputs = num_inputs
         self._boxed_call = True
         self.compiled: Callable[..., Any] | None = compiled
         self.config = config
@@ -111,6 +120,7 @@ class NkipyGraph(OutputCode):
         self.fused = fused
         #: ``stored_graph.dumps`` of ``fused``, made for the cache entry
         self.stored: bytes | None = None
+        _made(self)
 
     def __call__(self, inputs: list[Any]) -> Any:
         return self.compiled(*inputs)
@@ -129,6 +139,7 @@ class NkipyGraph(OutputCode):
     def post_compile(self, example_inputs: Sequence[Any], constants: Any, graph_kwargs: Any) -> None:
         """Called by torch on a cache hit: rebuild the compiled graph from nkipy's kernel cache,
         or compile the ATen graph again when that cannot be done."""
+        _made(self)
         if self.compiled is not None:
             return
         from . import backend  # its compile_graph, the one entry point tests and benchmarks observe
@@ -162,18 +173,30 @@ def dumps(gm: torch.fx.GraphModule) -> tuple[bytes | None, str | None]:
         return None, f"its graph cannot be pickled ({type(exc).__name__}: {exc})"
 
 
+def _made(graph: NkipyGraph) -> None:
+    graphs = _GRAPHS.get()
+    if graphs is not None and not any(g is graph for g in graphs):
+        graphs.append(graph)
+
+
 @contextlib.contextmanager
-def caching(gm: torch.fx.GraphModule, config: Config, decompositions: dict[Any, Callable[..., Any]]) -> Iterator[None]:
+def caching(
+    gm: torch.fx.GraphModule, config: Config, decompositions: dict[Any, Callable[..., Any]],
+) -> Iterator[list[NkipyGraph]]:
     """Compile ``gm`` with AOTAutograd inside this context: keys, bundling and counters as the
-    module docstring says."""
+    module docstring says. Yields the list of the ``NkipyGraph`` objects AOTAutograd compiles or
+    restores meanwhile."""
     tag = torch.compiler.config.cache_key_tag
     key = cache_key(gm, config, decompositions)
     before = {name: counters["aot_autograd"][name] for name in _COUNTERS}
+    graphs: list[NkipyGraph] = []
+    token = _GRAPHS.set(graphs)
     try:
         with torch._functorch.config.patch(bundled_autograd_cache=True), \
                 torch.compiler.config.patch(cache_key_tag=f"{tag}|nkipy:{key}" if tag else f"nkipy:{key}"):
-            yield
+            yield graphs
     finally:
+        _GRAPHS.reset(token)
         for name, ours in _COUNTERS.items():
             count = counters["aot_autograd"][name] - before[name]
             if count:

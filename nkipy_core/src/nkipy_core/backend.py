@@ -5,7 +5,9 @@ without importing nkipy. AOTAutograd produces functional forward/backward (or in
 with core ATen decompositions plus the plugins'; each graph goes through ``compile_graph``, or,
 when its sizes are symbolic, becomes a ``SpecializedGraph`` that compiles one static graph per
 size set it is called with. The compilers are serialisable for torch's AOTAutograd cache, so a
-new process with warm caches skips AOTAutograd's trace too (``nkipy_core.aot_cache``).
+new process with warm caches skips AOTAutograd's trace too (``nkipy_core.aot_cache``). An
+inference graph for which AOTAutograd's runtime wrapper would do nothing is called without it
+(``nkipy_core.direct_call``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
 
-from . import aot_cache, plugins
+from . import aot_cache, direct_call, plugins
 from .aot_cache import NkipyGraph
 from .compiler import compile_graph
 from .config import current
@@ -31,25 +33,28 @@ def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
     loaded = plugins.get(strict=config.strict)
     decompositions = loaded.decompositions.table(loaded.lowerings.ops())
 
-    def compiler(kind: str) -> SerializableAOTDispatchCompiler:
+    def compiler(kind: str, inference: bool = False) -> SerializableAOTDispatchCompiler:
         def compile_one(graph: torch.fx.GraphModule, inputs: Sequence[Any]) -> NkipyGraph:
             saved, bypass = aot_cache.dumps(graph)  # before compile_graph rewrites it
             if specializable(graph):
                 name = f"the {kind} graph of {_frame_name()}"
                 specialized = SpecializedGraph(graph, inputs, config, name, compile_callable)
-                return NkipyGraph(specialized, config, None, bypass)
+                return NkipyGraph(specialized, config, None, bypass, why_wrapped="its sizes are symbolic")
+            why_wrapped = direct_call.why_wrapped(len(inputs)) if inference else "it is part of a training graph"
             fused = compile_graph(graph, inputs, config)
-            return NkipyGraph(entry(fused), config, saved, bypass, fused)
+            return NkipyGraph(entry(fused), config, saved, bypass, fused, why_wrapped=why_wrapped, num_inputs=len(inputs))
 
         return SerializableAOTDispatchCompiler(NkipyGraph, compile_one)
 
-    with aot_cache.caching(gm, config, decompositions):
-        return aot_autograd(
+    with aot_cache.caching(gm, config, decompositions) as graphs:
+        wrapped = aot_autograd(
             fw_compiler=compiler("forward"),
             bw_compiler=compiler("backward"),
+            inference_compiler=compiler("forward", inference=True),
             decompositions=decompositions,
             keep_inference_input_mutations=True,
         )(gm, example_inputs)
+    return direct_call.bare_call(graphs, gm, example_inputs, wrapped)
 
 
 def compile_callable(gm: torch.fx.GraphModule, inputs: Sequence[Any], config) -> Any:

@@ -1,0 +1,84 @@
+"""Inference graphs called without AOTAutograd's runtime wrapper, where it would do nothing.
+
+AOTAutograd returns every compiled graph inside a runtime wrapper. The wrapper writes back
+input mutations the graph returns, regenerates outputs that alias an input or another output,
+wraps and unwraps tensor subclasses, threads effect tokens, marks dynamic output sizes, and runs
+the graph with grad mode and autocast off. An inference graph that needs none of this (no input
+mutated, every output a new tensor, plain tensors only, no tokens, autocast off) still pays for
+the wrapper's frames: about 2 µs per call, an eighth of a one-op graph's call and more than
+nkipy's own part of it (docs/benchmarks.md). For such a graph the backend hands dynamo the
+compiled graph itself, under ``torch._dynamo.disable`` as AOTAutograd's result would be.
+
+The wrapper's grad-mode switch is the one thing skipped that could be observed, and it cannot be
+here: an inference graph is compiled only when no input requires grad (dynamo guards on that and
+on grad mode), so nothing the graph's CPU regions compute records autograd history either way,
+and an output that would require grad makes the graph keep the wrapper.
+
+Which graphs qualify is decided from AOTAutograd's metadata of the graph while it is compiled
+(``why_wrapped``), stored with the graph in torch's AOTAutograd cache so a warm start decides
+the same, and completed by what only the backend sees (``bare_call``): the graph's parameters,
+duplicated inputs, autocast. ``cache_stats()`` counts the graphs dynamo calls each way as
+``direct_graphs`` and ``wrapped_graphs``; why a graph keeps the wrapper is logged at DEBUG by
+``nkipy.direct_call``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch._functorch._aot_autograd.schemas import OutputType, PlainTensorMeta
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from .cache import STATS
+
+log = logging.getLogger("nkipy.direct_call")
+
+
+def why_wrapped(num_inputs: int) -> str | None:
+    """Why the inference graph being compiled (``num_inputs`` inputs) needs AOTAutograd's runtime
+    wrapper, from the metadata AOTAutograd keeps in the tracing context; ``None``: it does not."""
+    context = torch._guards.TracingContext.try_get()
+    meta = context.fw_metadata if context is not None else None
+    if meta is None:
+        return "AOTAutograd gave no metadata for it"
+    if any(i.mutates_data or i.mutates_metadata for i in meta.input_info):
+        return "it mutates an input"
+    if any(o.output_type != OutputType.non_alias or o.requires_grad or o.dynamic_dims for o in meta.output_info):
+        return "an output aliases an input or another output, requires grad or has dynamic sizes"
+    if meta.num_intermediate_bases or meta.tokens or meta.num_graphsafe_rng_states or meta.is_rng_op_functionalized:
+        return "it returns intermediate bases, effect tokens or RNG state"
+    if meta.grad_enabled_mutation is not None:
+        return "it changes grad mode"
+    if not all(isinstance(m, PlainTensorMeta | int) for m in (*meta.subclass_inp_meta, *meta.subclass_fw_graph_out_meta)):
+        return "it takes or returns tensor subclasses"
+    if len(meta.input_info) != num_inputs:
+        return "AOTAutograd added or removed inputs"
+    return None
+
+
+def bare_call(
+    graphs: Sequence[Any], gm: torch.fx.GraphModule, example_inputs: Sequence[Any], wrapped: Callable[..., Any],
+) -> Callable[..., Any]:
+    """What dynamo calls for dynamo graph ``gm``: the one ``NkipyGraph`` AOTAutograd compiled or
+    restored for it (``graphs``) without the runtime wrapper if it qualifies, else ``wrapped``,
+    what AOTAutograd returned."""
+    graph = graphs[0] if len(graphs) == 1 else None
+    why = graph.why_wrapped if graph is not None else f"AOTAutograd compiled {len(graphs)} graphs for it"
+    if why is None:
+        if torch._C._is_any_autocast_enabled():
+            why = "autocast is on"
+        elif next(gm.parameters(), None) is not None or next(gm.buffers(), None) is not None:
+            why = "the dynamo graph holds parameters or buffers"
+        elif graph.num_inputs != len(example_inputs):
+            why = "AOTAutograd removed duplicated inputs"
+        elif any(is_traceable_wrapper_subclass(x) for x in example_inputs):
+            why = "it takes tensor subclasses"
+    if why is not None:
+        log.debug("nkipy: the compiled graph keeps AOTAutograd's runtime wrapper: %s", why)
+        STATS["wrapped_graphs"] += 1
+        return wrapped
+    STATS["direct_graphs"] += 1
+    return torch._dynamo.disable(graph.compiled, reason="do not trace nkipy's compiled graph")

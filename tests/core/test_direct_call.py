@@ -1,0 +1,154 @@
+"""Inference graphs called without AOTAutograd's runtime wrapper where it would do nothing, and
+every graph it has work for still called through it (``nkipy_core.direct_call``)."""
+
+import sys
+import warnings
+
+import pytest
+import torch
+from fixture_packs import arithmetic_rules, pack
+
+from nkipy_core import FallbackWarning, cache_stats
+
+
+@pytest.fixture
+def arithmetic(plugin_env):
+    return plugin_env.add(pack(arithmetic_rules()), "arith", "arith-pack", "1.0")
+
+
+def compiled_call(fn, *args):
+    """``fn`` compiled by nkipy, called on ``args``: its result, whether the graph was called
+    directly or through the wrapper (from ``cache_stats``), and the frames of AOTAutograd's
+    runtime wrapper in a second call."""
+    before = {k: cache_stats[k] for k in ("direct_graphs", "wrapped_graphs")}
+    compiled = torch.compile(fn, backend="nkipy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        compiled(*[a.clone() if isinstance(a, torch.Tensor) and not a.requires_grad else a for a in args])
+    way = [k for k in before if cache_stats[k] > before[k]]
+    frames = []
+
+    def profile(frame, event, _):
+        if event == "call" and frame.f_code.co_filename.endswith(("runtime_wrappers.py", "functorch/aot_autograd.py")):
+            frames.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        out = compiled(*args)
+    finally:
+        sys.setprofile(None)
+    return out, way, frames
+
+
+def test_an_inference_graph_without_mutations_or_aliases_is_called_directly(arithmetic):
+    def fn(a, b):
+        return torch.exp(a) * b + 1, a - b
+
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    out, way, frames = compiled_call(fn, a, b)
+    assert way == ["direct_graphs"] and frames == []
+    for got, want in zip(out, fn(a, b)):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_module_under_no_grad_with_a_cpu_op_is_called_directly(arithmetic):
+    layer = torch.nn.Linear(6, 3)
+
+    def fn(x):
+        return torch.tanh(layer(x)) * 2  # tanh: not in the test pack, a CPU region
+
+    x = torch.randn(2, 6)
+    with torch.no_grad():
+        out, way, frames = compiled_call(fn, x)
+        expected = fn(x)
+    assert way == ["direct_graphs"] and frames == []
+    torch.testing.assert_close(out, expected)
+
+
+def test_grad_mode_on_without_inputs_that_require_grad_gives_outputs_without_history(arithmetic):
+    def fn(x):
+        return torch.tanh(x * 3) + x  # a CPU op runs with grad mode on: still no history
+
+    x = torch.randn(5)
+    out, way, _ = compiled_call(fn, x)
+    assert way == ["direct_graphs"]
+    assert not out.requires_grad and out.grad_fn is None
+    torch.testing.assert_close(out, fn(x))
+
+
+def test_a_mutated_input_keeps_the_wrapper_and_is_updated(arithmetic):
+    def fn(a, b):
+        a.mul_(2)
+        return a + b
+
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    expected_a = a.clone()
+    expected = fn(expected_a, b)
+    version = a._version
+    out, way, frames = compiled_call(fn, a, b)
+    assert way == ["wrapped_graphs"] and frames
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(a, expected_a)
+    assert a._version > version  # autograd sees the mutation
+
+
+def test_an_output_that_is_a_view_of_an_input_keeps_the_wrapper_and_aliases_as_in_eager(arithmetic):
+    def fn(a):
+        return a.view(-1), a * 2
+
+    a = torch.randn(2, 3)
+    out, way, frames = compiled_call(fn, a)
+    assert way == ["wrapped_graphs"] and frames
+    for got, want in zip(out, fn(a)):
+        torch.testing.assert_close(got, want)
+    a.add_(1)  # the view shares the input's memory, as in eager
+    torch.testing.assert_close(out[0].reshape(2, 3), a)
+
+
+@pytest.mark.parametrize("case", ["the input itself", "one output twice"])
+def test_outputs_dynamo_returns_itself_alias_as_in_eager_with_a_direct_graph(arithmetic, case):
+    def fn(a):
+        y = a * 2
+        return (a, y) if case == "the input itself" else (y, y)
+
+    a = torch.randn(2, 3)
+    out, way, frames = compiled_call(fn, a)
+    assert way == ["direct_graphs"] and frames == []  # the graph returns only y
+    for got, want in zip(out, fn(a)):
+        torch.testing.assert_close(got, want)
+    assert out[0] is (a if case == "the input itself" else out[1])
+
+
+def test_training_graphs_keep_the_wrapper_and_differentiate(arithmetic):
+    def fn(x, w):
+        return (torch.exp(x * w) * x).sum()
+
+    x, w = torch.randn(3, 4), torch.randn(4, requires_grad=True)
+    out, way, frames = compiled_call(fn, x, w)
+    assert way == ["wrapped_graphs"] and frames
+    out.backward()
+    w_ = w.detach().clone().requires_grad_()
+    fn(x, w_).backward()
+    torch.testing.assert_close(w.grad, w_.grad)
+
+
+def test_autocast_keeps_the_wrapper(arithmetic):
+    def fn(a, b):
+        return a * b + 1
+
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, way, _ = compiled_call(fn, a, b)
+        expected = fn(a, b)
+    assert way == ["wrapped_graphs"]
+    torch.testing.assert_close(out, expected)
+
+
+def test_why_a_graph_keeps_the_wrapper_is_logged(arithmetic, caplog):
+    def fn(a):
+        a.add_(1)
+        return a * 2
+
+    with caplog.at_level("DEBUG", logger="nkipy.direct_call"):
+        compiled_call(fn, torch.randn(3))
+    assert "keeps AOTAutograd's runtime wrapper: it mutates an input" in caplog.text
