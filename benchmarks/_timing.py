@@ -30,19 +30,35 @@ def median_time(fn: Callable[[], object], *, warmup: int = 5, repeat: int = 7, n
     dominated by the clock; ``number=None`` picks it so that one run takes about 50 ms.
     ``warmup`` calls beforehand are not timed.
     """
-    start = time.perf_counter()
-    for _ in range(warmup):
-        fn()
-    if number is None:
-        per_call = (time.perf_counter() - start) / max(warmup, 1)
-        number = max(1, int(0.05 / max(per_call, 1e-9)))
-    samples = []
-    for _ in range(repeat):
+    return median_times({"": fn}, warmup=warmup, repeat=repeat, number=number)[""]
+
+
+def median_times(
+    fns: dict[str, Callable[[], object]], *, warmup: int = 5, repeat: int = 7, number: int | None = None,
+) -> dict[str, float]:
+    """``median_time`` of each of ``fns``, by name, measured in rounds: each round makes one run
+    of every function in turn.
+
+    This machine's speed drifts (the same loop runs up to 1.7x slower for a minute at a time),
+    so functions timed one after the other can be compared only across that drift; in rounds,
+    every function sees the same drift and their ratios hold.
+    """
+    numbers = {}
+    for name, fn in fns.items():
         start = time.perf_counter()
-        for _ in range(number):
+        for _ in range(warmup):
             fn()
-        samples.append((time.perf_counter() - start) / number)
-    return statistics.median(samples)
+        per_call = (time.perf_counter() - start) / max(warmup, 1)
+        numbers[name] = number or max(1, int(0.05 / max(per_call, 1e-9)))
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            count = numbers[name]
+            start = time.perf_counter()
+            for _ in range(count):
+                fn()
+            samples[name].append((time.perf_counter() - start) / count)
+    return {name: statistics.median(times) for name, times in samples.items()}
 
 
 def machine() -> str:

@@ -1,7 +1,8 @@
 """Per-call overhead of a compiled one-op function (``torch.add`` on small tensors).
 
 With tensors this small the add itself costs almost nothing, so the time per call is the
-price of getting into and out of the compiled code. Rows, all measured in this run:
+price of getting into and out of the compiled code. Rows, all measured in this run, in rounds
+(each round times every row once, so the machine's drift hits all rows alike):
 
   eager                 torch.add, no compilation
   dynamo only           torch.compile(backend="eager"): guards + the captured graph, no compiler
@@ -33,9 +34,10 @@ from __future__ import annotations
 import argparse
 import tempfile
 import traceback
+import types
 from pathlib import Path
 
-from _timing import machine, median_time, print_table  # first: it sets the thread count
+from _timing import machine, median_times, print_table  # first: it sets the thread count
 
 import torch
 
@@ -74,37 +76,34 @@ def main() -> None:
     cache = Path(tempfile.mkdtemp(prefix="nkipy-bench-overhead-"))
     graphs = capture_compiled_graphs()
     candidates = {
-        "eager": lambda: add,
-        "dynamo only": lambda: torch.compile(add, backend="eager"),
-        "inductor": lambda: torch.compile(add, backend="inductor"),
+        "eager": lambda f: f,
+        "dynamo only": lambda f: torch.compile(f, backend="eager"),
+        "inductor": lambda f: torch.compile(f, backend="inductor"),
         # before the static row: the layer rows below time the graph compiled last
-        "nkipy (cpu), dynamic": lambda: torch.compile(
-            add, backend="nkipy", dynamic=True, options={"nkipy_cache": str(cache)}
+        "nkipy (cpu), dynamic": lambda f: torch.compile(
+            f, backend="nkipy", dynamic=True, options={"nkipy_cache": str(cache)}
         ),
-        "nkipy (cpu)": lambda: torch.compile(add, backend="nkipy", options={"nkipy_cache": str(cache)}),
+        "nkipy (cpu)": lambda f: torch.compile(f, backend="nkipy", options={"nkipy_cache": str(cache)}),
     }
-    rows, notes = [], {}
+    fns, notes = {}, {}
 
-    def timed(name, fn, check):
+    def add_row(name, make, check):
+        """Make row ``name``'s function and check it, or note why it could not be made."""
         try:
-            check()
-            rows.append((name, median_time(fn, repeat=args.repeat, number=args.number)))
+            fn = make()
+            check(fn)
+            fns[name] = fn
         except Exception as exc:  # noqa: BLE001 - report and go on with the other rows
             traceback.print_exc()
-            rows.append((name, None))
             notes[name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
 
-    for name, make in candidates.items():
-        torch._dynamo.reset()
-        fn = None
-
-        def compile_and_check():
-            nonlocal fn
-            fn = make()
-            torch.testing.assert_close(fn(a, b), expected)  # compiles, and checks the result
-
-        timed(name, lambda: fn(a, b), compile_and_check)
-    torch._dynamo.reset()
+    for i, (name, make) in enumerate(candidates.items()):
+        # each row compiles its own copy of ``add`` (a code object of its own): dynamo keeps
+        # compiled code per code object, and rows sharing one would check each other's guards
+        copy = types.FunctionType(add.__code__.replace(co_name=f"add_{i}"), add.__globals__, f"add_{i}")
+        compiled = make(copy)
+        add_row(name, lambda compiled=compiled: lambda: compiled(a, b),
+                lambda fn: torch.testing.assert_close(fn(), expected))  # compiles, and checks the result
 
     if graphs:
         module = graphs[-1]
@@ -122,7 +121,10 @@ def main() -> None:
             "nkipy: kernel counters": (lambda: call.stats.stop(call.stats.start()), lambda: None),
         }
         for name, (fn, check) in layers.items():
-            timed(name, fn, check)
+            add_row(name, lambda fn=fn: fn, lambda fn, check=check: check())
+
+    times = median_times(fns, repeat=args.repeat, number=args.number)
+    rows = [(name, times.get(name)) for name in (*candidates, *(n for n in fns if n not in candidates))]
 
     print(f"machine: {machine()}")
     print_table(
