@@ -4,7 +4,8 @@ Each op runs on 8x8 fp32 tensors (``--size``), so the arithmetic costs almost no
 time per call is the price of dispatching one op. Ops: ``torch.add(a, b)``, ``torch.relu(a)``,
 ``a @ b``, ``a.sum(-1)`` and the in-place ``a.add_(b)`` (on its own tensors, so the growing
 values of the other ops' inputs are not touched; they grow linearly, which fp32 holds easily).
-Rows, per op, all measured in this run:
+Rows, per op, all measured in this run, in rounds (``_timing.median_times``: the machine's
+drift hits every row alike):
 
   cpu eager     the op on CPU tensors, no compilation
   inductor      torch.compile(fn, backend="inductor") on CPU tensors: what a compiled one-op call
@@ -40,7 +41,7 @@ import time
 import traceback
 import warnings
 
-from _timing import machine, median_time, print_table  # first: it sets the thread count
+from _timing import machine, median_times, print_table  # first: it sets the thread count
 
 import torch
 
@@ -108,11 +109,8 @@ def main() -> None:
         a0, b_cpu = torch.randn(n, n), torch.randn(n, n)
         expected = fn(a0.clone(), b_cpu)  # every timed loop gets its own copy of a (a.add_(b))
         a_cpu = a0.clone()
-        rows: list[tuple[str, float | None]] = []
         notes: dict[str, str] = {}
-
-        # cpu eager
-        rows.append(("cpu eager", median_time(lambda: fn(a_cpu, b_cpu), **timing)))
+        timed = {"cpu eager": lambda: fn(a_cpu, b_cpu)}
 
         # inductor on CPU tensors
         torch._dynamo.reset()
@@ -120,12 +118,10 @@ def main() -> None:
             compiled = torch.compile(fn, backend="inductor")
             torch.testing.assert_close(compiled(a0.clone(), b_cpu), expected)
             a_ind = a0.clone()
-            rows.append(("inductor", median_time(lambda: compiled(a_ind, b_cpu), **timing)))
+            timed["inductor"] = lambda: compiled(a_ind, b_cpu)
         except Exception as exc:  # noqa: BLE001 - report and go on with the other rows
             traceback.print_exc()
-            rows.append(("inductor", None))
             notes["inductor"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
-        torch._dynamo.reset()
 
         # nkipy eager: first call (compiles the kernel), check, then the warm loop
         a_dev, b_dev = a0.clone().to("nkipy"), b_cpu.to("nkipy")
@@ -139,9 +135,12 @@ def main() -> None:
                 first_process_call = first_call
             assert result.device.type == "nkipy", f"{title}: result on {result.device}"
             torch.testing.assert_close(result.cpu(), expected)
+            timed["nkipy eager"] = lambda: fn(a_dev, b_dev)
             before = torch.nkipy.transfer_stats()
-            rows.append(("nkipy eager", median_time(lambda: fn(a_dev, b_dev), **timing)))
+            times = median_times(timed, **timing)
             after = torch.nkipy.transfer_stats()
+        torch._dynamo.reset()
+        rows = [(name, times.get(name)) for name in ("cpu eager", "inductor", "nkipy eager")]
         fallbacks = sorted({str(w.message) for w in caught if issubclass(w.category, FallbackWarning)})
 
         print_table(
@@ -154,7 +153,6 @@ def main() -> None:
         if title == "torch.add":
             print(f"transfer_stats before the timed nkipy loop: {before}")
             print(f"transfer_stats after the timed nkipy loop:  {after}")
-        times = dict(rows)
         ratio = times["nkipy eager"] / times["cpu eager"]
         summary = (
             f"{title:<11} nkipy eager ÷ cpu eager = {ratio:6.1f}x   first nkipy call "

@@ -3,13 +3,14 @@
 ``torch.add(a, b)`` and ``a.add_(b)`` on 8x8 fp32 ``nkipy`` tensors (``--size``) on the embedded
 ``cpu`` runtime, against CPU eager and an inductor-compiled one-op call in the same run. Rows,
 outermost first, each called directly (so the difference between two rows is what the outer
-layer adds):
+layer adds), all timed in rounds (``_timing.median_times``):
 
   cpu eager              torch.add on CPU tensors
   inductor               torch.compile(torch.add, backend="inductor") on CPU tensors
   nkipy torch.add        the op on nkipy tensors: the dispatcher's PrivateUse1 kernel, then
   nkipy eager.run        nkipy's eager path (device/eager.py: the fast dispatch cache), then
-  nkipy KernelCall       the kernel's call on device tensors: their device arrays, the
+  nkipy KernelCall       the kernel's call on device tensors (``KernelCall.device_call``, what
+                         a repeated all-device call reaches): their device arrays, the
                          runtime's run, the result wrapped in a new device tensor
   nkipy runtime.run      the cpu runtime on device arrays: NumPy views, run_host, the result
                          adopted as a new buffer
@@ -27,7 +28,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-from _timing import machine, median_time, print_table  # first: it sets the thread count
+from _timing import machine, median_times, print_table  # first: it sets the thread count
 
 import torch
 
@@ -62,24 +63,26 @@ def main() -> None:
     result = runtime.run(executable, arrays)[0]
     x, y = a_cpu.numpy(), b_cpu.numpy()
     timing = dict(repeat=args.repeat, number=args.number)
-    rows = [
-        ("cpu eager", median_time(lambda: torch.add(a_cpu, b_cpu), **timing)),
-        ("inductor", median_time(lambda: inductor(a_cpu, b_cpu), **timing)),
-        ("nkipy torch.add", median_time(lambda: torch.add(a, b), **timing)),
-        ("nkipy eager.run", median_time(lambda: eager.run(op, (a, b), {}), **timing)),
-        ("nkipy KernelCall", median_time(lambda: call(a, b), **timing)),
-        ("nkipy runtime.run", median_time(lambda: runtime.run(executable, arrays), **timing)),
-        ("nkipy run_host", median_time(lambda: runtime.run_host(executable, [x, y]), **timing)),
-        ("nkipy memory.array x2", median_time(lambda: (memory.array(a), memory.array(b)), **timing)),
-        ("nkipy memory.wrap", median_time(lambda: memory.wrap(result), **timing)),
-        ("nkipy a.add_(b)", median_time(lambda: target.add_(b), **timing)),
-    ]
+    kernel_call = getattr(call, "device_call", call)  # what a repeated all-device call reaches
+    timed = {
+        "cpu eager": lambda: torch.add(a_cpu, b_cpu),
+        "inductor": lambda: inductor(a_cpu, b_cpu),
+        "nkipy torch.add": lambda: torch.add(a, b),
+        "nkipy eager.run": lambda: eager.run(op, (a, b), {}),
+        "nkipy KernelCall": lambda: kernel_call(a, b),
+        "nkipy runtime.run": lambda: runtime.run(executable, arrays),
+        "nkipy run_host": lambda: runtime.run_host(executable, [x, y]),
+        "nkipy memory.array x2": lambda: (memory.array(a), memory.array(b)),
+        "nkipy memory.wrap": lambda: memory.wrap(result),
+        "nkipy a.add_(b)": lambda: target.add_(b),
+    }
     notes = {}
     if hasattr(call, "run_into"):  # a.add_(b) writes through it since issue 11
-        rows.append(("nkipy run_into", median_time(lambda: call.run_into((target,), target, b), **timing)))
+        timed["nkipy run_into"] = lambda: call.run_into((target,), target, b)
     else:
-        rows.append(("nkipy run_into", None))
         notes["nkipy run_into"] = "not in this version: a.add_(b) is the add, then a device copy"
+    times = median_times(timed, **timing)
+    rows = [(name, times.get(name)) for name in [*timed, *notes]]
     print(f"machine: {machine()}")
     print_table(
         f"eager torch.add / add_ on nkipy, {n}x{n} fp32: median of {args.repeat} runs",

@@ -229,6 +229,36 @@ def test_repeated_out_of_place_calls_match_cpu_for_each_signature():
         torch.testing.assert_close(torch.add(da.t(), db).cpu(), a.t() + b)  # a strided input
 
 
+def test_repeated_calls_see_a_tensor_whose_layout_changed_in_place():
+    """A storage hands out the last ``DeviceArray`` made of it again (``memory.array``) only while
+    the tensor's dtype, sizes, strides and offset are the ones it was made for."""
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    da, db = a.clone().to("nkipy"), b.to("nkipy")
+    for _ in range(2):
+        torch.testing.assert_close(torch.add(da, db).cpu(), a + b)
+        da.t_(), a.t_()  # new strides, same storage
+        torch.testing.assert_close(torch.add(da, db).cpu(), a + b)
+        da.t_(), a.t_()
+    torch.testing.assert_close(torch.add(da, da.t()).cpu(), a + a.t())  # two layouts in one call
+    torch.testing.assert_close(torch.add(da[1:], db[:3]).cpu(), a[1:] + b[:3])  # an offset
+    as_int = torch.bitwise_xor(da.view(torch.int32), db.view(torch.int32))  # another dtype, same layout
+    assert torch.equal(as_int.cpu(), torch.bitwise_xor(a.view(torch.int32), b.view(torch.int32)))
+    da.set_(db.untyped_storage(), 0, (4, 4), (4, 1))  # another storage
+    torch.testing.assert_close(torch.add(da, db).cpu(), b + b)
+
+
+def test_repeated_calls_with_a_cpu_scalar_tensor_match_cpu():
+    """All-device calls go to the kernel's ``device_call``; a 0-dim CPU tensor among the inputs
+    (which torch allows) keeps them on the general path, staged."""
+    a = torch.randn(3, 3)
+    da = a.to("nkipy")
+    for i in range(3):
+        scalar = torch.tensor(float(i))
+        torch.testing.assert_close(torch.mul(da, scalar).cpu(), a * i)
+        torch.testing.assert_close(torch.mul(da, da).cpu(), a * a)
+
+
 def test_repeated_mixed_device_calls_keep_raising():
     d, c = torch.randn(3, 3).to("nkipy"), torch.randn(3, 3)
     torch.add(d, d)

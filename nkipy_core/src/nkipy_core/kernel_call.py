@@ -96,6 +96,18 @@ class KernelCall(torch.nn.Module):
 
     __call__ = forward
 
+    def device_call(self, *args: torch.Tensor) -> torch.Tensor:
+        """``forward`` for a call whose inputs are all device tensors and whose one output
+        stays on the device, as a repeated eager op's call is (its caller decides that once per
+        call signature): no staging, no check of who owns the buffers (``memory``'s runtime,
+        which compiled the kernel), no layout to put back."""
+        inputs = [memory.array(a) for a in args]
+        stats = self.stats
+        start = stats.start()
+        (result,) = self.runtime.run(self.executable, inputs)
+        stats.stop(start)
+        return memory.wrap(result)
+
     def run_into(self, outputs: Sequence[torch.Tensor], *args: torch.Tensor) -> None:
         """Run on ``args`` and write the results into ``outputs``, device tensors of the
         results' shapes and dtypes (an eager in-place op's target), with the runtime's

@@ -62,12 +62,15 @@ class _Allocation:
     storage would, at a third of the cost of registering one (every eager op's result makes
     one). At interpreter exit nothing is freed: the runtime's memory goes with the process."""
 
-    __slots__ = ("buffer", "address", "owner")
+    __slots__ = ("buffer", "address", "owner", "array")
 
-    def __init__(self, buffer, address: int):
+    def __init__(self, buffer, address: int, owner):
         self.buffer = buffer
         self.address = address
-        self.owner = runtime()
+        self.owner = owner
+        #: the last ``DeviceArray`` made of this buffer (``array``): the same tensor is passed
+        #: to kernel after kernel, and making one is most of the cost of passing it
+        self.array: DeviceArray | None = None
         _by_address[address] = buffer
 
     def __del__(self) -> None:
@@ -88,7 +91,7 @@ def _storage(buffer, nbytes: int) -> torch.UntypedStorage:
     global _next_address
     address, _next_address = _next_address, _next_address + ((nbytes + 127) // 64) * 64
     storage = torch._C._construct_storage_from_data_pointer(address, _DEVICE, nbytes)
-    setattr(storage, _ATTR, _Allocation(buffer, address))
+    setattr(storage, _ATTR, _Allocation(buffer, address, _runtime or runtime()))
     return storage
 
 
@@ -131,7 +134,7 @@ _SET = torch.ops.aten.set_.source_Storage_storage_offset._handle
 def set_layout(t: torch.Tensor, storage: torch.UntypedStorage, shape: Sequence[int], strides: Sequence[int], offset: int = 0) -> None:
     """Point ``t`` at ``storage`` with this layout; torch's CPU ``set_`` kernel only writes
     metadata (and checks the layout fits the storage)."""
-    _SET.redispatch_boxed(_CPU, t, storage, offset, list(shape), list(strides))
+    _SET.redispatch_boxed(_CPU, t, storage, offset, shape, strides)
 
 
 def _span(shape: Sequence[int], strides: Sequence[int], offset: int, itemsize: int) -> int:
@@ -146,7 +149,7 @@ def _span(shape: Sequence[int], strides: Sequence[int], offset: int, itemsize: i
 
 def _tensor(buffer, nbytes: int, dtype: torch.dtype, shape, strides, offset: int = 0) -> torch.Tensor:
     t = torch._C._acc.create_empty_tensor([0], dtype)
-    set_layout(t, _storage(buffer, nbytes), shape, strides, offset)
+    _SET.redispatch_boxed(_CPU, t, _storage(buffer, nbytes), offset, shape, strides)  # set_layout, inline
     return t
 
 
@@ -193,10 +196,22 @@ def _bytes(buffer, nbytes: int) -> DeviceArray:
 
 def array(t: torch.Tensor) -> DeviceArray:
     """The runtime's view of a device tensor (every input of every kernel call on the device
-    asks: the storage's own buffer is looked up inline, the rare others by ``_buffer``)."""
-    storage = t.untyped_storage()
-    allocation = getattr(storage, _ATTR, None)
-    buffer = _buffer(storage) if allocation is None else allocation.buffer
+    asks: the storage's own buffer is looked up inline, the rare others by ``_buffer``). The
+    storage keeps the last one it gave, handed out again while the tensor's layout matches."""
+    allocation = getattr(t.untyped_storage(), _ATTR, None)
+    if allocation is None:
+        return _array(_buffer(t.untyped_storage()), t)
+    last = allocation.array
+    if (
+        last is not None and last.shape == t.shape and last.strides == t.stride()
+        and last.offset == t.storage_offset() and last.dtype.torch is t.dtype
+    ):
+        return last
+    allocation.array = made = _array(allocation.buffer, t)
+    return made
+
+
+def _array(buffer, t: torch.Tensor) -> DeviceArray:
     return DeviceArray(buffer, _DTYPES.get(t.dtype) or DType.from_torch(t.dtype), t.shape, t.stride(), t.storage_offset())
 
 

@@ -438,8 +438,8 @@ def _same_arguments(candidate: list, wanted: list) -> bool:
 class _Call:
     """A kernel whose inputs are the call's positional tensors, as a ``_Kernels.fast`` entry."""
 
-    def __init__(self, call: KernelCall, positions: tuple[int, ...] | None):
-        self.call = call
+    def __init__(self, call, positions: tuple[int, ...] | None):
+        self.call = call  # a KernelCall, or its device_call
         self.positions = positions  # of the tensors among the arguments; None: all of them
 
     def __call__(self, args: tuple, kwargs: dict) -> torch.Tensor:
@@ -450,13 +450,17 @@ class _Call:
 
 def _remember_call(fast_key: tuple, entry: Any, args: tuple, tensors: list[torch.Tensor], state: _Kernels) -> None:
     """Let later calls like this one go straight to ``entry`` if it is a kernel of exactly the
-    call's positional tensors (not of floats, of keyword tensors or of a memory format)."""
+    call's positional tensors (not of floats, of keyword tensors or of a memory format); to its
+    ``device_call`` if they are all on the device and it returns one tensor there (the fast
+    key holds where each tensor is, so every later call is alike)."""
     if not isinstance(entry, KernelCall):
         return
     positions = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
     if len(positions) != len(tensors):
         return
-    state.fast[fast_key] = _Call(entry, None if len(positions) == len(args) else positions)
+    on_device = entry.single and entry.on_device[0] and not any(t.is_cpu for t in tensors)
+    call = entry.device_call if on_device else entry
+    state.fast[fast_key] = _Call(call, None if len(positions) == len(args) else positions)
 
 
 class _InPlace:

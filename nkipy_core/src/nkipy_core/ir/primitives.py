@@ -352,8 +352,11 @@ def _infer_dot(a: TensorType, b: TensorType) -> TensorType:
 _define("dot", 2, _infer_dot, lambda a, b: f"np.matmul({a}, {b})",
         "batched matrix product `a @ b` over equal leading batch dims", half=True)
 
-#: reduce kinds, each the ndarray method computing it (a method skips ``np.sum``'s dispatch)
-_REDUCE_KINDS = ("sum", "prod", "max", "min", "any", "all")
+#: reduce kinds, each the ufunc whose ``reduce`` computes it: what ``ndarray.sum`` and the
+#: others call, from a Python function of NumPy's (``np.sum`` adds a dispatch layer more)
+_REDUCE_KINDS = {
+    "sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum", "any": "logical_or", "all": "logical_and",
+}
 
 
 def _infer_reduce(x: TensorType, *, kind: str, axes: tuple, keepdims: bool) -> TensorType:
@@ -368,7 +371,7 @@ def _infer_reduce(x: TensorType, *, kind: str, axes: tuple, keepdims: bool) -> T
 
 def _emit_reduce(x: str, *, kind: str, axes: tuple, keepdims: bool) -> str:
     extra = ", dtype={0}.dtype".format(x) if kind in ("sum", "prod") else ""
-    return f"{x}.{kind}(axis={tuple(axes)}, keepdims={keepdims}{extra})"
+    return f"np.{_REDUCE_KINDS[kind]}.reduce({x}, axis={tuple(axes)}, keepdims={keepdims}{extra})"
 
 
 _define("reduce", 1, _infer_reduce, _emit_reduce,
