@@ -38,7 +38,8 @@ class KernelCall(torch.nn.Module):
     back), and calling it skips ``nn.Module.__call__``: a fused graph's kernels have no hooks,
     and the hook machinery costs more than the rest of a small call (see docs/benchmarks.md).
     Every call of the kernel itself is counted (``stats``): through ``_execute``, or inline on
-    the host path, which is the whole call of a small CPU graph.
+    the host path, which is the whole call of a small CPU graph, and in ``device_call``, the
+    whole call of a repeated eager op.
     """
 
     def __init__(
