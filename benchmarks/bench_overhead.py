@@ -7,6 +7,8 @@ price of getting into and out of the compiled code. Rows, all measured in this r
   eager                 torch.add, no compilation
   dynamo only           torch.compile(backend="eager"): guards + the captured graph, no compiler
   inductor              torch.compile(backend="inductor")
+  inductor, dynamic     torch.compile(backend="inductor", dynamic=True): one kernel for every
+                        size, behind dynamo's symbolic-size guards (the row to set the next against)
   nkipy (cpu), dynamic  torch.compile(backend="nkipy", dynamic=True): symbolic sizes, so each
                         call first finds the static graph specialised for its sizes
   nkipy (cpu)           torch.compile(backend="nkipy") on the embedded cpu runtime
@@ -79,6 +81,7 @@ def main() -> None:
         "eager": lambda f: f,
         "dynamo only": lambda f: torch.compile(f, backend="eager"),
         "inductor": lambda f: torch.compile(f, backend="inductor"),
+        "inductor, dynamic": lambda f: torch.compile(f, backend="inductor", dynamic=True),
         # before the static row: the layer rows below time the graph compiled last
         "nkipy (cpu), dynamic": lambda f: torch.compile(
             f, backend="nkipy", dynamic=True, options={"nkipy_cache": str(cache)}

@@ -16,12 +16,12 @@ def arithmetic(plugin_env):
     return plugin_env.add(pack(arithmetic_rules()), "arith", "arith-pack", "1.0")
 
 
-def compiled_call(fn, *args):
+def compiled_call(fn, *args, **compile_kwargs):
     """``fn`` compiled by nkipy, called on ``args``: its result, whether the graph was called
     directly or through the wrapper (from ``cache_stats``), and the frames of AOTAutograd's
     runtime wrapper in a second call."""
     before = {k: cache_stats[k] for k in ("direct_graphs", "wrapped_graphs")}
-    compiled = torch.compile(fn, backend="nkipy")
+    compiled = torch.compile(fn, backend="nkipy", **compile_kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)
         compiled(*[a.clone() if isinstance(a, torch.Tensor) and not a.requires_grad else a for a in args])
@@ -74,6 +74,37 @@ def test_grad_mode_on_without_inputs_that_require_grad_gives_outputs_without_his
     assert way == ["direct_graphs"]
     assert not out.requires_grad and out.grad_fn is None
     torch.testing.assert_close(out, fn(x))
+
+
+def test_a_graph_with_symbolic_sizes_is_called_directly_and_marks_its_outputs_as_the_wrapper_does(arithmetic):
+    def fn(a, b):
+        return torch.exp(a) * b + a.shape[0], (a - b).sum(0)
+
+    a, b = torch.randn(5, 3), torch.randn(5, 3)
+    out, way, frames = compiled_call(fn, a, b, dynamic=True)
+    # of the wrapper's module only the function that marks outputs runs, once per output
+    assert way == ["direct_graphs"] and frames == ["mark_dynamo_propagated_dynamic_indices"] * 2
+    for got, want in zip(out, fn(a, b)):
+        torch.testing.assert_close(got, want)
+    # what AOTAutograd's runtime wrapper marks on the outputs of torch's own aot_eager backend
+    reference = torch.compile(fn, backend="aot_eager", dynamic=True)(a, b)
+    marks = [getattr(t, "_dynamo_propagated_dynamic_indices", None) for t in reference]
+    assert marks == [{0, 1}, {0}]
+    assert [getattr(t, "_dynamo_propagated_dynamic_indices", None) for t in out] == marks
+
+
+def test_sizes_stay_dynamic_across_a_graph_break_with_a_direct_graph(arithmetic):
+    """The outputs' marks make the graph after a break symbolic from its first compile: a new
+    size is a specialisation, not a recompile."""
+    first = torch.compile(lambda x: torch.exp(x) * 2, backend="nkipy", dynamic=True)
+    second = torch.compile(lambda y: y - 1, backend="nkipy")
+    compiles = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    before = dict(cache_stats)
+    for rows in (4, 6, 7):
+        x = torch.randn(rows, 3)
+        torch.testing.assert_close(second(first(x)), torch.exp(x) * 2 - 1)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - compiles == 2
+    assert cache_stats["direct_graphs"] - before.get("direct_graphs", 0) == 2
 
 
 def test_a_mutated_input_keeps_the_wrapper_and_is_updated(arithmetic):

@@ -36,11 +36,16 @@ def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
     def compiler(kind: str, inference: bool = False) -> SerializableAOTDispatchCompiler:
         def compile_one(graph: torch.fx.GraphModule, inputs: Sequence[Any]) -> NkipyGraph:
             saved, bypass = aot_cache.dumps(graph)  # before compile_graph rewrites it
-            if specializable(graph):
+            symbolic = specializable(graph)
+            why_wrapped = (
+                direct_call.why_wrapped(len(inputs), marks_dynamic_outputs=symbolic)
+                if inference else "it is part of a training graph"
+            )
+            if symbolic:
                 name = f"the {kind} graph of {_frame_name()}"
-                specialized = SpecializedGraph(graph, inputs, config, name, compile_callable)
-                return NkipyGraph(specialized, config, None, bypass, why_wrapped="its sizes are symbolic")
-            why_wrapped = direct_call.why_wrapped(len(inputs)) if inference else "it is part of a training graph"
+                marks = direct_call.dynamic_output_dims() if why_wrapped is None else ()
+                specialized = SpecializedGraph(graph, inputs, config, name, compile_callable, marks)
+                return NkipyGraph(specialized, config, None, bypass, why_wrapped=why_wrapped, num_inputs=len(inputs))
             fused = compile_graph(graph, inputs, config)
             return NkipyGraph(entry(fused), config, saved, bypass, fused, why_wrapped=why_wrapped, num_inputs=len(inputs))
 

@@ -14,6 +14,12 @@ here: an inference graph is compiled only when no input requires grad (dynamo gu
 on grad mode), so nothing the graph's CPU regions compute records autograd history either way,
 and an output that would require grad makes the graph keep the wrapper.
 
+A graph with symbolic sizes (``nkipy_core.specialize``) qualifies on the same terms but for
+one thing the wrapper does for it: it marks each output's symbolic dimensions on the output
+tensor, so that dynamo treats them as dynamic when the output enters another compiled graph
+(dynamism carried across a graph break). ``dynamic_output_dims`` says which, and the
+``SpecializedGraph`` called directly marks them itself.
+
 Which graphs qualify is decided from AOTAutograd's metadata of the graph while it is compiled
 (``why_wrapped``), stored with the graph in torch's AOTAutograd cache so a warm start decides
 the same, and completed by what only the backend sees (``bare_call``): the graph's parameters,
@@ -29,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch._functorch._aot_autograd.schemas import OutputType, PlainTensorMeta
+from torch._functorch._aot_autograd.schemas import OutputType, PlainTensorMeta, ViewAndMutationMeta
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .cache import STATS
@@ -37,17 +43,25 @@ from .cache import STATS
 log = logging.getLogger("nkipy.direct_call")
 
 
-def why_wrapped(num_inputs: int) -> str | None:
-    """Why the inference graph being compiled (``num_inputs`` inputs) needs AOTAutograd's runtime
-    wrapper, from the metadata AOTAutograd keeps in the tracing context; ``None``: it does not."""
+def _metadata() -> ViewAndMutationMeta | None:
+    """AOTAutograd's metadata of the graph being compiled, kept in the tracing context."""
     context = torch._guards.TracingContext.try_get()
-    meta = context.fw_metadata if context is not None else None
+    return context.fw_metadata if context is not None else None
+
+
+def why_wrapped(num_inputs: int, *, marks_dynamic_outputs: bool = False) -> str | None:
+    """Why the inference graph being compiled (``num_inputs`` inputs) needs AOTAutograd's runtime
+    wrapper, from AOTAutograd's metadata of it; ``None``: it does not. ``marks_dynamic_outputs``:
+    the caller marks the outputs' symbolic dimensions itself (``dynamic_output_dims``)."""
+    meta = _metadata()
     if meta is None:
         return "AOTAutograd gave no metadata for it"
     if any(i.mutates_data or i.mutates_metadata for i in meta.input_info):
         return "it mutates an input"
-    if any(o.output_type != OutputType.non_alias or o.requires_grad or o.dynamic_dims for o in meta.output_info):
-        return "an output aliases an input or another output, requires grad or has dynamic sizes"
+    if any(o.output_type != OutputType.non_alias or o.requires_grad for o in meta.output_info):
+        return "an output aliases an input or another output, or requires grad"
+    if not marks_dynamic_outputs and any(o.dynamic_dims for o in meta.output_info):
+        return "an output has sizes that depend on tensor values"
     if meta.num_intermediate_bases or meta.tokens or meta.num_graphsafe_rng_states or meta.is_rng_op_functionalized:
         return "it returns intermediate bases, effect tokens or RNG state"
     if meta.grad_enabled_mutation is not None:
@@ -57,6 +71,14 @@ def why_wrapped(num_inputs: int) -> str | None:
     if len(meta.input_info) != num_inputs:
         return "AOTAutograd added or removed inputs"
     return None
+
+
+def dynamic_output_dims() -> tuple[tuple[int, set[int]], ...]:
+    """The outputs of the graph being compiled that have symbolic dimensions, as (index, those
+    dimensions): what AOTAutograd's wrapper marks on them on each call
+    (``mark_dynamo_propagated_dynamic_indices``)."""
+    meta = _metadata()
+    return tuple((i, o.dynamic_dims) for i, o in enumerate(meta.output_info) if o.dynamic_dims) if meta else ()
 
 
 def bare_call(

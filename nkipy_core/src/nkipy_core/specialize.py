@@ -13,7 +13,8 @@ the cache keys hash the static copy, so a new process with a warm cache does not
 The size set the graph was traced with (the shape environment's hints) is compiled at once, so
 strict-mode errors surface at compile time as they do for a static graph. Each further size set
 is compiled on its first call (counted in ``cache_stats()["specializations"]``) and kept in
-memory. Past ``max_specializations`` size sets, calls with new sizes run the symbolic graph op
+memory. Called directly by dynamo (``nkipy_core.direct_call``), it also marks its outputs'
+symbolic dimensions as AOTAutograd's runtime wrapper would. Past ``max_specializations`` size sets, calls with new sizes run the symbolic graph op
 by op in eager torch: counted in ``cache_stats()["unspecialized_calls"]`` and warned about once
 per graph; in strict mode that is a ``SpecializationLimitError`` instead. A graph whose sizes
 depend on tensor values, not only on its inputs' sizes, is not specialised (see
@@ -28,7 +29,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch._dynamo  # noqa: F401 - before runtime_wrappers, which cannot be imported first
 import torch.fx
+from torch._functorch._aot_autograd.runtime_wrappers import mark_dynamo_propagated_dynamic_indices
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
@@ -40,6 +43,7 @@ from .errors import SpecializationLimitError
 log = logging.getLogger("nkipy.specialize")
 
 _SCALARS = (int, float, bool)
+_SYMBOLIC_SCALARS = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 def specializable(gm: torch.fx.GraphModule) -> bool:
@@ -56,7 +60,7 @@ def specializable(gm: torch.fx.GraphModule) -> bool:
 def size_key(args: Sequence[Any]) -> tuple:
     """What a static copy of a graph is specialised on: the shape and strides of every tensor
     argument and the value of every scalar one (dtypes and devices are guarded by dynamo)."""
-    return tuple((a.shape, a.stride()) if isinstance(a, torch.Tensor) else a for a in args)
+    return tuple([(a.shape, a.stride()) if isinstance(a, torch.Tensor) else a for a in args])
 
 
 class _NoHint(Exception):
@@ -65,7 +69,7 @@ class _NoHint(Exception):
 
 def _hint(value: Any) -> Any:
     """A symbolic scalar's value in the trace that produced it (no guard is added)."""
-    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+    if isinstance(value, _SYMBOLIC_SCALARS):
         if not value.node.has_hint():
             raise _NoHint
         return value.node.hint
@@ -85,6 +89,13 @@ def hinted_key(example_inputs: Sequence[Any]) -> tuple | None:
         return None
 
 
+def scalar_inputs(gm: torch.fx.GraphModule) -> frozenset[int]:
+    """The positions of ``gm``'s inputs that are numbers (sizes, mostly): a static copy of the
+    graph holds their values as constants and does not take them (``specialize``)."""
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    return frozenset(i for i, n in enumerate(placeholders) if isinstance(n.meta.get("val"), _SCALARS + _SYMBOLIC_SCALARS))
+
+
 def specialize(
     gm: torch.fx.GraphModule, key: tuple, like: Sequence[Any]
 ) -> tuple[torch.fx.GraphModule, list[Any]]:
@@ -94,7 +105,8 @@ def specialize(
     Every node is re-run on fake tensors of the concrete sizes; a node whose value is then a
     plain number (a SymInt input, ``sym_size``, arithmetic on sizes) is replaced by that
     number in its users, so the copy holds no symbolic value and its code names the sizes.
-    Runtime asserts on sizes (``_assert_scalar``) are checked here, once, and dropped.
+    The copy does not take the inputs at ``scalar_inputs(gm)``: their values are in it. Runtime
+    asserts on sizes (``_assert_scalar``) are checked here, once, and dropped.
     """
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
@@ -139,6 +151,9 @@ def specialize(
             continue
         if isinstance(env[node], _SCALARS) or not node.all_input_nodes:  # folded, or a checked assert
             graph.erase_node(node)
+    placeholders = graph.find_nodes(op="placeholder")
+    for i in scalar_inputs(gm):
+        graph.erase_node(placeholders[i])  # folded into every user above
     graph.lint()
     inputs = [env[n] for n in graph.find_nodes(op="placeholder")]
     return torch.fx.GraphModule(gm, graph), inputs
@@ -146,7 +161,10 @@ def specialize(
 
 class SpecializedGraph:
     """A symbolic graph as a callable: it dispatches each call to the static graph compiled for
-    the call's sizes, compiling it on first use (see the module docstring)."""
+    the call's sizes, compiling it on first use (see the module docstring).
+
+    ``output_dims``: (output index, dimensions) to mark as dynamic on each call's outputs, when
+    no AOTAutograd runtime wrapper does it (``direct_call.dynamic_output_dims``)."""
 
     def __init__(
         self,
@@ -155,11 +173,16 @@ class SpecializedGraph:
         config: Config,
         name: str,
         compile_static: Callable[[torch.fx.GraphModule, Sequence[Any], Config], Callable],
+        output_dims: Sequence[tuple[int, set[int]]] = (),
     ):
         self.gm = gm
         self.config = config
         self.name = name
         self.compile_static = compile_static
+        self.output_dims = tuple(output_dims)
+        scalars = scalar_inputs(gm)
+        #: the positions of the arguments a static copy takes (``None``: all of them)
+        self.taken = tuple(i for i in range(len(example_inputs)) if i not in scalars) if scalars else None
         self.compiled: dict[tuple, Callable] = {}
         self.warned = False
         key = hinted_key(example_inputs)
@@ -171,9 +194,17 @@ class SpecializedGraph:
         compiled = self.compiled.get(key)
         if compiled is None:
             if len(self.compiled) >= self.config.max_specializations:
-                return self._run_symbolic(args)
+                return self._run_symbolic(*args)
             compiled = self.compiled[key] = self._specialize(key, args)
-        return compiled(*args)
+        taken = self.taken
+        outputs = compiled(*args) if taken is None else compiled(*[args[i] for i in taken])
+        return self._marked(outputs) if self.output_dims else outputs
+
+    def _marked(self, outputs: Sequence[Any]) -> Sequence[Any]:
+        """``outputs`` with their symbolic dimensions marked (``output_dims``)."""
+        for index, dims in self.output_dims:
+            mark_dynamo_propagated_dynamic_indices(outputs[index], dims)
+        return outputs
 
     def _specialize(self, key: tuple, like: Sequence[Any]) -> Callable:
         static, inputs = specialize(self.gm, key, like)
@@ -181,7 +212,7 @@ class SpecializedGraph:
         log.info("specialising %s for sizes %s (%d so far)", self.name, _describe(key), len(self.compiled) + 1)
         return self.compile_static(static, inputs, self.config)
 
-    def _run_symbolic(self, args: Sequence[Any]) -> Any:
+    def _run_symbolic(self, *args: Any) -> Sequence[Any]:
         limit = self.config.max_specializations
         message = (
             f"{self.name} was already specialised for {limit} size sets (max_specializations="
@@ -195,7 +226,7 @@ class SpecializedGraph:
         if not self.warned:
             self.warned = True
             warnings.warn(f"nkipy: {message}", FallbackWarning, stacklevel=2)
-        return self.gm(*args)
+        return self._marked(self.gm(*args))
 
 
 def _describe(key: tuple) -> str:
