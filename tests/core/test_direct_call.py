@@ -107,6 +107,27 @@ def test_sizes_stay_dynamic_across_a_graph_break_with_a_direct_graph(arithmetic)
     assert cache_stats["direct_graphs"] - before.get("direct_graphs", 0) == 2
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_inputs_that_require_grad_with_detached_outputs_keep_the_wrapper_and_record_no_history(arithmetic, dynamic):
+    """AOTAutograd compiles an inference graph when no output requires grad; torch ops the graph
+    runs on such an input (a CPU op here; every op past the specialisation limit) must still
+    record no history, as the wrapper's grad-mode switch ensures."""
+    def fn(x):
+        return torch.tanh(x * 2).detach() + 1, (x - 1).detach()  # tanh: not in the test pack
+
+    compiled = torch.compile(fn, backend="nkipy", dynamic=dynamic, options={"max_specializations": 1})
+    before = cache_stats["wrapped_graphs"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        for rows in (4, 5, 6):  # 5 and 6: past the limit when dynamic
+            x = torch.randn(rows, 3, requires_grad=True)
+            out = compiled(x)
+            assert [t.requires_grad for t in out] == [False, False]
+            for got, want in zip(out, fn(x)):
+                torch.testing.assert_close(got, want)
+    assert cache_stats["wrapped_graphs"] > before
+
+
 def test_a_mutated_input_keeps_the_wrapper_and_is_updated(arithmetic):
     def fn(a, b):
         a.mul_(2)

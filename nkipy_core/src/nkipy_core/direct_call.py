@@ -9,10 +9,12 @@ the wrapper's frames: about 2 µs per call, an eighth of a one-op graph's call a
 nkipy's own part of it (docs/benchmarks.md). For such a graph the backend hands dynamo the
 compiled graph itself, under ``torch._dynamo.disable`` as AOTAutograd's result would be.
 
-The wrapper's grad-mode switch is the one thing skipped that could be observed, and it cannot be
-here: an inference graph is compiled only when no input requires grad (dynamo guards on that and
-on grad mode), so nothing the graph's CPU regions compute records autograd history either way,
-and an output that would require grad makes the graph keep the wrapper.
+The wrapper's grad-mode switch is the one thing skipped that could be observed, so a graph is
+called directly only when grad mode is off or no input requires grad (dynamo guards on both):
+then nothing the graph runs as torch (CPU regions, fallbacks, a symbolic graph past its
+specialisation limit) can record autograd history either way. AOTAutograd also compiles an
+inference graph for inputs that require grad when no output does (all of them detached, integer
+or boolean); such a graph keeps the wrapper, which runs it with grad mode off.
 
 A graph with symbolic sizes (``nkipy_core.specialize``) qualifies on the same terms but for
 one thing the wrapper does for it: it marks each output's symbolic dimensions on the output
@@ -96,6 +98,8 @@ def bare_call(
             why = "the dynamo graph holds parameters or buffers"
         elif graph.num_inputs != len(example_inputs):
             why = "AOTAutograd removed duplicated inputs"
+        elif torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
+            why = "an input requires grad (the wrapper runs the graph with grad mode off)"
         elif any(is_traceable_wrapper_subclass(x) for x in example_inputs):
             why = "it takes tensor subclasses"
     if why is not None:
