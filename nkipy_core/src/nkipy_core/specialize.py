@@ -14,11 +14,11 @@ The size set the graph was traced with (the shape environment's hints) is compil
 strict-mode errors surface at compile time as they do for a static graph. Each further size set
 is compiled on its first call (counted in ``cache_stats()["specializations"]``) and kept in
 memory. Called directly by dynamo (``nkipy_core.direct_call``), it also marks its outputs'
-symbolic dimensions as AOTAutograd's runtime wrapper would. Past ``max_specializations`` size sets, calls with new sizes run the symbolic graph op
-by op in eager torch: counted in ``cache_stats()["unspecialized_calls"]`` and warned about once
-per graph; in strict mode that is a ``SpecializationLimitError`` instead. A graph whose sizes
-depend on tensor values, not only on its inputs' sizes, is not specialised (see
-``specializable``).
+symbolic dimensions as AOTAutograd's runtime wrapper would. Past ``max_specializations`` size
+sets, calls with new sizes run the symbolic graph op by op in eager torch: counted in
+``cache_stats()["unspecialized_calls"]`` and warned about once per graph; in strict mode that
+is a ``SpecializationLimitError`` instead. A graph whose sizes depend on tensor values, not
+only on its inputs' sizes, is not specialised (see ``specializable``).
 """
 
 from __future__ import annotations
