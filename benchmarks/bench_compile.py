@@ -42,8 +42,8 @@ def child(backend: str, cache: str, sdpa: bool) -> dict:
     import torch
 
     import nkipy_core
-    import nkipy_core.backend
-    from nkipy_core.aot_cache import NkipyGraph
+    import nkipy_core.dynamo.backend
+    from nkipy_core.dynamo.aot_cache import NkipyGraph
     from nkipy_core.testing.models import LlamaBlock
 
     # Time spent in nkipy's own FX -> kernels driver (plan, partition, lower, cache, runtime
@@ -61,7 +61,7 @@ def child(backend: str, cache: str, sdpa: bool) -> dict:
                 in_nkipy[slot] += time.perf_counter() - start
         return timed_function
 
-    nkipy_core.backend.compile_graph = timed(nkipy_core.backend.compile_graph, 0)
+    nkipy_core.dynamo.backend.compile_graph = timed(nkipy_core.dynamo.backend.compile_graph, 0)
     NkipyGraph.post_compile = timed(NkipyGraph.post_compile, 1)
 
     def compile_(fn):

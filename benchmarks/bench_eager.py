@@ -46,7 +46,7 @@ from _timing import machine, median_times, print_table  # first: it sets the thr
 import torch
 
 import nkipy_core
-from nkipy_core.compiler import FallbackWarning
+from nkipy_core.compiler.pipeline import FallbackWarning
 
 
 def add(a, b):

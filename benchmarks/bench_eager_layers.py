@@ -33,9 +33,9 @@ from _timing import machine, median_times, print_table  # first: it sets the thr
 import torch
 
 import nkipy_core
-from nkipy_core import memory
+from nkipy_core.buffers import memory
 from nkipy_core.device import eager
-from nkipy_core.kernel_call import KernelCall
+from nkipy_core.compiler.kernel_call import KernelCall
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ from _timing import machine, median_time, print_table  # first: it sets the thre
 import torch
 
 import nkipy_core
-from nkipy_core import plugins
+from nkipy_core.plugin import manager as plugins
 from nkipy_core.testing.models import LlamaBlock, LlamaConfig
 
 

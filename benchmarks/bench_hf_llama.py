@@ -32,7 +32,7 @@ from _timing import machine, median_time, print_table  # first: it sets the thre
 import torch
 
 import nkipy_core
-from nkipy_core import plugins
+from nkipy_core.plugin import manager as plugins
 
 # the model and the greedy loop are the example's
 sys.path.insert(0, str(Path(__file__).parents[1] / "examples" / "hf_llama"))

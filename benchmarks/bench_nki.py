@@ -25,7 +25,8 @@ from _timing import machine, median_time, print_table  # first: it sets the thre
 import numpy as np
 import torch
 
-from nkipy_core import init_nkipy_backend, plugins
+from nkipy_core import init_nkipy_backend
+from nkipy_core.plugin import manager as plugins
 from nkipy_ops_nki import interpreter
 from nkipy_ops_nki.kernels import softmax
 

@@ -20,7 +20,7 @@ between two rows is what the outer layer adds):
                         (``kernel_call.entry``: a one-kernel graph is its kernel's call), here
                         without dynamo's guards; an inference graph like this one, which needs
                         nothing of AOTAutograd's runtime wrapper, is called without it
-                        (``nkipy_core.direct_call``), so this row is nkipy's whole share
+                        (``nkipy_core.dynamo.direct_call``), so this row is nkipy's whole share
   nkipy: KernelCall     the kernel's call: torch -> NumPy, run_host, NumPy -> torch
   nkipy: run_host       the cpu runtime's host call: the executable, results made memory of their own
   nkipy: executable     the cpu runtime's executable on NumPy arrays (errors of floating point ignored)
@@ -43,9 +43,9 @@ from _timing import machine, median_times, print_table  # first: it sets the thr
 
 import torch
 
-import nkipy_core.backend
+import nkipy_core.dynamo.backend
 from nkipy_core.ir import codegen
-from nkipy_core.kernel_call import KernelCall, entry
+from nkipy_core.compiler.kernel_call import KernelCall, entry
 
 
 def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -55,13 +55,13 @@ def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def capture_compiled_graphs() -> list:
     """Record the graph modules nkipy's compile_graph returns (to time the inner layers)."""
     graphs = []
-    compile_graph = nkipy_core.backend.compile_graph
+    compile_graph = nkipy_core.dynamo.backend.compile_graph
 
     def recording(*args, **kwargs):
         graphs.append(compile_graph(*args, **kwargs))
         return graphs[-1]
 
-    nkipy_core.backend.compile_graph = recording
+    nkipy_core.dynamo.backend.compile_graph = recording
     return graphs
 
 

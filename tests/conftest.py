@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from nkipy_core import compiler, config
+from nkipy_core.compiler import pipeline as compiler
+from nkipy_core.config import settings as config
 
 
 @pytest.fixture(autouse=True)
@@ -28,5 +29,5 @@ def graphs(monkeypatch):
         seen.append(out)
         return out
 
-    monkeypatch.setattr("nkipy_core.backend.compile_graph", spy)
+    monkeypatch.setattr("nkipy_core.dynamo.backend.compile_graph", spy)
     return seen

@@ -6,7 +6,7 @@ register rules at priority 0 and assert on fallbacks without interference.
 
 import pytest
 
-from nkipy_core import plugins
+from nkipy_core.plugin import manager as plugins
 
 
 class PluginEnv:

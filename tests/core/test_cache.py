@@ -132,7 +132,7 @@ def test_editing_a_rule_invalidates_its_cached_kernels(plugin_env, tmp_path):
     x = torch.randn(4)
     plugin_env.add(_exp_pack(2), "edited", "edited-pack", "1.0")
     torch.testing.assert_close(torch.compile(torch.exp, backend="nkipy", options=opts)(x), torch.exp(x) * 2)
-    from nkipy_core import plugins
+    from nkipy_core.plugin import manager as plugins
 
     plugins.unregister("edited")
     torch._dynamo.reset()

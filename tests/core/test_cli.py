@@ -22,9 +22,10 @@ from fake_dists import write_distribution
 from fixture_packs import arithmetic_rules, declining_rules, pack
 from nkipy_cli import by, line_of, run, run_json, section
 
-from nkipy_core import PluginConflictError, hookimpl, plugins
-from nkipy_core.cli import core_aten_ops
-from nkipy_core.registry import resolve_op
+from nkipy_core import PluginConflictError, hookimpl
+from nkipy_core.plugin import manager as plugins
+from nkipy_core.cli.main import core_aten_ops
+from nkipy_core.plugin.registry import resolve_op
 from nkipy_core.runtime.cpu import CpuRuntime
 
 

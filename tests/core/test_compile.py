@@ -9,7 +9,7 @@ from fixture_packs import arithmetic_rules, pack, wrong_shape_rules
 from torch._dynamo.exc import BackendCompilerFailed
 
 from nkipy_core import FallbackWarning, UnsupportedOpsError, VerificationError, cache_stats
-from nkipy_core.kernel_call import KernelCall, entry
+from nkipy_core.compiler.kernel_call import KernelCall, entry
 from nkipy_core.runtime.cpu import CpuRuntime
 
 

@@ -6,14 +6,8 @@ import pytest
 import torch
 from torch._dynamo.exc import BackendCompilerFailed
 
-from nkipy_core import (
-    ConfigurationError,
-    RuntimeNotFoundError,
-    RuntimeUnavailableError,
-    config,
-    hookimpl,
-    init_nkipy_backend,
-)
+from nkipy_core import ConfigurationError, RuntimeNotFoundError, RuntimeUnavailableError, hookimpl, init_nkipy_backend
+from nkipy_core.config import settings as config
 
 
 def test_defaults_without_init(plugin_env):

@@ -5,16 +5,7 @@ import torch
 from fixture_packs import pack
 
 from nkipy_core import RuleSet, Unsupported, knp
-from nkipy_core.testing import (
-    ConformanceReport,
-    ExpectedFailures,
-    OpResult,
-    assert_conformance,
-    conformance_cases,
-    expected_failures_for,
-    lowered_ops,
-    run_conformance,
-)
+from nkipy_core.testing import ConformanceReport, ExpectedFailures, OpResult, assert_conformance, conformance_cases, expected_failures_for, lowered_ops, run_conformance
 
 aten = torch.ops.aten
 DIST = "conformance-test-pack"

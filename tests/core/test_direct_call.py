@@ -1,5 +1,5 @@
 """Inference graphs called without AOTAutograd's runtime wrapper where it would do nothing, and
-every graph it has work for still called through it (``nkipy_core.direct_call``)."""
+every graph it has work for still called through it (``nkipy_core.dynamo.direct_call``)."""
 
 import sys
 import warnings

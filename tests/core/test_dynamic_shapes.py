@@ -1,5 +1,5 @@
 """Graphs with symbolic sizes: one static kernel graph per size set, with the static path's
-partitioning, strictness, fallback reporting and caches (``nkipy_core.specialize``)."""
+partitioning, strictness, fallback reporting and caches (``nkipy_core.dynamo.specialize``)."""
 
 import warnings
 
@@ -8,11 +8,8 @@ import torch
 from fixture_packs import arithmetic_rules, pack
 from torch._dynamo.exc import BackendCompilerFailed
 
-from nkipy_core import (
-    ConfigurationError, FallbackWarning, SpecializationLimitError, UnsupportedOpsError, cache_stats,
-    init_nkipy_backend,
-)
-from nkipy_core.kernel_call import KernelCall
+from nkipy_core import ConfigurationError, FallbackWarning, SpecializationLimitError, UnsupportedOpsError, cache_stats, init_nkipy_backend
+from nkipy_core.compiler.kernel_call import KernelCall
 
 
 @pytest.fixture

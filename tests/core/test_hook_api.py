@@ -8,8 +8,9 @@ from fake_dists import write_distribution
 from fixture_packs import arithmetic_rules, pack
 from nkipy_cli import by, run, run_json
 
-from nkipy_core import PluginError, plugins
-from nkipy_core.hook_api import HOOK_API_VERSION, incompatibility
+from nkipy_core import PluginError
+from nkipy_core.plugin import manager as plugins
+from nkipy_core.plugin.hook_api import HOOK_API_VERSION, incompatibility
 
 FUTURE = ">=99.0"
 

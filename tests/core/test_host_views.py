@@ -1,4 +1,4 @@
-"""The NumPy views a kernel keeps of its CPU inputs (``nkipy_core.host_views``): reused while the
+"""The NumPy views a kernel keeps of its CPU inputs (``nkipy_core.compiler.host_views``): reused while the
 same tensor comes back, always reading the tensor's current memory, never keeping it alive."""
 
 import gc
@@ -6,7 +6,7 @@ import weakref
 
 import torch
 
-from nkipy_core.host_views import HostViews
+from nkipy_core.compiler.host_views import HostViews
 
 
 def test_a_tensor_seen_again_gets_the_same_view_which_does_not_refer_to_it():

@@ -5,7 +5,7 @@ import ast
 
 from nkipy_cli import run
 
-from nkipy_core.hook_api import DECLARATION, incompatibility
+from nkipy_core.plugin.hook_api import DECLARATION, incompatibility
 
 
 def test_new_pack_writes_an_installable_pack_and_says_what_to_do_next(tmp_path, capsys):

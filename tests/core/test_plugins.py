@@ -11,7 +11,8 @@ import pytest
 import torch
 from fixture_packs import arithmetic_rules, declining_rules, pack
 
-from nkipy_core import FallbackWarning, PluginConflictError, PluginError, hookimpl, plugins
+from nkipy_core import FallbackWarning, PluginConflictError, PluginError, hookimpl
+from nkipy_core.plugin import manager as plugins
 
 aten = torch.ops.aten
 
@@ -194,14 +195,14 @@ def test_a_lowered_op_is_not_decomposed_and_decompositions_can_be_added(plugin_e
 
     plugin_env.add(pack(rules, nkipy_register_decompositions=nkipy_register_decompositions), "silu")
     graphs = []
-    from nkipy_core import compiler
+    from nkipy_core.compiler import pipeline as compiler
 
     real = compiler.compile_graph
     def spy(gm, inputs, cfg):
         graphs.append({n.target for n in gm.graph.nodes if n.op == "call_function"})  # before fusion
         return real(gm, inputs, cfg)
 
-    monkeypatch.setattr("nkipy_core.backend.compile_graph", spy)
+    monkeypatch.setattr("nkipy_core.dynamo.backend.compile_graph", spy)
     x = torch.randn(6)
     with pytest.warns(FallbackWarning) as record:
         out = torch.compile(lambda a: torch.nn.functional.silu(a) + torch.tanh(a), backend="nkipy")(x)

@@ -18,10 +18,9 @@ from fixture_packs import arithmetic_rules, pack
 from fresh_python import python
 from nkipy_cli import line_of, run, section
 
-from nkipy_core import (
-    hookimpl, init_nkipy_backend, kernel_boundary, kernel_stats, profiling, progress, reset_kernel_stats,
-)
-from nkipy_core.kernel_call import KernelCall
+from nkipy_core import hookimpl, init_nkipy_backend, kernel_boundary, kernel_stats, reset_kernel_stats
+from nkipy_core.observe import profiling, progress
+from nkipy_core.compiler.kernel_call import KernelCall
 from nkipy_core.runtime.cpu import CpuRuntime
 
 

@@ -2,7 +2,7 @@
 
 ``public_api.txt`` is the API as released: every ``module:name`` of ``PUBLIC_MODULES``'
 ``__all__``. A name missing from the code but still in the file has been removed without a
-deprecation (it must first be listed in ``nkipy_core.hook_api.DEPRECATED`` for a minor release,
+deprecation (it must first be listed in ``nkipy_core.plugin.hook_api.DEPRECATED`` for a minor release,
 see docs/writing-a-pack.md); a name in the code but not in the file is new public API, to be
 added to the file on purpose. And packs import only those modules, so the layering holds.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nkipy_core.hook_api import DEPRECATED, PUBLIC_MODULES
+from nkipy_core.plugin.hook_api import DEPRECATED, PUBLIC_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASED = Path(__file__).with_name("public_api.txt")
@@ -44,7 +44,7 @@ def test_no_public_name_disappears_without_a_deprecation():
     removed = _released() - _current() - set(DEPRECATED)
     assert not removed, (
         f"public names removed without a deprecation: {sorted(removed)}. Keep them for one minor release, "
-        "listed in nkipy_core.hook_api.DEPRECATED with a DeprecationWarning, before removing them."
+        "listed in nkipy_core.plugin.hook_api.DEPRECATED with a DeprecationWarning, before removing them."
     )
 
 

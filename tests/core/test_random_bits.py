@@ -8,7 +8,7 @@ from nkipy_core import VerificationError, knp
 from nkipy_core.ir import DType, KernelBuilder, TensorType, codegen, verify
 from nkipy_core.ir.numpy_support import _philox4x32
 from nkipy_core.ir.passes import simplify
-from nkipy_core.rng import RNG_KEY, RNG_KWARG, STREAM_BLOCKS, RandomStream, seed_random_ops, unseed_fallbacks
+from nkipy_core.compiler.rng import RNG_KEY, RNG_KWARG, STREAM_BLOCKS, RandomStream, seed_random_ops, unseed_fallbacks
 
 STATE = TensorType((2,), DType.u64)
 

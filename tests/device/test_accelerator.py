@@ -8,8 +8,10 @@ import pytest
 import torch
 from fresh_python import python
 
-from nkipy_core import ConfigurationError, config, init_nkipy_backend, plugins
-from nkipy_core import memory
+from nkipy_core import ConfigurationError, init_nkipy_backend
+from nkipy_core.config import settings as config
+from nkipy_core.plugin import manager as plugins
+from nkipy_core.buffers import memory
 
 ACCELERATOR = (
     "import sys, torch\n"

@@ -22,7 +22,7 @@ def test_fresh_interpreter_has_the_device_without_importing_nkipy():
     assert "nkipy:0 True False" in result.stdout
     loaded = result.stdout.splitlines()[0]
     # cheap: the hook imports the device registration only; no plugin scan, compiler or IR
-    for heavy in ("pluggy", "nkipy_core.plugins", "nkipy_core.compiler", "nkipy_core.ir", "nkipy_core.memory"):
+    for heavy in ("pluggy", "nkipy_core.plugin.manager", "nkipy_core.compiler.pipeline", "nkipy_core.ir", "nkipy_core.buffers.memory"):
         assert f"'{heavy}'" not in loaded, loaded
     assert "'nkipy_core.device.registration'" in loaded
 

@@ -6,8 +6,9 @@ import warnings
 import pytest
 import torch
 
-from nkipy_core import FallbackWarning, kernel_boundary, on_cpu, regions
-from nkipy_core.kernel_call import KernelCall
+from nkipy_core import FallbackWarning, kernel_boundary, on_cpu
+from nkipy_core.compiler import regions
+from nkipy_core.compiler.kernel_call import KernelCall
 
 
 def kernels(graphs):

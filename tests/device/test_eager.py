@@ -318,7 +318,7 @@ def test_repeated_in_place_ops_with_a_wider_operand_cast_like_torch():
 def test_repeated_in_place_ops_allocate_no_buffer_for_the_result():
     """A runtime with ``run_into`` (``cpu``) writes an in-place result into its target; one whose
     buffers are immutable (``xla``) needs exactly one result buffer, freed after the copy."""
-    from nkipy_core import memory
+    from nkipy_core.buffers import memory
 
     a, b = torch.randn(64, 64).to("nkipy"), torch.randn(64, 64).to("nkipy")
     a.add_(b)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import nkipy_core
-from nkipy_core import memory
+from nkipy_core.buffers import memory
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32,
           torch.int8, torch.uint8, torch.bool]

@@ -13,7 +13,7 @@ import warnings
 import torch
 
 from nkipy_core import FallbackWarning, cache_stats
-from nkipy_core.kernel_call import KernelCall
+from nkipy_core.compiler.kernel_call import KernelCall
 from nkipy_core.testing.models import LlamaBlock, QuickStartMLP
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from nkipy_core import FallbackWarning
-from nkipy_core.kernel_call import KernelCall
+from nkipy_core.compiler.kernel_call import KernelCall
 from nkipy_core.testing.models import LlamaBlock, QuickStartMLP
 
 #: max |compiled - eager| relative to max |eager|; bf16 graphs round at other places than eager

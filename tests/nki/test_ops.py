@@ -15,8 +15,8 @@ from nki_tutorial import tensor_add_kernel, tiled_add_kernel
 import nkipy_core
 import nkipy_ops_nki.nki.language as nl
 from nkipy_ops_nki import nki
-from nkipy_core import plugins
-from nkipy_core.kernel_call import KernelCall
+from nkipy_core.plugin import manager as plugins
+from nkipy_core.compiler.kernel_call import KernelCall
 from nkipy_ops_nki import NKIOpRegistry, nki_op
 
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from nkipy_cli import run_json
 
 import nkipy_core
-from nkipy_core import plugins
+from nkipy_core.plugin import manager as plugins
 from nkipy_core.testing import OpCase, assert_conformance, load_op_db, run_case, run_conformance
 from nkipy_ops_nki import plugin
 from nkipy_ops_nki.kernels import softmax

@@ -8,8 +8,8 @@ import torch
 
 from nkipy_cli import by, line_of, run, run_json
 
-from nkipy_core import plugins
-from nkipy_core.registry import resolve_op
+from nkipy_core.plugin import manager as plugins
+from nkipy_core.plugin.registry import resolve_op
 
 BASE_VERSION = version("nkipy-ops-base")
 

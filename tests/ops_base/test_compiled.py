@@ -211,8 +211,8 @@ def test_out_nodes_in_an_unfunctionalized_graph_write_their_arguments():
     lowers completely, and what the node wrote is what later reads and the caller see."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from nkipy_core import config
-    from nkipy_core.compiler import compile_graph
+    from nkipy_core.config import settings as config
+    from nkipy_core.compiler.pipeline import compile_graph
 
     def program(a, b, o):
         torch.atan2(a, b, out=o)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nkipy_core import config
+from nkipy_core.config import settings as config
 from nkipy_core.testing import assert_conformance, expected_failures_for, run_conformance
 
 RUN_BUDGET = 600.0  # seconds for the whole run: ten times what it takes on two idle cores

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import nkipy_core
-from nkipy_core.kernel_call import KernelCall
+from nkipy_core.compiler.kernel_call import KernelCall
 
 N = 200_000
 #: Kolmogorov-Smirnov critical value: P(sqrt(n) D > c) ~ 2 exp(-2 c^2) = 1e-4

@@ -18,11 +18,11 @@ import torch.fx
 from torch.utils._pytree import tree_map
 
 from nkipy_core import LoweringContext, LoweringRegistry, Unsupported
-from nkipy_core.compiler import RULE, lower_subgraph, output_orders
+from nkipy_core.compiler.pipeline import RULE, lower_subgraph, output_orders
 from nkipy_core.ir import codegen
 from nkipy_core.ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
-from nkipy_core.rng import RNG_KWARG, RandomStream
-from nkipy_core.lowering import Layout
+from nkipy_core.compiler.rng import RNG_KWARG, RandomStream
+from nkipy_core.compiler.lowering import Layout
 from nkipy_core.testing import assert_close_to_eager, upcast
 from nkipy_ops_base.rules import RULES
 
@@ -768,7 +768,7 @@ def _stream(op):
 def _traced(op, rule, args, kwargs, expected):
     """Lower the op as a one-node FX graph, the way the compiler lowers a fused subgraph, and
     run the kernel's generated NumPy source."""
-    if _stream(op) is not None:  # the key is a kernel input, as ``nkipy_core.rng`` arranges
+    if _stream(op) is not None:  # the key is a kernel input, as ``nkipy_core.compiler.rng`` arranges
         kwargs = {**kwargs, RNG_KWARG: (torch.tensor(KEY), 0)}
     graph = torch.fx.Graph()
     inputs = []

@@ -17,8 +17,9 @@ import neuronx_cc_standin
 import pytest
 import torch
 
-from nkipy_core import ConfigurationError, RuntimeUnavailableError, kernel_boundary, knp, progress
-from nkipy_core.cache import STATS, KernelCache
+from nkipy_core import ConfigurationError, RuntimeUnavailableError, kernel_boundary, knp
+from nkipy_core.observe import progress
+from nkipy_core.cache.kernel_cache import STATS, KernelCache
 from nkipy_core.ir import DType, KernelBuilder, TensorType
 from nkipy_runtime import neuronx_cc, nrt_runtime, xla_bridge
 from nkipy_runtime.stablehlo import emit_module

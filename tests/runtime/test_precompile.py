@@ -18,8 +18,8 @@ import pytest
 import torch
 from nkipy_cli import run
 
-from nkipy_core.cache import STATS
-from nkipy_core.kernel_call import KernelCall
+from nkipy_core.cache.kernel_cache import STATS
+from nkipy_core.compiler.kernel_call import KernelCall
 from nkipy_runtime import neuronx_cc, nrt_runtime
 
 MODEL = textwrap.dedent('''

@@ -3,7 +3,7 @@
 import json
 import re
 
-from nkipy_core.cli import main
+from nkipy_core.cli.main import main
 
 
 def run(capsys, *argv):

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nkipy_core import plugins
+from nkipy_core.plugin import manager as plugins
 
 try:
     import nkipy_ops_example  # noqa: F401 - installed (pip install -e .)

@@ -15,26 +15,29 @@ import importlib
 import warnings
 
 _EXPORTS = {
-    "knp": ".knp",
-    "config": ".config",
-    "cache_stats": (".cache", "STATS"),
-    "kernel_stats": (".profiling", "kernel_stats"),
-    "reset_kernel_stats": (".profiling", "reset_kernel_stats"),
-    "KernelStats": (".profiling", "KernelStats"),
-    "Config": (".config", "Config"),
-    "init_nkipy_backend": (".config", "init_nkipy_backend"),
-    "FallbackWarning": (".compiler", "FallbackWarning"),
-    "hookimpl": (".hookspecs", "hookimpl"),
-    "LoweringContext": (".lowering", "LoweringContext"),
-    "on_cpu": (".regions", "on_cpu"),
-    "kernel_boundary": (".regions", "kernel_boundary"),
-    **{name: (".errors", name) for name in (
+    "knp": "nkipy_core.knp",
+    "config": "nkipy_core.config",
+    # the plugin manager: ``plugins.register(obj, ...)`` and ``plugins.reload()`` for packs
+    # registered in-process (pack tests, notebooks)
+    "plugins": "nkipy_core.plugin.manager",
+    "cache_stats": ("nkipy_core.cache.kernel_cache", "STATS"),
+    "kernel_stats": ("nkipy_core.observe.profiling", "kernel_stats"),
+    "reset_kernel_stats": ("nkipy_core.observe.profiling", "reset_kernel_stats"),
+    "KernelStats": ("nkipy_core.observe.profiling", "KernelStats"),
+    "Config": ("nkipy_core.config.settings", "Config"),
+    "init_nkipy_backend": ("nkipy_core.config.settings", "init_nkipy_backend"),
+    "FallbackWarning": ("nkipy_core.compiler.pipeline", "FallbackWarning"),
+    "hookimpl": ("nkipy_core.plugin.hookspecs", "hookimpl"),
+    "LoweringContext": ("nkipy_core.compiler.lowering", "LoweringContext"),
+    "on_cpu": ("nkipy_core.compiler.regions", "on_cpu"),
+    "kernel_boundary": ("nkipy_core.compiler.regions", "kernel_boundary"),
+    **{name: ("nkipy_core.errors", name) for name in (
         "CacheError", "CacheLockTimeoutError", "ConfigurationError", "DeviceError", "LoweringError",
         "NkipyError", "PluginConflictError", "PluginError", "RuntimeNotFoundError",
         "RuntimeUnavailableError", "SpecializationLimitError", "Unsupported", "UnsupportedOpsError",
         "VerificationError",
     )},
-    **{name: (".registry", name) for name in (
+    **{name: ("nkipy_core.plugin.registry", name) for name in (
         "DecompositionRegistry", "LoweringRegistry", "Provenance", "RuleSet", "RuntimeRegistry",
     )},
 }
@@ -47,9 +50,9 @@ def __getattr__(name: str):
     if target is None:
         raise AttributeError(f"module 'nkipy_core' has no attribute {name!r}")
     if isinstance(target, str):
-        value = importlib.import_module(target, __name__)
+        value = importlib.import_module(target)
     else:
-        value = getattr(importlib.import_module(target[0], __name__), target[1])
+        value = getattr(importlib.import_module(target[0]), target[1])
     globals()[name] = value
     return value
 
@@ -59,7 +62,7 @@ def _register_device() -> None:
     try:
         import torch  # noqa: F401 - first: torch's autoload may register the device itself
 
-        from .device.registration import register
+        from nkipy_core.device.registration import register
 
         register()
     except Exception as exc:  # noqa: BLE001

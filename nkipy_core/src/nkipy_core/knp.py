@@ -23,9 +23,9 @@ from typing import Any, Union
 import numpy as np
 import torch
 
-from .ir.builder import Traced, apply, constant
-from .ir.graph import ConstantData, Opaque
-from .ir.types import DType
+from nkipy_core.ir.builder import Traced, apply, constant
+from nkipy_core.ir.graph import ConstantData, Opaque
+from nkipy_core.ir.types import DType
 
 Array = Union[Traced, np.ndarray]
 Scalar = Union[bool, int, float]

@@ -1,6 +1,6 @@
 """Random ops: uniform, normal, Bernoulli, dropout, ``randint`` and ``randperm`` from random bits.
 
-Every rule turns the node's u32 Philox words (``ctx.random_bits``, see ``nkipy_core.rng``) into
+Every rule turns the node's u32 Philox words (``ctx.random_bits``, see ``nkipy_core.compiler.rng``) into
 its distribution: uniform floats keep the top ``d`` bits of a word, ``d`` the precision of the
 dtype (24 for f32; two words give 53 for f64), scaled by ``2**-d``, so they are exact multiples
 of ``2**-d`` in ``[0, 1)`` like torch's; normals are Box-Muller over two uniforms; Bernoulli and

@@ -7,7 +7,7 @@ from nkipy_core import hookimpl
 from . import lowerings
 from .registration import register
 
-#: the nkipy hook API versions this pack works with (nkipy_core.hook_api)
+#: the nkipy hook API versions this pack works with (nkipy_core.plugin.hook_api)
 NKIPY_HOOK_API = ">=1.0,<2"
 
 register()

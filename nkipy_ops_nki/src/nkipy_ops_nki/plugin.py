@@ -22,7 +22,7 @@ from .overrides import rules
 from .registry import NKIOpRegistry
 from .rmsnorm_pass import rmsnorm_pass
 
-#: the nkipy hook API versions this pack works with (nkipy_core.hook_api)
+#: the nkipy hook API versions this pack works with (nkipy_core.plugin.hook_api)
 NKIPY_HOOK_API = ">=1.0,<2"
 
 

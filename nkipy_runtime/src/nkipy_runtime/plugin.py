@@ -11,7 +11,7 @@ from nkipy_core import hookimpl
 from .nrt_runtime import NrtRuntime
 from .xla_runtime import XlaRuntime
 
-#: the nkipy hook API versions this pack works with (nkipy_core.hook_api)
+#: the nkipy hook API versions this pack works with (nkipy_core.plugin.hook_api)
 NKIPY_HOOK_API = ">=1.0,<2"
 
 

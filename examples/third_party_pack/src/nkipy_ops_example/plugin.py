@@ -5,7 +5,7 @@ import torch
 from nkipy_core import RuleSet, hookimpl, knp
 from nkipy_core.ir import DType
 
-#: the nkipy hook API versions this pack works with (nkipy_core.hook_api)
+#: the nkipy hook API versions this pack works with (nkipy_core.plugin.hook_api)
 NKIPY_HOOK_API = ">=1.0,<2"
 
 rules = RuleSet()  # priority 0, like nkipy-ops-base: this pack adds an op, it overrides nothing

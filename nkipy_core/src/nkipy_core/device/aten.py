@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from ..aten_schema import is_view
-from . import rnn
+from nkipy_core.compiler.aten_schema import is_view
+from nkipy_core.device import rnn
 
 
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -78,8 +78,8 @@ def claim(ops) -> None:
     whenever the plugins are (re)loaded for the device (its first allocation, a new
     configuration), never inside ``import torch``; 300 ops register in a few milliseconds.
     """
-    from ..registry import resolve_op
-    from .eager import _functional
+    from nkipy_core.plugin.registry import resolve_op
+    from nkipy_core.device.eager import _functional
 
     named = {resolve_op(name) for name in ops if name.startswith("aten::") and name not in _TRANSFERS}
     views = {op for op in named if _redispatched(op)}
@@ -103,7 +103,7 @@ def _mutating_forms(ops: set, functional) -> set:
 
 
 def _eager_kernel(op: torch._ops.OpOverload):
-    from .eager import run
+    from nkipy_core.device.eager import run
 
     def kernel(*args, **kwargs):
         return run(op, args, kwargs)
@@ -123,7 +123,7 @@ def _cpu_kernel(op: torch._ops.OpOverload):
 
 
 def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    from .. import memory
+    from nkipy_core.buffers import memory
 
     memory.check_index(memory.device_index(device))
     dtype = dtype or torch.get_default_dtype()
@@ -134,14 +134,14 @@ def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memor
 
 
 def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    from .. import memory
+    from nkipy_core.buffers import memory
 
     memory.check_index(memory.device_index(device))
     return memory.empty(size, dtype or torch.get_default_dtype(), stride)
 
 
 def _resize(self, size, *, memory_format=None):
-    from .. import memory
+    from nkipy_core.buffers import memory
 
     memory.resize(self, size)
     return self
@@ -149,7 +149,7 @@ def _resize(self, size, *, memory_format=None):
 
 def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     """``dst.copy_(src)`` where at least one side is on the device: broadcast, cast, move."""
-    from .. import memory
+    from nkipy_core.buffers import memory
 
     if src.shape != dst.shape:
         src = src.expand(dst.shape)
@@ -159,7 +159,7 @@ def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False)
         memory.write(dst, src.to(dst.dtype).contiguous())
     else:
         if src.dtype != dst.dtype:
-            from . import eager
+            from nkipy_core.device import eager
 
             src = eager.run(torch.ops.aten._to_copy.default, (src,), {"dtype": dst.dtype})
         memory.runtime().copy(memory.array(src), memory.array(dst))
@@ -173,7 +173,7 @@ def _copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
 
 
 def _item(self: torch.Tensor):
-    from .. import memory
+    from nkipy_core.buffers import memory
 
     return memory.to_host(self).item()
 
@@ -191,6 +191,6 @@ def _redispatched(op: torch._ops.OpOverload) -> bool:
 def _fallback(op: torch._ops.OpOverload, *args, **kwargs):
     if _redispatched(op):
         return op.redispatch(_CPU, *args, **kwargs)
-    from . import eager
+    from nkipy_core.device import eager
 
     return eager.run(op, args, kwargs)

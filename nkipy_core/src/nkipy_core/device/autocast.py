@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device_contract import NAME
+from nkipy_core.buffers.device_contract import NAME
 
 LOWER_PRECISION = (
     "conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d convolution prelu "

@@ -13,7 +13,7 @@ import logging
 
 def autoload() -> None:
     try:
-        from .registration import register
+        from nkipy_core.device.registration import register
 
         register()
     except Exception as exc:  # noqa: BLE001 - raising here would break `import torch` itself

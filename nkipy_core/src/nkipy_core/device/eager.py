@@ -26,12 +26,14 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_map
 
-from .. import compiler, memory, plugins
-from ..config import Config, current
-from ..errors import DeviceError, UnsupportedOpsError
-from ..kernel_call import KernelCall
-from ..registry import LoweringRule, op_name
-from . import aten, scalars
+from nkipy_core.compiler import pipeline as compiler
+from nkipy_core.buffers import memory
+from nkipy_core.plugin import manager as plugins
+from nkipy_core.config.settings import Config, current
+from nkipy_core.errors import DeviceError, UnsupportedOpsError
+from nkipy_core.compiler.kernel_call import KernelCall
+from nkipy_core.plugin.registry import LoweringRule, op_name
+from nkipy_core.device import aten, scalars
 
 #: ops run on CPU on purpose (see the module docstring), and why
 _HOST_OPS = {

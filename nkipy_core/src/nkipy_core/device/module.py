@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..errors import NkipyError
+from nkipy_core.errors import NkipyError
 
 log = logging.getLogger("nkipy.device")
 
@@ -22,7 +22,7 @@ _current = 0
 
 
 def _runtime():
-    from .. import memory
+    from nkipy_core.buffers import memory
 
     return memory.runtime()
 
@@ -42,7 +42,8 @@ def is_available() -> bool:
     for libraries and compilers in subprocesses (``nrt``: ~25 ms a call), which made dynamo's and
     AOTAutograd's traces of a Llama block seconds slower once nkipy's plugins were loaded.
     """
-    from .. import config, plugins
+    from nkipy_core.config import settings as config
+    from nkipy_core.plugin import manager as plugins
 
     try:
         settings = config.peek()
@@ -68,7 +69,7 @@ def init() -> None:
 
     The runtime is the one the settings so far select; the device does not commit to it, so
     ``init_nkipy_backend(runtime=...)`` may still follow."""
-    from .. import config
+    from nkipy_core.config import settings as config
 
     open_device = getattr(config.select_runtime(config.peek()), "open_device", None)
     if open_device is not None:
@@ -81,7 +82,7 @@ def _is_in_bad_fork() -> bool:
 
 def device_count() -> int:
     """Devices torch may use as accelerators: 0 unless ``is_available()``, as torch expects."""
-    from .. import memory
+    from nkipy_core.buffers import memory
 
     return memory.device_count() if is_available() else 0
 
@@ -91,7 +92,7 @@ def current_device() -> int:
 
 
 def set_device(device: Any) -> None:
-    from .. import memory
+    from nkipy_core.buffers import memory
 
     index = device if isinstance(device, int) else memory.device_index(device)
     if index is None:  # "nkipy" without an index: the current device

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from .. import device_contract
-from ..device_contract import NAME
-from ..errors import DeviceError
-from . import aten, module, serialization, untraced
+from nkipy_core.buffers import device_contract
+from nkipy_core.buffers.device_contract import NAME
+from nkipy_core.errors import DeviceError
+from nkipy_core.device import aten, module, serialization, untraced
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -38,7 +38,7 @@ def _clone_storage_on_the_device() -> None:
 
     def clone(self):
         if self.device.type == NAME:
-            from .. import memory
+            from nkipy_core.buffers import memory
 
             return memory.clone_storage(self)
         return torch_clone(self)
@@ -53,8 +53,8 @@ def _first_use(config) -> None:
     ``device_contract``, as the buffer layer does not import the device): route the ops the
     packs lower to the device and install its autocast policy. Not at registration: that runs
     inside ``import torch``, and this loads the plugins and makes ~300 registrations."""
-    from .. import plugins
-    from . import autocast
+    from nkipy_core.plugin import manager as plugins
+    from nkipy_core.device import autocast
 
     aten.claim(plugins.get(strict=config.strict).lowerings.ops())
     autocast.install()

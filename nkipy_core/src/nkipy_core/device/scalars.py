@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..ir.graph import Kernel, Op, Value
-from ..ir.printer import format_kernel
-from ..ir.types import DType, TensorType
+from nkipy_core.ir.graph import Kernel, Op, Value
+from nkipy_core.ir.printer import format_kernel
+from nkipy_core.ir.types import DType, TensorType
 
 #: more floats than this in one call are not lifted (sentinels must stay distinct and exact)
 MAX_FLOATS = 8

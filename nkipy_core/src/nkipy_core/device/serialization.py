@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device_contract import NAME
+from nkipy_core.buffers.device_contract import NAME
 
 #: ahead of torch's own PrivateUse1 entry (23) in ``torch.serialization``'s package registry
 PRIORITY = 19
@@ -25,7 +25,7 @@ def tag(storage) -> str | None:
 def restore(storage, location: str):
     if not location.startswith(NAME):
         return None
-    from .. import memory
+    from nkipy_core.buffers import memory
 
     memory.check_index(memory.device_index(location))
     host = torch.empty(0, dtype=torch.uint8).set_(storage)

@@ -1,10 +1,10 @@
 """The NKIPy IR: types, primitives, kernels, and the passes and printers over them."""
 
-from .builder import KernelBuilder, Traced
-from .graph import ConstantData, Kernel, Op, Opaque, Value
-from .primitives import PRIMITIVES, Primitive, primitive
-from .types import DType, TensorType, numpy_to_torch, torch_to_numpy
-from .verify import verify
+from nkipy_core.ir.builder import KernelBuilder, Traced
+from nkipy_core.ir.graph import ConstantData, Kernel, Op, Opaque, Value
+from nkipy_core.ir.primitives import PRIMITIVES, Primitive, primitive
+from nkipy_core.ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
+from nkipy_core.ir.verify import verify
 
 __all__ = [
     "PRIMITIVES", "ConstantData", "DType", "Kernel", "KernelBuilder", "Op", "Opaque", "Primitive",

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import VerificationError
-from . import codegen
-from .graph import ConstantData, Kernel, Op, Value
-from .primitives import infer, primitive
-from .types import DType, TensorType
+from nkipy_core.errors import VerificationError
+from nkipy_core.ir import codegen
+from nkipy_core.ir.graph import ConstantData, Kernel, Op, Value
+from nkipy_core.ir.primitives import infer, primitive
+from nkipy_core.ir.types import DType, TensorType
 
 
 #: the builder whose kernel is being traced; sources such as ``knp.arange`` record into it

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 from ml_dtypes import bfloat16
 
-from . import numpy_support
-from .graph import Kernel, Op, Value
-from .primitives import primitive
-from .types import DType, TensorType
+from nkipy_core.ir import numpy_support
+from nkipy_core.ir.graph import Kernel, Op, Value
+from nkipy_core.ir.primitives import primitive
+from nkipy_core.ir.types import DType, TensorType
 
 #: the names generated code may use; also the globals the cpu runtime executes it with
 NAMESPACE: dict[str, Any] = {

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import codegen
-from .graph import ConstantData, Kernel, Op, Value
-from .primitives import primitive
+from nkipy_core.ir import codegen
+from nkipy_core.ir.graph import ConstantData, Kernel, Op, Value
+from nkipy_core.ir.primitives import primitive
 
 #: folding must not turn a cheap broadcast into a huge literal in the kernel
 FOLD_LIMIT = 1024

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from .types import DType, TensorType
+from nkipy_core.ir.types import DType, TensorType
 
 Infer = Callable[..., TensorType]
 Emit = Callable[..., str]

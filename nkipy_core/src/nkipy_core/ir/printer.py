@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .graph import Kernel, Op
+from nkipy_core.ir.graph import Kernel, Op
 
 
 def format_op(op: Op, with_origin: bool = True) -> str:

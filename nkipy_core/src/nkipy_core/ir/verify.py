@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..errors import VerificationError
-from .graph import Kernel
-from .primitives import infer
-from .printer import format_op
+from nkipy_core.errors import VerificationError
+from nkipy_core.ir.graph import Kernel
+from nkipy_core.ir.primitives import infer
+from nkipy_core.ir.printer import format_op
 
 
 def verify(kernel: Kernel) -> None:

@@ -12,8 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 import numpy as np
 
-from ..ir.graph import Kernel
-from ..ir.types import DType, TensorType
+from nkipy_core.ir.graph import Kernel
+from nkipy_core.ir.types import DType, TensorType
 
 
 @attrs.frozen

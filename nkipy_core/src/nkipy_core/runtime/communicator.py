@@ -20,8 +20,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..errors import CollectiveError
-from ..ir.types import numpy_to_torch, torch_to_numpy
+from nkipy_core.errors import CollectiveError
+from nkipy_core.ir.types import numpy_to_torch, torch_to_numpy
 
 _REDUCE_OPS = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN"}
 

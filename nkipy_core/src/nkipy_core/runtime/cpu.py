@@ -12,12 +12,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..hookspecs import hookimpl
-from ..ir import codegen
-from ..ir.graph import Kernel
-from ..ir.types import TensorType
-from .base import CompileOptions, DeviceArray, DeviceStats, Signature, contiguous_strides
-from .communicator import TorchDistributedCommunicator
+from nkipy_core.plugin.hookspecs import hookimpl
+from nkipy_core.ir import codegen
+from nkipy_core.ir.graph import Kernel
+from nkipy_core.ir.types import TensorType
+from nkipy_core.runtime.base import CompileOptions, DeviceArray, DeviceStats, Signature, contiguous_strides
+from nkipy_core.runtime.communicator import TorchDistributedCommunicator
 
 SOURCE = "kernel.py"
 

@@ -62,10 +62,10 @@ from typing import Any
 import attrs
 import torch
 
-from .expected_failures import ExpectedFailures
-from .observation import kernel_cache
-from .op_results import STATUSES, TOLERANCES, OpResult, run_case
-from .opinfo_cases import EXTRA_OPINFOS, OpCase, conformance_cases, load_op_db, lowered_ops
+from nkipy_core.testing.expected_failures import ExpectedFailures
+from nkipy_core.testing.observation import kernel_cache
+from nkipy_core.testing.op_results import STATUSES, TOLERANCES, OpResult, run_case
+from nkipy_core.testing.opinfo_cases import EXTRA_OPINFOS, OpCase, conformance_cases, load_op_db, lowered_ops
 
 __all__ = [
     "EXTRA_OPINFOS", "STATUSES", "TOLERANCES", "ConformanceReport", "OpCase", "OpResult",

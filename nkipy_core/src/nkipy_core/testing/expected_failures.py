@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 if TYPE_CHECKING:
-    from .conformance import ConformanceReport
+    from nkipy_core.testing.conformance import ConformanceReport
 
 UPDATE_ENV = "NKIPY_UPDATE_EXPECTED_FAILURES"
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from .. import plugins
-from ..hookspecs import hookimpl
-from ..registry import op_name
+from nkipy_core.plugin import manager as plugins
+from nkipy_core.plugin.hookspecs import hookimpl
+from nkipy_core.plugin.registry import op_name
 
 
 class _Observer:

@@ -13,9 +13,9 @@ from typing import Any
 import attrs
 import torch
 
-from .observation import kernel_cache, observing, quiet_torch_logs, traceable_opinfo_wrappers
-from .opinfo_cases import OpCase, packet
-from .samples import SampleOutcome, fallbacks_named, one_line, run_sample
+from nkipy_core.testing.observation import kernel_cache, observing, quiet_torch_logs, traceable_opinfo_wrappers
+from nkipy_core.testing.opinfo_cases import OpCase, packet
+from nkipy_core.testing.samples import SampleOutcome, fallbacks_named, one_line, run_sample
 
 STATUSES = ("pass", "fallback", "fail", "skip")
 
@@ -201,7 +201,7 @@ def run_case(
 
 def _is_random(overload: str) -> bool:
     try:
-        from ..registry import resolve_op
+        from nkipy_core.plugin.registry import resolve_op
 
         return torch.Tag.nondeterministic_seeded in resolve_op(overload).tags
     except (AttributeError, ValueError):

@@ -14,8 +14,8 @@ from typing import Any
 import attrs
 import torch
 
-from .. import plugins
-from ..registry import op_name
+from nkipy_core.plugin import manager as plugins
+from nkipy_core.plugin.registry import op_name
 
 #: ATen packet -> OpInfo names that reach it although their names differ
 EXTRA_OPINFOS: dict[str, tuple[str, ...]] = {

@@ -54,8 +54,8 @@ def run_pack_conformance(pack: str, dtype_name: str, expected: Path, samples: in
     table, to print. Raises ``AssertionError`` naming every unexpected outcome."""
     import torch
 
-    from .conformance import assert_conformance, run_conformance
-    from .expected_failures import expected_failures_for
+    from nkipy_core.testing.conformance import assert_conformance, run_conformance
+    from nkipy_core.testing.expected_failures import expected_failures_for
 
     report = run_conformance(
         pack, dtypes=(getattr(torch, dtype_name),), max_samples=samples, backward=True, backward_samples=1,

@@ -10,8 +10,8 @@ from typing import Any
 import attrs
 import torch
 
-from ..compiler import FallbackWarning
-from .closeness import assert_close_to_eager, upcast
+from nkipy_core.compiler.pipeline import FallbackWarning
+from nkipy_core.testing.closeness import assert_close_to_eager, upcast
 
 #: OpInfos whose results are uninitialised memory: only shape and dtype are compared
 _UNDEFINED_VALUES = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"}

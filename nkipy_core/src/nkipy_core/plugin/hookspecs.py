@@ -13,7 +13,7 @@ A plugin is a module (or any object) registered under the entry-point group ``nk
     def nkipy_register_lowerings(registry):
         registry.register(torch.ops.aten.exp.default, lambda ctx, x: knp.exp(x))
 
-The hooks are versioned (``nkipy_core.hook_api.HOOK_API_VERSION``); a pack states the range it
+The hooks are versioned (``nkipy_core.plugin.hook_api.HOOK_API_VERSION``); a pack states the range it
 supports in its plugin module (``NKIPY_HOOK_API = ">=1.0,<2"``), and a hook is removed only after
 a minor release in which its spec warns (pluggy's ``warn_on_impl``): docs/writing-a-pack.md.
 
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from .config import Config
-    from .registry import DecompositionRegistry, LoweringRegistry, RuntimeRegistry
+    from nkipy_core.config.settings import Config
+    from nkipy_core.plugin.registry import DecompositionRegistry, LoweringRegistry, RuntimeRegistry
 
 hookspec = pluggy.HookspecMarker("nkipy")
 hookimpl = pluggy.HookimplMarker("nkipy")

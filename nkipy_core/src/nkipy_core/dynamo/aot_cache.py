@@ -8,7 +8,7 @@ dynamo graph, which it writes only for compilers that are ``SerializableAOTDispa
 returning an ``OutputCode`` it can pickle (as inductor's are, and torch's ``aot_eager``).
 
 ``NkipyGraph`` is that ``OutputCode``. It pickles two forms of a graph. The first is what
-``compile_graph`` returned (``nkipy_core.stored_graph``): its nodes, each kernel call as a key
+``compile_graph`` returned (``nkipy_core.dynamo.stored_graph``): its nodes, each kernel call as a key
 into nkipy's kernel cache, its fallback warnings. A hit rebuilds the callable from it, loading
 each kernel's executable by its key, and gives the same fallback warnings, random-op seeding,
 input-mutation write-backs, output placement and kernel calls as the process that compiled it;
@@ -66,12 +66,13 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx._graph_pickler import GraphPickler, Options
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
-from . import plugins, stored_graph
-from .cache import STATS, KernelCache, digest
-from .compiler import _runtime_tag, _versions_key, compile_options
-from .config import Config, select_runtime
-from .kernel_call import entry
-from .registry import _code_digest, op_name, source_digest
+from nkipy_core.plugin import manager as plugins
+from nkipy_core.dynamo import stored_graph
+from nkipy_core.cache.kernel_cache import STATS, KernelCache, digest
+from nkipy_core.compiler.pipeline import _runtime_tag, _versions_key, compile_options
+from nkipy_core.config.settings import Config, select_runtime
+from nkipy_core.compiler.kernel_call import entry
+from nkipy_core.plugin.registry import _code_digest, op_name, source_digest
 
 log = logging.getLogger("nkipy.aot_cache")
 
@@ -100,7 +101,7 @@ class NkipyGraph(OutputCode):
     ``post_compile`` makes the callable again on a hit.
 
     ``why_wrapped`` says why dynamo must call it through AOTAutograd's runtime wrapper
-    (``nkipy_core.direct_call``; ``None``: it need not), ``num_inputs`` how many inputs it takes."""
+    (``nkipy_core.dynamo.direct_call``; ``None``: it need not), ``num_inputs`` how many inputs it takes."""
 
     def __init__(
         self, compiled: Callable[..., Any], config: Config, graph: bytes | None, bypass: str | None,
@@ -142,7 +143,7 @@ class NkipyGraph(OutputCode):
         _made(self)
         if self.compiled is not None:
             return
-        from . import backend  # its compile_graph, the one entry point tests and benchmarks observe
+        from nkipy_core.dynamo import backend  # its compile_graph, the one entry point tests and benchmarks observe
 
         gm = stored_graph.loads(self.stored, self.config) if self.stored is not None else None
         if gm is not None:
@@ -164,7 +165,7 @@ class NkipyGraph(OutputCode):
 def dumps(gm: torch.fx.GraphModule) -> tuple[bytes | None, str | None]:
     """``gm`` pickled for a cache entry, or why it cannot be; call it before ``compile_graph``
     rewrites the graph. Graphs with symbolic sizes stay out: they are specialised per size set
-    of the calls (``nkipy_core.specialize``), or hold sizes that depend on tensor values."""
+    of the calls (``nkipy_core.dynamo.specialize``), or hold sizes that depend on tensor values."""
     if any(free_symbols(n.meta.get("val")) for n in gm.graph.nodes):
         return None, "its sizes are symbolic"
     try:

@@ -4,9 +4,9 @@
 ``--coverage core-aten``, "what is still missing?"); ``nkipy-ops doctor`` answers "why does my
 compile fall back or fail here?"; ``nkipy-ops precompile -- CMD`` fills the kernel cache for a
 device this machine lacks while CMD runs on the ``cpu`` runtime. Both read the same plugin state the backend uses
-(``nkipy_core.plugins.get()``), so what they show is what ``torch.compile`` will do.
+(``nkipy_core.plugin.manager.get()``), so what they show is what ``torch.compile`` will do.
 ``nkipy-ops stats DIR`` answers "which kernels did my last run spend its time in?" from the
-counters a program writes under its kernel cache at exit (``nkipy_core.profiling``).
+counters a program writes under its kernel cache at exit (``nkipy_core.observe.profiling``).
 
 The data is gathered as plain JSON-ready dicts first and rendered second, so ``--format json``
 and the text tables can never disagree.
@@ -30,10 +30,13 @@ from typing import Any
 import numpy
 import torch
 
-from . import new_pack, plugins, precompile, profiling
-from .coverage_exclusions import EXCLUSIONS
-from .errors import NkipyError
-from .registry import LoweringRule, op_name
+from nkipy_core.cli import new_pack
+from nkipy_core.plugin import manager as plugins
+from nkipy_core.compiler import precompile
+from nkipy_core.observe import profiling
+from nkipy_core.cli.coverage_exclusions import EXCLUSIONS
+from nkipy_core.errors import NkipyError
+from nkipy_core.plugin.registry import LoweringRule, op_name
 
 CORE_DISTRIBUTION = "nkipy-core"
 OPSETS = ("core-aten",)
@@ -330,8 +333,8 @@ def render_coverage(report: dict[str, Any], pack: str | None) -> str:
 def device_status() -> dict[str, Any]:
     """Whether torch knows the ``nkipy`` device, how it was registered, and whether torch may
     pick it as the machine's accelerator (``torch.nkipy.is_available()``)."""
-    from .device import module
-    from .device_contract import NAME
+    from nkipy_core.device import module
+    from nkipy_core.buffers.device_contract import NAME
 
     taken = torch._C._get_privateuse1_backend_name()
     return {
@@ -501,7 +504,7 @@ def cmd_precompile(args: argparse.Namespace) -> int:
 
     The command runs in a child process, configured by environment variables only, so that any
     program (``python train.py``, ``torchrun ...``) works unchanged; it writes its counts to a
-    file at exit (``nkipy_core.precompile``), which is read back here.
+    file at exit (``nkipy_core.compiler.precompile``), which is read back here.
     """
     command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
     if not command:

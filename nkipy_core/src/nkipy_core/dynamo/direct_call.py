@@ -16,7 +16,7 @@ specialisation limit) can record autograd history either way. AOTAutograd also c
 inference graph for inputs that require grad when no output does (all of them detached, integer
 or boolean); such a graph keeps the wrapper, which runs it with grad mode off.
 
-A graph with symbolic sizes (``nkipy_core.specialize``) qualifies on the same terms but for
+A graph with symbolic sizes (``nkipy_core.dynamo.specialize``) qualifies on the same terms but for
 one thing the wrapper does for it: it marks each output's symbolic dimensions on the output
 tensor, so that dynamo treats them as dynamic when the output enters another compiled graph
 (dynamism carried across a graph break). ``dynamic_output_dims`` says which, and the
@@ -40,7 +40,7 @@ import torch
 from torch._functorch._aot_autograd.schemas import OutputType, PlainTensorMeta, ViewAndMutationMeta
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from .cache import STATS
+from nkipy_core.cache.kernel_cache import STATS
 
 log = logging.getLogger("nkipy.direct_call")
 

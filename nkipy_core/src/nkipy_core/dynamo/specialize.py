@@ -13,7 +13,7 @@ the cache keys hash the static copy, so a new process with a warm cache does not
 The size set the graph was traced with (the shape environment's hints) is compiled at once, so
 strict-mode errors surface at compile time as they do for a static graph. Each further size set
 is compiled on its first call (counted in ``cache_stats()["specializations"]``) and kept in
-memory. Called directly by dynamo (``nkipy_core.direct_call``), it also marks its outputs'
+memory. Called directly by dynamo (``nkipy_core.dynamo.direct_call``), it also marks its outputs'
 symbolic dimensions as AOTAutograd's runtime wrapper would. Past ``max_specializations`` size
 sets, calls with new sizes run the symbolic graph op by op in eager torch: counted in
 ``cache_stats()["unspecialized_calls"]`` and warned about once per graph; in strict mode that
@@ -35,10 +35,10 @@ from torch._functorch._aot_autograd.runtime_wrappers import mark_dynamo_propagat
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
-from .cache import STATS
-from .compiler import FallbackWarning
-from .config import Config
-from .errors import SpecializationLimitError
+from nkipy_core.cache.kernel_cache import STATS
+from nkipy_core.compiler.pipeline import FallbackWarning
+from nkipy_core.config.settings import Config
+from nkipy_core.errors import SpecializationLimitError
 
 log = logging.getLogger("nkipy.specialize")
 

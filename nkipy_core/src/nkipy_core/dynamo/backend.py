@@ -5,9 +5,9 @@ without importing nkipy. AOTAutograd produces functional forward/backward (or in
 with core ATen decompositions plus the plugins'; each graph goes through ``compile_graph``, or,
 when its sizes are symbolic, becomes a ``SpecializedGraph`` that compiles one static graph per
 size set it is called with. The compilers are serialisable for torch's AOTAutograd cache, so a
-new process with warm caches skips AOTAutograd's trace too (``nkipy_core.aot_cache``). An
+new process with warm caches skips AOTAutograd's trace too (``nkipy_core.dynamo.aot_cache``). An
 inference graph for which AOTAutograd's runtime wrapper would do nothing is called without it
-(``nkipy_core.direct_call``).
+(``nkipy_core.dynamo.direct_call``).
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
 
-from . import aot_cache, direct_call, plugins
-from .aot_cache import NkipyGraph
-from .compiler import compile_graph
-from .config import current
-from .kernel_call import entry
-from .specialize import SpecializedGraph, specializable
+from nkipy_core.dynamo import aot_cache, direct_call
+from nkipy_core.plugin import manager as plugins
+from nkipy_core.dynamo.aot_cache import NkipyGraph
+from nkipy_core.compiler.pipeline import compile_graph
+from nkipy_core.config.settings import current
+from nkipy_core.compiler.kernel_call import entry
+from nkipy_core.dynamo.specialize import SpecializedGraph, specializable
 
 
 def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any] | None = None, **_: Any):

@@ -18,8 +18,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from . import plugins
-from .errors import RuntimeNotFoundError, RuntimeUnavailableError
+from nkipy_core.plugin import manager as plugins
+from nkipy_core.errors import RuntimeNotFoundError, RuntimeUnavailableError
 
 log = logging.getLogger("nkipy.precompile")
 

@@ -15,11 +15,12 @@ import numpy as np
 import torch
 import torch.fx
 
-from . import memory, profiling
-from .errors import ConfigurationError
-from .host_views import HostViews, host_arrays
-from .ir.types import numpy_to_torch, torch_to_numpy
-from .runtime.base import DeviceArray
+from nkipy_core.buffers import memory
+from nkipy_core.observe import profiling
+from nkipy_core.errors import ConfigurationError
+from nkipy_core.compiler.host_views import HostViews, host_arrays
+from nkipy_core.ir.types import numpy_to_torch, torch_to_numpy
+from nkipy_core.runtime.base import DeviceArray
 
 
 def _inverse(order: Sequence[int]) -> tuple[int, ...]:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .ir.types import torch_to_numpy
+from nkipy_core.ir.types import torch_to_numpy
 
 #: a position whose tensor changed between calls: not tracked any more
 _UNTRACKED = False

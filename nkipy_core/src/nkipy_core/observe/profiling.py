@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 import torch.autograd.profiler as _torch_profiler
 
-from .cache import atomic_write
+from nkipy_core.cache.kernel_cache import atomic_write
 
 log = logging.getLogger("nkipy.profiling")
 

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import torch
 
-from .errors import PluginConflictError
+from nkipy_core.errors import PluginConflictError
 
 LoweringFn = Callable[..., Any]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import attrs
 
-from . import plugins
-from .errors import ConfigurationError, RuntimeNotFoundError, RuntimeUnavailableError
+from nkipy_core.plugin import manager as plugins
+from nkipy_core.errors import ConfigurationError, RuntimeNotFoundError, RuntimeUnavailableError
 
 log = logging.getLogger("nkipy")
 
@@ -56,10 +56,10 @@ class Config:
     runtime: str | None = None
     strict: bool = False
     #: static kernel graphs compiled per graph with symbolic sizes (one per size set) before
-    #: further sizes run as torch on CPU; see ``nkipy_core.specialize``
+    #: further sizes run as torch on CPU; see ``nkipy_core.dynamo.specialize``
     max_specializations: int = attrs.field(default=32, validator=_positive)
     #: random ops draw from torch's CPU generator on the host (bit-exact with eager) instead of
-    #: the kernels' Philox stream (see ``nkipy_core.rng``)
+    #: the kernels' Philox stream (see ``nkipy_core.compiler.rng``)
     fallback_random: bool = False
     #: the hardware generation runtimes with targets compile for (``nrt``: trn1, trn2, trn3);
     #: ``None`` lets the runtime detect it from the machine (``NKIPY_TARGET`` overrides)
@@ -186,7 +186,7 @@ def _apply(config: Config) -> None:
 
 def _check_device_runtime(config: Config, runtime) -> None:
     """The device keeps the runtime of its first tensors: naming another one later is an error."""
-    from . import memory
+    from nkipy_core.buffers import memory
 
     held = memory.selected()
     if config.runtime is not None and held is not None and held.name != runtime.name:

@@ -16,12 +16,12 @@ import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from . import knp
-from .errors import Unsupported, VerificationError
-from .ir.builder import KernelBuilder, Traced, constant
-from .ir.types import DType, TensorType
-from .registry import LoweringRule, op_name
-from .rng import RandomStream, split_kwargs
+from nkipy_core import knp
+from nkipy_core.errors import Unsupported, VerificationError
+from nkipy_core.ir.builder import KernelBuilder, Traced, constant
+from nkipy_core.ir.types import DType, TensorType
+from nkipy_core.plugin.registry import LoweringRule, op_name
+from nkipy_core.compiler.rng import RandomStream, split_kwargs
 
 TensorTypes = TensorType | tuple[Any, ...]
 

@@ -15,8 +15,8 @@ import textwrap
 from pathlib import Path
 from string import Template
 
-from .errors import NkipyError
-from .hook_api import HOOK_API_VERSION
+from nkipy_core.errors import NkipyError
+from nkipy_core.plugin.hook_api import HOOK_API_VERSION
 
 #: PEP 508 distribution names
 _NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
@@ -95,7 +95,7 @@ _FILES = {
         from nkipy_core import RuleSet, hookimpl, knp
         from nkipy_core.ir import DType
 
-        #: the nkipy hook API versions this pack works with (nkipy_core.hook_api)
+        #: the nkipy hook API versions this pack works with (nkipy_core.plugin.hook_api)
         NKIPY_HOOK_API = "$hook_api"
 
         rules = RuleSet()  # priority 0: this pack adds ops, it overrides none

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 
 import torch
 
-from . import device_contract
-from .device_contract import NAME
-from .errors import DeviceError, RuntimeNotFoundError, RuntimeUnavailableError
-from .ir.types import DType, numpy_to_torch, torch_to_numpy
-from .runtime.base import DeviceArray, contiguous_strides
+from nkipy_core.buffers import device_contract
+from nkipy_core.buffers.device_contract import NAME
+from nkipy_core.errors import DeviceError, RuntimeNotFoundError, RuntimeUnavailableError
+from nkipy_core.ir.types import DType, numpy_to_torch, torch_to_numpy
+from nkipy_core.runtime.base import DeviceArray, contiguous_strides
 
 _ATTR = "_nkipy_allocation"
 _DEVICE = torch.device(NAME, 0)
@@ -32,7 +32,7 @@ def runtime():
     first-use work (``device_contract.on_first_use``)."""
     global _runtime
     if _runtime is None:
-        from .config import current, select_runtime
+        from nkipy_core.config.settings import current, select_runtime
 
         try:
             config = current()

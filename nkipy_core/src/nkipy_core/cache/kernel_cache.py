@@ -44,7 +44,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import CacheError, CacheLockTimeoutError
+from nkipy_core.errors import CacheError, CacheLockTimeoutError
 
 log = logging.getLogger("nkipy.cache")
 

@@ -19,9 +19,9 @@ from typing import Any
 import attrs
 import pluggy
 
-from . import hook_api, hookspecs
-from .errors import PluginConflictError, PluginError
-from .registry import DecompositionRegistry, LoweringRegistry, Provenance, RuntimeRegistry
+from nkipy_core.plugin import hook_api, hookspecs
+from nkipy_core.errors import PluginConflictError, PluginError
+from nkipy_core.plugin.registry import DecompositionRegistry, LoweringRegistry, Provenance, RuntimeRegistry
 
 log = logging.getLogger("nkipy.plugins")
 

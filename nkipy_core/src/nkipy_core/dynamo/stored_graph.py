@@ -36,11 +36,11 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor
 
-from .cache import KernelCache
-from .compiler import FALLBACKS, compile_options, load_kernel, report_fallbacks
-from .kernel_call import KernelCall, _inverse
-from .config import Config, select_runtime
-from .registry import op_name, resolve_op
+from nkipy_core.cache.kernel_cache import KernelCache
+from nkipy_core.compiler.pipeline import FALLBACKS, compile_options, load_kernel, report_fallbacks
+from nkipy_core.compiler.kernel_call import KernelCall, _inverse
+from nkipy_core.config.settings import Config, select_runtime
+from nkipy_core.plugin.registry import op_name, resolve_op
 
 log = logging.getLogger("nkipy.aot_cache")
 

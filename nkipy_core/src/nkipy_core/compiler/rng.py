@@ -31,10 +31,10 @@ import numpy as np
 import torch
 import torch.fx
 
-from . import knp
-from .cache import STATS
-from .ir.types import DType
-from .regions import run_on_cpu
+from nkipy_core import knp
+from nkipy_core.cache.kernel_cache import STATS
+from nkipy_core.ir.types import DType
+from nkipy_core.compiler.regions import run_on_cpu
 
 log = logging.getLogger("nkipy.rng")
 

@@ -24,23 +24,26 @@ import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from . import memory, plugins, precompile, profiling, regions, rng
-from .aten_schema import is_view
-from .cache import STATS, KernelCache, digest
-from .config import Config, select_runtime
-from .errors import LoweringError, Unsupported, UnsupportedOpsError, VerificationError
-from .ir import codegen
-from .ir.builder import KernelBuilder, Traced
-from .ir.passes import simplify
-from .ir.primitives import primitive
-from .ir.printer import format_kernel
-from .ir.types import DType, TensorType
-from .ir.verify import verify
-from .kernel_call import KernelCall, _inverse
-from .lowering import GRAPH_INPUT, Layout, invoke, output_types, tensor_type
-from .progress import CompileProgress
-from .registry import LoweringRule, op_name, source_digest
-from .runtime.base import CompileOptions, Runtime, Signature, runs_custom_call
+from nkipy_core.buffers import memory
+from nkipy_core.plugin import manager as plugins
+from nkipy_core.compiler import precompile, regions, rng
+from nkipy_core.observe import profiling
+from nkipy_core.compiler.aten_schema import is_view
+from nkipy_core.cache.kernel_cache import STATS, KernelCache, digest
+from nkipy_core.config.settings import Config, select_runtime
+from nkipy_core.errors import LoweringError, Unsupported, UnsupportedOpsError, VerificationError
+from nkipy_core.ir import codegen
+from nkipy_core.ir.builder import KernelBuilder, Traced
+from nkipy_core.ir.passes import simplify
+from nkipy_core.ir.primitives import primitive
+from nkipy_core.ir.printer import format_kernel
+from nkipy_core.ir.types import DType, TensorType
+from nkipy_core.ir.verify import verify
+from nkipy_core.compiler.kernel_call import KernelCall, _inverse
+from nkipy_core.compiler.lowering import GRAPH_INPUT, Layout, invoke, output_types, tensor_type
+from nkipy_core.observe.progress import CompileProgress
+from nkipy_core.plugin.registry import LoweringRule, op_name, source_digest
+from nkipy_core.runtime.base import CompileOptions, Runtime, Signature, runs_custom_call
 
 log = logging.getLogger("nkipy.compiler")
 
@@ -216,7 +219,7 @@ def _fallbacks(gm: torch.fx.GraphModule, decisions: dict[str, Any]) -> dict[str,
 
 def report_fallbacks(fallbacks: dict[str, str], strict: bool) -> None:
     """One warning per op left on CPU (``_fallbacks``); strict: one error. A graph rebuilt from
-    torch's AOTAutograd cache (``nkipy_core.stored_graph``) reports its fallbacks here too."""
+    torch's AOTAutograd cache (``nkipy_core.dynamo.stored_graph``) reports its fallbacks here too."""
     if not fallbacks:
         return
     if strict:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .config import Config
+    from nkipy_core.config.settings import Config
 
 #: the device's name in torch (``torch.device("nkipy")``, ``torch.nkipy``)
 NAME = "nkipy"

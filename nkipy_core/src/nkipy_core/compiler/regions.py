@@ -19,7 +19,7 @@ import torch
 from torch.fx.traceback import annotate
 from torch.utils._pytree import tree_map
 
-from . import memory
+from nkipy_core.buffers import memory
 
 _KEY = "nkipy"
 _CPU = "cpu"

@@ -1,0 +1,1 @@
+"""The ``nkipy-ops`` command line: one module per command group."""
