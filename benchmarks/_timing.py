@@ -23,7 +23,9 @@ from collections.abc import Callable, Sequence
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def median_time(fn: Callable[[], object], *, warmup: int = 5, repeat: int = 7, number: int | None = None) -> float:
+def median_time(
+    fn: Callable[[], object], *, warmup: int = 5, repeat: int = 7, number: int | None = None
+) -> float:
     """Median over ``repeat`` runs of the time of one call of ``fn``, in seconds.
 
     Each run times ``number`` back-to-back calls and divides, so very short calls are not
@@ -34,7 +36,11 @@ def median_time(fn: Callable[[], object], *, warmup: int = 5, repeat: int = 7, n
 
 
 def median_times(
-    fns: dict[str, Callable[[], object]], *, warmup: int = 5, repeat: int = 7, number: int | None = None,
+    fns: dict[str, Callable[[], object]],
+    *,
+    warmup: int = 5,
+    repeat: int = 7,
+    number: int | None = None,
 ) -> dict[str, float]:
     """``median_time`` of each of ``fns``, by name, measured in rounds: each round makes one run
     of every function in turn.
@@ -103,15 +109,22 @@ def print_table(
         print(line + (f"  {note[name]}" if name in note else ""))
 
 
-def _record(title: str, rows: Sequence[tuple[str, float | None]], unit: str, baselines: Sequence[str]) -> None:
+def _record(
+    title: str, rows: Sequence[tuple[str, float | None]], unit: str, baselines: Sequence[str]
+) -> None:
     """Append the table to the JSON file ``NKIPY_BENCH_JSON`` names, if it names one."""
     path = os.environ.get("NKIPY_BENCH_JSON")
     if not path:
         return
     tables = json.loads(open(path).read()) if os.path.exists(path) else []
-    tables.append({
-        "title": title, "unit": unit, "baselines": list(baselines), "machine": machine(),
-        "rows": [{"name": name, "seconds": seconds} for name, seconds in rows],
-    })
+    tables.append(
+        {
+            "title": title,
+            "unit": unit,
+            "baselines": list(baselines),
+            "machine": machine(),
+            "rows": [{"name": name, "seconds": seconds} for name, seconds in rows],
+        }
+    )
     with open(path, "w") as f:
         json.dump(tables, f, indent=1)

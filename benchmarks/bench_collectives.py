@@ -19,11 +19,11 @@ Run: python benchmarks/bench_collectives.py   (it starts itself under torchrun, 
 
 from __future__ import annotations
 
-import _timing  # noqa: F401 - first: sets OMP_NUM_THREADS before torch is imported
-
 import os
 import subprocess
 import sys
+
+import _timing  # noqa: F401 - first: sets OMP_NUM_THREADS before torch is imported
 
 SIZES = [1 << k for k in range(10, 23, 2)]  # bytes: 1 KiB, 4 KiB, ..., 4 MiB
 
@@ -41,12 +41,19 @@ def _worker() -> None:
         device = host.to("nkipy")
         number = max(5, min(200, (1 << 22) // nbytes))
         rows = [
-            ("gloo cpu", _timing.median_time(lambda: dist.all_reduce(host, group=gloo), number=number)),
+            (
+                "gloo cpu",
+                _timing.median_time(lambda: dist.all_reduce(host, group=gloo), number=number),
+            ),
             ("nkipy", _timing.median_time(lambda: dist.all_reduce(device), number=number)),
         ]
         if dist.get_rank() == 0:
-            _timing.print_table(f"all_reduce, {nbytes // 1024} KiB fp32, 2 ranks", rows,
-                                unit="µs/call", baselines=("gloo cpu",))
+            _timing.print_table(
+                f"all_reduce, {nbytes // 1024} KiB fp32, 2 ranks",
+                rows,
+                unit="µs/call",
+                baselines=("gloo cpu",),
+            )
     dist.destroy_process_group()
 
 
@@ -54,7 +61,15 @@ def main() -> None:
     if "RANK" in os.environ:
         _worker()
         return
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", __file__]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        __file__,
+    ]
     sys.exit(subprocess.run(command, timeout=600).returncode)
 
 

@@ -59,6 +59,7 @@ def child(backend: str, cache: str, sdpa: bool) -> dict:
                 return function(*args, **kwargs)
             finally:
                 in_nkipy[slot] += time.perf_counter() - start
+
         return timed_function
 
     nkipy_core.dynamo.backend.compile_graph = timed(nkipy_core.dynamo.backend.compile_graph, 0)
@@ -86,8 +87,13 @@ def child(backend: str, cache: str, sdpa: bool) -> dict:
         seconds = time.perf_counter() - start
         error = (out - model(x)).abs().max().item()
 
-    fallbacks = sorted({str(w.message).split(" runs on CPU")[0].removeprefix("nkipy: ") for w in caught
-                        if issubclass(w.category, nkipy_core.FallbackWarning)})
+    fallbacks = sorted(
+        {
+            str(w.message).split(" runs on CPU")[0].removeprefix("nkipy: ")
+            for w in caught
+            if issubclass(w.category, nkipy_core.FallbackWarning)
+        }
+    )
     return {
         "seconds": seconds,
         "max_abs_err": error,
@@ -95,8 +101,10 @@ def child(backend: str, cache: str, sdpa: bool) -> dict:
         "nkipy_post_compile_seconds": in_nkipy[1],
         "nkipy_cache_stats": dict(nkipy_core.cache_stats),
         "inductor_counters": {
-            k: v for group in ("inductor", "aot_autograd")
-            for k, v in torch._dynamo.utils.counters[group].items() if "cache" in k
+            k: v
+            for group in ("inductor", "aot_autograd")
+            for k, v in torch._dynamo.utils.counters[group].items()
+            if "cache" in k
         },
         "fallback_ops": fallbacks,
     }
@@ -114,8 +122,12 @@ def run_child(backend: str, cache: str, sdpa: bool) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeat", type=int, default=1, help="cold/warm pairs per backend; medians are reported")
-    parser.add_argument("--sdpa", action="store_true", help="attention via F.scaled_dot_product_attention")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="cold/warm pairs per backend; medians are reported"
+    )
+    parser.add_argument(
+        "--sdpa", action="store_true", help="attention via F.scaled_dot_product_attention"
+    )
     parser.add_argument("--child", nargs=2, metavar=("BACKEND", "CACHE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -127,7 +139,9 @@ def main() -> None:
         for _ in range(args.repeat):
             cache = tempfile.mkdtemp(prefix=f"nkipy-bench-compile-{backend}-")
             for kind in ("cold", "warm"):
-                results.setdefault(f"{backend} {kind}", []).append(run_child(backend, cache, args.sdpa))
+                results.setdefault(f"{backend} {kind}", []).append(
+                    run_child(backend, cache, args.sdpa)
+                )
 
     rows, notes = [], {}
     for name, runs in results.items():
@@ -151,22 +165,31 @@ def main() -> None:
     for name in ("nkipy cold", "nkipy warm"):
         run = results[name][-1]
         print(f"  {name:<14} nkipy cache_stats {run.get('nkipy_cache_stats')}")
-        print(f"  {'':<14} {run.get('nkipy_compile_graph_seconds', 0):.3f} s of it in nkipy's compile_graph, "
-              f"{run.get('nkipy_post_compile_seconds', 0):.3f} s restoring the AOTAutograd entry's graphs "
-              f"(the rest: dynamo, AOTAutograd, first call); max|out - eager| {run.get('max_abs_err')}")
+        print(
+            f"  {'':<14} {run.get('nkipy_compile_graph_seconds', 0):.3f} s of it in nkipy's compile_graph, "
+            f"{run.get('nkipy_post_compile_seconds', 0):.3f} s restoring the AOTAutograd entry's graphs "
+            f"(the rest: dynamo, AOTAutograd, first call); max|out - eager| {run.get('max_abs_err')}"
+        )
     for name in ("inductor cold", "inductor warm"):
         run = results[name][-1]
         print(f"  {name:<14} inductor/AOTAutograd cache counters {run.get('inductor_counters')}")
     warm = results["nkipy warm"][-1]
     if warm.get("seconds") is not None:
         lowered = warm["nkipy_cache_stats"].get("lowered_kernels", 0)
-        print(f"  nkipy warm run lowered_kernels = {lowered}" + ("  (the cache skipped lowering)" if lowered == 0 else "  (UNEXPECTED)"))
+        print(
+            f"  nkipy warm run lowered_kernels = {lowered}"
+            + ("  (the cache skipped lowering)" if lowered == 0 else "  (UNEXPECTED)")
+        )
         restored = warm["nkipy_cache_stats"].get("aot_cache_hits", 0)
-        print(f"  nkipy warm run aot_cache_hits = {restored}"
-              + ("  (AOTAutograd did not trace)" if restored else "  (AOTAutograd traced again)"))
+        print(
+            f"  nkipy warm run aot_cache_hits = {restored}"
+            + ("  (AOTAutograd did not trace)" if restored else "  (AOTAutograd traced again)")
+        )
         rebuilt = warm["nkipy_cache_stats"].get("aot_cache_restored", 0)
-        print(f"  nkipy warm run aot_cache_restored = {rebuilt}"
-              + ("  (compile_graph did not run)" if rebuilt else "  (compile_graph ran again)"))
+        print(
+            f"  nkipy warm run aot_cache_restored = {rebuilt}"
+            + ("  (compile_graph did not run)" if rebuilt else "  (compile_graph ran again)")
+        )
         ops = results["nkipy cold"][-1].get("fallback_ops", [])
         print(f"  nkipy: {len(ops)} ATen op(s) fell back to torch on CPU: {', '.join(ops) or '-'}")
 

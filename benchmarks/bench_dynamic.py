@@ -21,9 +21,8 @@ import tempfile
 import time
 import warnings
 
-from _timing import machine, median_time  # first: it sets the thread count
-
 import torch
+from _timing import machine, median_time  # first: it sets the thread count
 
 import nkipy_core
 from nkipy_core.testing.models import LlamaBlock
@@ -31,11 +30,17 @@ from nkipy_core.testing.models import LlamaBlock
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeat", type=int, default=7, help="timed runs per length; the median is reported")
+    parser.add_argument(
+        "--repeat", type=int, default=7, help="timed runs per length; the median is reported"
+    )
     args = parser.parse_args()
 
     block = LlamaBlock().eval()
-    compiled = torch.compile(block, backend="nkipy", options={"nkipy_cache": tempfile.mkdtemp(prefix="nkipy-bench-dynamic-")})
+    compiled = torch.compile(
+        block,
+        backend="nkipy",
+        options={"nkipy_cache": tempfile.mkdtemp(prefix="nkipy-bench-dynamic-")},
+    )
     lengths = range(8, 18)
     rows, worst = [], 0.0
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
@@ -53,12 +58,24 @@ def main() -> None:
     stats = dict(nkipy_core.cache_stats)
 
     print(f"machine: {machine()}")
-    print(f"\nLlamaBlock (batch 2, hidden 64, fp32), sequence lengths {lengths.start}..{lengths.stop - 1}")
-    print(f"{'seq':>5} {'first call (s)':>15} {'warm (ms/call)':>15} {'eager (ms/call)':>16} {'÷ eager':>9}")
+    print(
+        f"\nLlamaBlock (batch 2, hidden 64, fp32), sequence lengths {lengths.start}..{lengths.stop - 1}"
+    )
+    print(
+        f"{'seq':>5} {'first call (s)':>15} {'warm (ms/call)':>15} {'eager (ms/call)':>16} {'÷ eager':>9}"
+    )
     for seq, first, warm, eager in rows:
-        print(f"{seq:>5} {first:>15.3f} {warm * 1e3:>15.3f} {eager * 1e3:>16.3f} {warm / eager:>8.2f}x")
+        print(
+            f"{seq:>5} {first:>15.3f} {warm * 1e3:>15.3f} {eager * 1e3:>16.3f} {warm / eager:>8.2f}x"
+        )
     print(f"\nFallbackWarnings: {len(fallbacks)}")
-    for key in ("specializations", "fallback_ops", "unspecialized_calls", "lowered_kernels", "compiled_kernels"):
+    for key in (
+        "specializations",
+        "fallback_ops",
+        "unspecialized_calls",
+        "lowered_kernels",
+        "compiled_kernels",
+    ):
         print(f"cache_stats[{key!r}]: {stats.get(key, 0)}")
     print(f"max |compiled - eager|: {worst:.3g}")
 

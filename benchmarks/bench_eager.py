@@ -41,9 +41,8 @@ import time
 import traceback
 import warnings
 
-from _timing import machine, median_times, print_table  # first: it sets the thread count
-
 import torch
+from _timing import machine, median_times, print_table  # first: it sets the thread count
 
 import nkipy_core
 from nkipy_core.compiler.pipeline import FallbackWarning
@@ -86,10 +85,14 @@ def fmt_transfers(before: dict[str, int], after: dict[str, int]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", type=int, default=8, help="tensors are size x size fp32 (default 8)")
+    parser.add_argument(
+        "--size", type=int, default=8, help="tensors are size x size fp32 (default 8)"
+    )
     parser.add_argument("--repeat", type=int, default=9, help="timed runs; the median is reported")
     parser.add_argument(
-        "--number", type=int, default=None,
+        "--number",
+        type=int,
+        default=None,
         help="calls per timed run (default: as many as take about 50 ms)",
     )
     args = parser.parse_args()
@@ -141,7 +144,9 @@ def main() -> None:
             after = torch.nkipy.transfer_stats()
         torch._dynamo.reset()
         rows = [(name, times.get(name)) for name in ("cpu eager", "inductor", "nkipy eager")]
-        fallbacks = sorted({str(w.message) for w in caught if issubclass(w.category, FallbackWarning)})
+        fallbacks = sorted(
+            {str(w.message) for w in caught if issubclass(w.category, FallbackWarning)}
+        )
 
         print_table(
             f"{title} {n}x{n} fp32: median of {args.repeat} runs",

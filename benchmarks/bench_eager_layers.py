@@ -28,21 +28,24 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-from _timing import machine, median_times, print_table  # first: it sets the thread count
-
 import torch
+from _timing import machine, median_times, print_table  # first: it sets the thread count
 
 import nkipy_core
 from nkipy_core.buffers import memory
-from nkipy_core.device import eager
 from nkipy_core.compiler.kernel_call import KernelCall
+from nkipy_core.device import eager
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", type=int, default=8, help="tensors are size x size fp32 (default 8)")
+    parser.add_argument(
+        "--size", type=int, default=8, help="tensors are size x size fp32 (default 8)"
+    )
     parser.add_argument("--repeat", type=int, default=9, help="timed runs; the median is reported")
-    parser.add_argument("--number", type=int, default=None, help="calls per timed run (default: ~50 ms)")
+    parser.add_argument(
+        "--number", type=int, default=None, help="calls per timed run (default: ~50 ms)"
+    )
     args = parser.parse_args()
 
     cache = tempfile.TemporaryDirectory(prefix="nkipy-bench-eager-layers-")
@@ -57,7 +60,9 @@ def main() -> None:
         torch.testing.assert_close(inductor(a_cpu, b_cpu), a_cpu + b_cpu)
 
     op = torch.ops.aten.add.Tensor
-    call = next(v for k, v in eager._state().entries.items() if k[0] is op and isinstance(v, KernelCall))
+    call = next(
+        v for k, v in eager._state().entries.items() if k[0] is op and isinstance(v, KernelCall)
+    )
     runtime, executable = memory.runtime(), call.executable
     arrays = [memory.array(a), memory.array(b)]
     result = runtime.run(executable, arrays)[0]
@@ -86,7 +91,10 @@ def main() -> None:
     print(f"machine: {machine()}")
     print_table(
         f"eager torch.add / add_ on nkipy, {n}x{n} fp32: median of {args.repeat} runs",
-        rows, unit="µs/call", baselines=("cpu eager", "inductor"), note=notes,
+        rows,
+        unit="µs/call",
+        baselines=("cpu eager", "inductor"),
+        note=notes,
     )
     cache.cleanup()
 

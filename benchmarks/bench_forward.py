@@ -24,9 +24,8 @@ import time
 import traceback
 import warnings
 
-from _timing import machine, median_time, print_table  # first: it sets the thread count
-
 import torch
+from _timing import machine, median_time, print_table  # first: it sets the thread count
 
 import nkipy_core
 from nkipy_core.plugin import manager as plugins
@@ -54,7 +53,9 @@ def compile_timer(runtime, seconds: list[float]):
 
 def nkipy_candidate(model, runtime: str, compile_seconds: list[float]):
     cache = tempfile.mkdtemp(prefix=f"nkipy-bench-forward-{runtime}-")
-    compiled = torch.compile(model, backend="nkipy", options={"nkipy_cache": cache, "runtime": runtime})
+    compiled = torch.compile(
+        model, backend="nkipy", options={"nkipy_cache": cache, "runtime": runtime}
+    )
 
     def first_call_timed(x):
         with compile_timer(plugins.get().runtimes.get(runtime), compile_seconds):
@@ -80,7 +81,9 @@ SIZES = {
 }
 
 
-def measure(dtype: torch.dtype, repeat: int, sdpa: bool, runtimes: list[str], device_runtime: str, size: str) -> None:
+def measure(
+    dtype: torch.dtype, repeat: int, sdpa: bool, runtimes: list[str], device_runtime: str, size: str
+) -> None:
     model = LlamaBlock(SIZES[size], sdpa=sdpa).to(dtype).eval()
     x = model.example_input(dtype)
     compile_seconds: dict[str, list[float]] = {name: [] for name in runtimes}
@@ -88,12 +91,16 @@ def measure(dtype: torch.dtype, repeat: int, sdpa: bool, runtimes: list[str], de
         "eager": lambda: (model, model),
         "inductor": lambda: (torch.compile(model, backend="inductor"),) * 2,
         **{
-            f"nkipy ({name})": (lambda name=name: nkipy_candidate(model, name, compile_seconds[name]))
+            f"nkipy ({name})": (
+                lambda name=name: nkipy_candidate(model, name, compile_seconds[name])
+            )
             for name in runtimes
         },
         f"nkipy ({device_runtime}, on device)": lambda: on_device_candidate(model, x),
     }
-    tolerance = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 5e-2, "rtol": 5e-2}
+    tolerance = (
+        {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 5e-2, "rtol": 5e-2}
+    )
     rows, notes, fallbacks = [], {}, []
     with torch.no_grad():
         expected = model(x)
@@ -104,9 +111,15 @@ def measure(dtype: torch.dtype, repeat: int, sdpa: bool, runtimes: list[str], de
                     warnings.simplefilter("always")
                     fn, first = make()
                     out = first(x)  # compiles
-                fallbacks += [str(w.message) for w in caught if issubclass(w.category, nkipy_core.FallbackWarning)]
+                fallbacks += [
+                    str(w.message)
+                    for w in caught
+                    if issubclass(w.category, nkipy_core.FallbackWarning)
+                ]
                 torch.testing.assert_close(out, expected, **tolerance)
-                notes[name] = f"max|out - eager| {(out.float() - expected.float()).abs().max().item():.1e}"
+                notes[name] = (
+                    f"max|out - eager| {(out.float() - expected.float()).abs().max().item():.1e}"
+                )
                 rows.append((name, median_time(lambda: fn(x), repeat=repeat)))
             except Exception as exc:  # noqa: BLE001 - report and go on with the other rows
                 traceback.print_exc()
@@ -123,11 +136,15 @@ def measure(dtype: torch.dtype, repeat: int, sdpa: bool, runtimes: list[str], de
         note=notes,
     )
     ops = sorted({m.removeprefix("nkipy: ").split(" runs on CPU")[0] for m in fallbacks})
-    print(f"  nkipy: {len(ops)} ATen op(s) ran as torch on CPU between kernels: {', '.join(ops) or '-'}")
+    print(
+        f"  nkipy: {len(ops)} ATen op(s) ran as torch on CPU between kernels: {', '.join(ops) or '-'}"
+    )
     for name, seconds in compile_seconds.items():
         if seconds:
-            print(f"  nkipy ({name}): compile per kernel {1e3 * sum(seconds) / len(seconds):.1f} ms mean, "
-                  f"{1e3 * max(seconds):.1f} ms max, {len(seconds)} kernel(s)")
+            print(
+                f"  nkipy ({name}): compile per kernel {1e3 * sum(seconds) / len(seconds):.1f} ms mean, "
+                f"{1e3 * max(seconds):.1f} ms max, {len(seconds)} kernel(s)"
+            )
 
 
 def available_runtimes() -> list[str]:
@@ -137,17 +154,33 @@ def available_runtimes() -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], help="torch dtype names")
+    parser.add_argument(
+        "--dtypes", nargs="+", default=["float32", "bfloat16"], help="torch dtype names"
+    )
     parser.add_argument("--repeat", type=int, default=15, help="timed runs; the median is reported")
-    parser.add_argument("--sdpa", action="store_true", help="attention via F.scaled_dot_product_attention")
-    parser.add_argument("--runtimes", nargs="+", default=None, help="nkipy runtimes to measure (default: all available)")
-    parser.add_argument("--device-runtime", default=None,
-                        help="runtime of the 'on device' row, one per process (default: xla if available, else cpu)")
-    parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["small"], help="block sizes")
+    parser.add_argument(
+        "--sdpa", action="store_true", help="attention via F.scaled_dot_product_attention"
+    )
+    parser.add_argument(
+        "--runtimes",
+        nargs="+",
+        default=None,
+        help="nkipy runtimes to measure (default: all available)",
+    )
+    parser.add_argument(
+        "--device-runtime",
+        default=None,
+        help="runtime of the 'on device' row, one per process (default: xla if available, else cpu)",
+    )
+    parser.add_argument(
+        "--sizes", nargs="+", choices=sorted(SIZES), default=["small"], help="block sizes"
+    )
     args = parser.parse_args()
     runtimes = args.runtimes or available_runtimes()
     device_runtime = args.device_runtime or ("xla" if "xla" in available_runtimes() else "cpu")
-    nkipy_core.init_nkipy_backend(runtime=device_runtime)  # the device's memory lives in this runtime
+    nkipy_core.init_nkipy_backend(
+        runtime=device_runtime
+    )  # the device's memory lives in this runtime
     print(f"machine: {machine()}")
     for size in args.sizes:
         for name in args.dtypes:

@@ -27,9 +27,8 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from _timing import machine, median_time, print_table  # first: it sets the thread count
-
 import torch
+from _timing import machine, median_time, print_table  # first: it sets the thread count
 
 import nkipy_core
 from nkipy_core.plugin import manager as plugins
@@ -42,18 +41,31 @@ from generate import greedy, small_llama  # noqa: E402
 def backends() -> dict[str, Callable[[Callable], Callable]]:
     """Row name -> how that row compiles a function (eager: not at all)."""
     registry = plugins.get().runtimes
-    rows = {"eager": lambda fn: fn, "inductor": lambda fn: torch.compile(fn, backend="inductor", dynamic=False)}
+    rows = {
+        "eager": lambda fn: fn,
+        "inductor": lambda fn: torch.compile(fn, backend="inductor", dynamic=False),
+    }
     for name in registry.names():
         if registry.get(name).available()[0] and name in ("cpu", "xla"):
-            options = {"runtime": name, "nkipy_cache": tempfile.mkdtemp(prefix=f"nkipy-bench-llama-{name}-")}
+            options = {
+                "runtime": name,
+                "nkipy_cache": tempfile.mkdtemp(prefix=f"nkipy-bench-llama-{name}-"),
+            }
             rows[f"nkipy ({name})"] = lambda fn, options=options: torch.compile(
-                fn, backend="nkipy", dynamic=False, options=options)
+                fn, backend="nkipy", dynamic=False, options=options
+            )
     return rows
 
 
-def measure(title: str, unit: str, rows: dict[str, Callable[[], tuple[Callable, Callable]]],
-            check: Callable[[object, object], None], repeat: int, per: int = 1,
-            note: Callable[[float], str] | None = None) -> None:
+def measure(
+    title: str,
+    unit: str,
+    rows: dict[str, Callable[[], tuple[Callable, Callable]]],
+    check: Callable[[object, object], None],
+    repeat: int,
+    per: int = 1,
+    note: Callable[[float], str] | None = None,
+) -> None:
     """Time each row's ``run`` after checking its first result against eager's with ``check``.
     A row is ``make() -> (run, result)``: ``result()`` runs once (compiling) and returns what
     ``check`` compares; the figure printed is the median time of ``run`` divided by ``per``."""
@@ -86,22 +98,32 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--kv-heads", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=1024)
-    parser.add_argument("--seq", type=int, default=64, help="prompt length (and training sequence length)")
+    parser.add_argument(
+        "--seq", type=int, default=64, help="prompt length (and training sequence length)"
+    )
     parser.add_argument("--batch", type=int, default=2, help="training batch")
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=5, help="timed runs; the median is reported")
     args = parser.parse_args()
     nkipy_core.init_nkipy_backend(runtime="cpu")
-    model = small_llama(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
-                        vocab=args.vocab, intermediate=4 * args.hidden,
-                        max_positions=args.seq + args.new_tokens).eval()
+    model = small_llama(
+        hidden=args.hidden,
+        layers=args.layers,
+        heads=args.heads,
+        kv_heads=args.kv_heads,
+        vocab=args.vocab,
+        intermediate=4 * args.hidden,
+        max_positions=args.seq + args.new_tokens,
+    ).eval()
     generator = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, args.vocab, (1, args.seq), generator=generator)
     batch = torch.randint(0, args.vocab, (args.batch, args.seq), generator=generator)
     compilers = backends()
     print(f"machine: {machine()}")
-    size = (f"hidden {args.hidden}, {args.layers} layers, {args.heads} heads ({args.kv_heads} kv), "
-            f"vocab {args.vocab}")
+    size = (
+        f"hidden {args.hidden}, {args.layers} layers, {args.heads} heads ({args.kv_heads} kv), "
+        f"vocab {args.vocab}"
+    )
 
     def close(got, expected):
         torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
@@ -112,10 +134,16 @@ def main() -> None:
         def run():
             with torch.no_grad():
                 return fn(input_ids=prompt, use_cache=False).logits
+
         return run, run
 
-    measure(f"LlamaForCausalLM forward, {size}; prompt 1 x {args.seq}", "ms/call",
-            {name: (lambda c=c: forward_row(c)) for name, c in compilers.items()}, close, args.repeat)
+    measure(
+        f"LlamaForCausalLM forward, {size}; prompt 1 x {args.seq}",
+        "ms/call",
+        {name: (lambda c=c: forward_row(c)) for name, c in compilers.items()},
+        close,
+        args.repeat,
+    )
 
     def generate_row(compile_fn):
         fn = compile_fn(model.forward)
@@ -125,10 +153,16 @@ def main() -> None:
     def same_tokens(got, expected):
         assert torch.equal(got, expected), f"tokens {got.tolist()} != eager's {expected.tolist()}"
 
-    measure(f"LlamaForCausalLM greedy generation, {size}; prompt {args.seq}, {args.new_tokens} new tokens "
-            f"(StaticCache), time per token incl. prefill", "ms/call",
-            {name: (lambda c=c: generate_row(c)) for name, c in compilers.items()}, same_tokens, args.repeat,
-            per=args.new_tokens, note=lambda seconds: f"{1 / seconds:.1f} tokens/s")
+    measure(
+        f"LlamaForCausalLM greedy generation, {size}; prompt {args.seq}, {args.new_tokens} new tokens "
+        f"(StaticCache), time per token incl. prefill",
+        "ms/call",
+        {name: (lambda c=c: generate_row(c)) for name, c in compilers.items()},
+        same_tokens,
+        args.repeat,
+        per=args.new_tokens,
+        note=lambda seconds: f"{1 / seconds:.1f} tokens/s",
+    )
 
     def training_row(compile_fn):
         trained = copy.deepcopy(model).train()
@@ -141,10 +175,16 @@ def main() -> None:
             loss.backward()
             optimizer.step()
             return loss.detach()
+
         return step, step
 
-    measure(f"LlamaForCausalLM training step (forward, backward, AdamW), {size}; batch {args.batch} x {args.seq}",
-            "ms/call", {name: (lambda c=c: training_row(c)) for name, c in compilers.items()}, close, args.repeat)
+    measure(
+        f"LlamaForCausalLM training step (forward, backward, AdamW), {size}; batch {args.batch} x {args.seq}",
+        "ms/call",
+        {name: (lambda c=c: training_row(c)) for name, c in compilers.items()},
+        close,
+        args.repeat,
+    )
 
 
 if __name__ == "__main__":

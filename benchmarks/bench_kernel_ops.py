@@ -22,12 +22,11 @@ import textwrap
 import time
 from pathlib import Path
 
-from _timing import machine, print_table  # first: it sets the thread count
-
 import numpy as np
 import torch
-
+from _timing import machine, print_table  # first: it sets the thread count
 from bench_forward import SIZES
+
 from nkipy_core.testing.models import LlamaBlock
 
 _ASSIGN = re.compile(r"^    (v\d+) = ")
@@ -37,7 +36,9 @@ _IR_OP = re.compile(r"^\s*%(v\d+): \S+ = (\w+)\(")
 def compiled_kernel(model, x) -> tuple[torch.nn.Module, Path]:
     """The block compiled on the cpu runtime, and the cache entry of its (only) kernel."""
     cache = Path(tempfile.mkdtemp(prefix="nkipy-bench-kernel-ops-"))
-    compiled = torch.compile(model, backend="nkipy", options={"nkipy_cache": str(cache), "runtime": "cpu"})
+    compiled = torch.compile(
+        model, backend="nkipy", options={"nkipy_cache": str(cache), "runtime": "cpu"}
+    )
     compiled(x)
     (entry,) = {p.parent for p in cache.glob("kernels/*/kernel.py")}
     return compiled, entry
@@ -51,7 +52,9 @@ def load(source: str, namespace: dict) -> dict:
 def example_inputs(source: str) -> list[np.ndarray]:
     """The inputs ``kernel.py``'s ``__main__`` block makes (the right shapes and dtypes)."""
     main = source.split('if __name__ == "__main__":\n')[1].split("    for out in")[0]
-    return load("import numpy as np\nfrom ml_dtypes import bfloat16\n" + textwrap.dedent(main), {})["inputs"]
+    return load("import numpy as np\nfrom ml_dtypes import bfloat16\n" + textwrap.dedent(main), {})[
+        "inputs"
+    ]
 
 
 def per_line_times(source: str, inputs: list[np.ndarray], calls: int) -> dict[str, list[float]]:
@@ -62,7 +65,11 @@ def per_line_times(source: str, inputs: list[np.ndarray], calls: int) -> dict[st
         match = _ASSIGN.match(line)
         if match:
             names.append(match.group(1))
-            lines += ["    _t = _clock()", line, f"    _times[{len(names) - 1}].append(_clock() - _t)"]
+            lines += [
+                "    _t = _clock()",
+                line,
+                f"    _times[{len(names) - 1}].append(_clock() - _t)",
+            ]
         else:
             lines.append(line)
     times: list[list[float]] = [[] for _ in names]
@@ -79,25 +86,38 @@ def measure(dtype: torch.dtype, size: str, calls: int, rounds: int) -> None:
     with torch.no_grad(), np.errstate(all="ignore"):
         compiled, entry = compiled_kernel(model, x)
         source = (entry / "kernel.py").read_text()
-        prims = dict(m.groups() for m in map(_IR_OP.match, (entry / "kernel.ir").read_text().splitlines()) if m)
+        prims = dict(
+            m.groups()
+            for m in map(_IR_OP.match, (entry / "kernel.ir").read_text().splitlines())
+            if m
+        )
         inputs = example_inputs(source)
         kernel = load(source, {"__name__": "bench"})["kernel"]
         lines = per_line_times(source, inputs, calls)
         by_prim: dict[str, list[float]] = {}
         for name, seconds in lines.items():
             by_prim.setdefault(prims[name], []).append(seconds)
-        shared = source.count("\n# values that depend on no input") and len(re.findall(r"^v\d+ = ", source, re.M))
+        shared = source.count("\n# values that depend on no input") and len(
+            re.findall(r"^v\d+ = ", source, re.M)
+        )
         label = f"LlamaBlock {size} {str(dtype).removeprefix('torch.')}"
-        print(f"\n{label}: kernel.py runs {len(lines)} ops per call ({shared} values computed at load time); "
-              f"median per op over {calls} calls, by primitive")
+        print(
+            f"\n{label}: kernel.py runs {len(lines)} ops per call ({shared} values computed at load time); "
+            f"median per op over {calls} calls, by primitive"
+        )
         print(f"{'primitive':<16} {'ops':>5} {'µs/call':>10} {'share':>7}")
         total = sum(lines.values())
         for prim, seconds in sorted(by_prim.items(), key=lambda kv: -sum(kv[1])):
-            print(f"{prim:<16} {len(seconds):>5} {1e6 * sum(seconds):>10.1f} {sum(seconds) / total:>7.0%}")
+            print(
+                f"{prim:<16} {len(seconds):>5} {1e6 * sum(seconds):>10.1f} {sum(seconds) / total:>7.0%}"
+            )
         print(f"{'total':<16} {len(lines):>5} {1e6 * total:>10.1f}")
 
-        candidates = {"eager": lambda: model(x), "nkipy (cpu)": lambda: compiled(x),
-                      "nkipy: kernel.py alone": lambda: kernel(*inputs)}
+        candidates = {
+            "eager": lambda: model(x),
+            "nkipy (cpu)": lambda: compiled(x),
+            "nkipy: kernel.py alone": lambda: kernel(*inputs),
+        }
         number = max(1, int(0.01 / max(_once(candidates["eager"]), 1e-6)))
         samples: dict[str, list[float]] = {name: [] for name in candidates}
         for _ in range(rounds):
@@ -106,8 +126,11 @@ def measure(dtype: torch.dtype, size: str, calls: int, rounds: int) -> None:
                 for _ in range(number):
                     fn()
                 samples[name].append((time.perf_counter() - start) / number)
-    print_table(f"{label}: minimum over {rounds} interleaved rounds of {number} calls", [
-        (name, min(s)) for name, s in samples.items()], baselines=("eager",))
+    print_table(
+        f"{label}: minimum over {rounds} interleaved rounds of {number} calls",
+        [(name, min(s)) for name, s in samples.items()],
+        baselines=("eager",),
+    )
 
 
 def _once(fn) -> float:
@@ -120,10 +143,16 @@ def _once(fn) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], help="torch dtype names")
-    parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["small"], help="block sizes")
+    parser.add_argument(
+        "--dtypes", nargs="+", default=["float32", "bfloat16"], help="torch dtype names"
+    )
+    parser.add_argument(
+        "--sizes", nargs="+", choices=sorted(SIZES), default=["small"], help="block sizes"
+    )
     parser.add_argument("--calls", type=int, default=300, help="calls of the instrumented kernel")
-    parser.add_argument("--rounds", type=int, default=40, help="interleaved rounds of the second table")
+    parser.add_argument(
+        "--rounds", type=int, default=40, help="interleaved rounds of the second table"
+    )
     args = parser.parse_args()
     print(f"machine: {machine()}")
     for size in args.sizes:

@@ -20,10 +20,9 @@ import argparse
 import os
 import tempfile
 
-from _timing import machine, median_time, print_table  # first: it sets the thread count
-
 import numpy as np
 import torch
+from _timing import machine, median_time, print_table  # first: it sets the thread count
 
 from nkipy_core import init_nkipy_backend
 from nkipy_core.plugin import manager as plugins
@@ -81,7 +80,9 @@ def main() -> None:
             return e / e.sum(-1, keepdims=True)
 
         base = median_time(numpy_softmax, repeat=args.repeat)
-        kernel = median_time(lambda a=a: interpreter.run(softmax.softmax_kernel, [a]), repeat=args.repeat, warmup=1)
+        kernel = median_time(
+            lambda a=a: interpreter.run(softmax.softmax_kernel, [a]), repeat=args.repeat, warmup=1
+        )
         interp.append((f"{rows_}x{cols}", base, kernel))
     print("\nsoftmax: NKI interpreter vs NumPy")
     print(f"{'':<12} {'numpy ms':>10} {'NKI ms':>10} {'ratio':>8}")

@@ -39,13 +39,12 @@ import traceback
 import types
 from pathlib import Path
 
+import torch
 from _timing import machine, median_times, print_table  # first: it sets the thread count
 
-import torch
-
 import nkipy_core.dynamo.backend
-from nkipy_core.ir import codegen
 from nkipy_core.compiler.kernel_call import KernelCall, entry
+from nkipy_core.ir import codegen
 
 
 def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -67,7 +66,9 @@ def capture_compiled_graphs() -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", type=int, default=8, help="tensors are size x size fp32 (default 8)")
+    parser.add_argument(
+        "--size", type=int, default=8, help="tensors are size x size fp32 (default 8)"
+    )
     parser.add_argument("--repeat", type=int, default=15, help="timed runs; the median is reported")
     parser.add_argument("--number", type=int, default=2000, help="calls per timed run")
     args = parser.parse_args()
@@ -86,7 +87,9 @@ def main() -> None:
         "nkipy (cpu), dynamic": lambda f: torch.compile(
             f, backend="nkipy", dynamic=True, options={"nkipy_cache": str(cache)}
         ),
-        "nkipy (cpu)": lambda f: torch.compile(f, backend="nkipy", options={"nkipy_cache": str(cache)}),
+        "nkipy (cpu)": lambda f: torch.compile(
+            f, backend="nkipy", options={"nkipy_cache": str(cache)}
+        ),
     }
     fns, notes = {}, {}
 
@@ -103,10 +106,15 @@ def main() -> None:
     for i, (name, make) in enumerate(candidates.items()):
         # each row compiles its own copy of ``add`` (a code object of its own): dynamo keeps
         # compiled code per code object, and rows sharing one would check each other's guards
-        copy = types.FunctionType(add.__code__.replace(co_name=f"add_{i}"), add.__globals__, f"add_{i}")
+        copy = types.FunctionType(
+            add.__code__.replace(co_name=f"add_{i}"), add.__globals__, f"add_{i}"
+        )
         compiled = make(copy)
-        add_row(name, lambda compiled=compiled: lambda: compiled(a, b),
-                lambda fn: torch.testing.assert_close(fn(), expected))  # compiles, and checks the result
+        add_row(
+            name,
+            lambda compiled=compiled: lambda: compiled(a, b),
+            lambda fn: torch.testing.assert_close(fn(), expected),
+        )  # compiles, and checks the result
 
     if graphs:
         module = graphs[-1]
@@ -115,9 +123,18 @@ def main() -> None:
         kernel = codegen.load(source.read_text())
         run = entry(module)
         layers = {
-            "nkipy: graph entry": (lambda: run(a, b), lambda: torch.testing.assert_close(run(a, b)[0], expected)),
-            "nkipy: KernelCall": (lambda: call(a, b), lambda: torch.testing.assert_close(call(a, b), expected)),
-            "nkipy: run_host": (lambda: call.runtime.run_host(call.executable, [x, y]), lambda: None),
+            "nkipy: graph entry": (
+                lambda: run(a, b),
+                lambda: torch.testing.assert_close(run(a, b)[0], expected),
+            ),
+            "nkipy: KernelCall": (
+                lambda: call(a, b),
+                lambda: torch.testing.assert_close(call(a, b), expected),
+            ),
+            "nkipy: run_host": (
+                lambda: call.runtime.run_host(call.executable, [x, y]),
+                lambda: None,
+            ),
             "nkipy: executable": (lambda: call.executable(x, y), lambda: None),
             "nkipy: kernel.py": (lambda: kernel(x, y), lambda: None),
             # what KernelCall adds to each call for nkipy_core.kernel_stats() (plus this lambda)
@@ -127,7 +144,9 @@ def main() -> None:
             add_row(name, lambda fn=fn: fn, lambda fn, check=check: check())
 
     times = median_times(fns, repeat=args.repeat, number=args.number)
-    rows = [(name, times.get(name)) for name in (*candidates, *(n for n in fns if n not in candidates))]
+    rows = [
+        (name, times.get(name)) for name in (*candidates, *(n for n in fns if n not in candidates))
+    ]
 
     print(f"machine: {machine()}")
     print_table(

@@ -35,11 +35,14 @@ def draw(tables: list[dict], title: str, baseline: str, out: Path) -> None:
     rows_of_panels = math.ceil(len(tables) / columns)
     heights = [max(len(t["rows"]), 2) * 0.38 + 1.3 for t in tables]
     figure, axes = plt.subplots(
-        rows_of_panels, columns, figsize=(7 * columns, sum(heights[::columns]) + 0.6), squeeze=False,
+        rows_of_panels,
+        columns,
+        figsize=(7 * columns, sum(heights[::columns]) + 0.6),
+        squeeze=False,
     )
     for ax, table in zip(axes.flat, tables):
         _panel(ax, table, baseline)
-    for ax in list(axes.flat)[len(tables):]:
+    for ax in list(axes.flat)[len(tables) :]:
         ax.set_visible(False)
     figure.suptitle(title, fontsize=12)
     figure.text(0.01, 0.005, tables[0].get("machine", ""), fontsize=7, color="0.4")
@@ -74,9 +77,18 @@ def _panel(ax, table: dict, baseline: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("results", nargs="+", type=Path, help="JSON files written through NKIPY_BENCH_JSON")
-    parser.add_argument("--out", type=Path, default=Path("docs/img"), help="directory for the PNGs (default docs/img)")
-    parser.add_argument("--baseline", default="eager", help="row the others are divided by (default eager)")
+    parser.add_argument(
+        "results", nargs="+", type=Path, help="JSON files written through NKIPY_BENCH_JSON"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("docs/img"),
+        help="directory for the PNGs (default docs/img)",
+    )
+    parser.add_argument(
+        "--baseline", default="eager", help="row the others are divided by (default eager)"
+    )
     args = parser.parse_args()
     for path in args.results:
         tables = json.loads(path.read_text())

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
-CALL_TESTS = '''
+CALL_TESTS = """
 import inspect as _inspect, pathlib as _pathlib, tempfile as _tempfile
 for _name, _fn in list(globals().items()):
     if _name.startswith("test_") and callable(_fn):
@@ -31,7 +31,7 @@ for _name, _fn in list(globals().items()):
             print(f"called {_name}")
         else:
             print(f"not called {_name}{tuple(_params)}")
-'''
+"""
 
 
 def check(doc: Path) -> bool:
@@ -40,13 +40,22 @@ def check(doc: Path) -> bool:
         print(f"{doc.relative_to(ROOT)}: no python snippets")
         return True
     script = "\n\n".join(blocks) + "\n" + CALL_TESTS
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT / "examples/third_party_pack/src"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT / "examples/third_party_pack/src"), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "snippets.py"
         path.write_text(script)
-        proc = subprocess.run([sys.executable, "-W", "ignore", str(path)], cwd=tmp, env=env,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-W", "ignore", str(path)],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
     status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
     print(f"{doc.relative_to(ROOT)}: {len(blocks)} python snippet(s) {status}")
     for line in proc.stdout.splitlines():
@@ -58,7 +67,9 @@ def check(doc: Path) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("docs", nargs="*", type=Path, help="Markdown files (default: every docs/*.md)")
+    parser.add_argument(
+        "docs", nargs="*", type=Path, help="Markdown files (default: every docs/*.md)"
+    )
     args = parser.parse_args()
     docs = [d.resolve() for d in args.docs] or sorted((ROOT / "docs").glob("*.md"))
     results = [check(doc) for doc in docs]

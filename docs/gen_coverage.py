@@ -5,8 +5,8 @@ Run: python docs/gen_coverage.py   (prints the page; ``conf.py`` writes it to co
 
 from __future__ import annotations
 
-from nkipy_core.plugin import manager as plugins
 from nkipy_core.cli.main import coverage, lowering_rows
+from nkipy_core.plugin import manager as plugins
 
 
 def render() -> str:
@@ -27,9 +27,15 @@ def render() -> str:
         "|---|---|---|---|---|",
     ]
     for row in rows:
-        overridden = ", ".join(f"{o['provider']} ({o['priority']})" for o in row["overridden"]) or "-"
-        lines.append(f"| `{row['op']}` | {row['provider']} | {row['version']} | {row['priority']} | {overridden} |")
-    lines += ["", "Excluded by design:", ""] + [f"- `{e['op']}`: {e['reason']}" for e in report["excluded"]]
+        overridden = (
+            ", ".join(f"{o['provider']} ({o['priority']})" for o in row["overridden"]) or "-"
+        )
+        lines.append(
+            f"| `{row['op']}` | {row['provider']} | {row['version']} | {row['priority']} | {overridden} |"
+        )
+    lines += ["", "Excluded by design:", ""] + [
+        f"- `{e['op']}`: {e['reason']}" for e in report["excluded"]
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -47,8 +47,11 @@ insert the `convert` and `broadcast` that torch's type promotion and NumPy's bro
 
 def signature(prim: Primitive) -> str:
     params = inspect.signature(prim.infer).parameters.values()
-    operands = [("*" if p.kind is p.VAR_POSITIONAL else "") + p.name for p in params
-                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+    operands = [
+        ("*" if p.kind is p.VAR_POSITIONAL else "") + p.name
+        for p in params
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+    ]
     attributes = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
     text = ", ".join(operands)
     if attributes:
@@ -70,7 +73,9 @@ def render() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--check", action="store_true", help="fail if docs/primitives.md is out of date")
+    parser.add_argument(
+        "--check", action="store_true", help="fail if docs/primitives.md is out of date"
+    )
     args = parser.parse_args()
     text = render()
     if args.check:

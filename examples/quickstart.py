@@ -25,8 +25,10 @@ def main() -> int:
     print("output[0, :4]:", [round(v, 4) for v in out[0, :4].tolist()])
     matches = torch.allclose(out, expected, rtol=1e-4, atol=1e-5)
     print(f"matches eager: {matches} (max abs diff {(out - expected).abs().max().item():.2e})")
-    print(f"kernels compiled: {cache_stats['compiled_kernels']}, loaded from cache: {cache_stats['hits']}, "
-          f"ops that fell back to CPU: {cache_stats['fallback_ops']}")
+    print(
+        f"kernels compiled: {cache_stats['compiled_kernels']}, loaded from cache: {cache_stats['hits']}, "
+        f"ops that fell back to CPU: {cache_stats['fallback_ops']}"
+    )
     print("kernel cache: ./nkipy_cache (see kernels/*/kernel.py for the generated NumPy code)")
     return 0 if matches else 1
 

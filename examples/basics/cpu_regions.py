@@ -30,8 +30,11 @@ def main() -> int:
     expected, expected_mean = block(x)
     out, mean = torch.compile(block, backend="nkipy")(x.to("nkipy"))
     print("output device:", out.device)
-    print("matches CPU:", torch.allclose(out.cpu(), expected, atol=1e-5)
-          and torch.allclose(mean.cpu(), expected_mean, atol=1e-6))
+    print(
+        "matches CPU:",
+        torch.allclose(out.cpu(), expected, atol=1e-5)
+        and torch.allclose(mean.cpu(), expected_mean, atol=1e-6),
+    )
     print("kernels compiled (graphs and eager ops):", nkipy_core.cache_stats["compiled_kernels"])
     return 0
 

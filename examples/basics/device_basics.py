@@ -27,15 +27,24 @@ def main() -> int:
 
     # modules: parameters and buffers move; state dicts and torch.save round trip
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).to("nkipy")
-    print("parameters on:", {p.device.type for p in model.parameters()},
-          "| buffers on:", {b.device.type for b in model.buffers()})
+    print(
+        "parameters on:",
+        {p.device.type for p in model.parameters()},
+        "| buffers on:",
+        {b.device.type for b in model.buffers()},
+    )
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
     buffer.seek(0)
     state = torch.load(buffer)
     model.load_state_dict(state)
     print("loaded state dict on:", {t.device.type for t in state.values()})
-    print("memory allocated:", torch.nkipy.memory_allocated(), "bytes | transfers:", torch.nkipy.transfer_stats())
+    print(
+        "memory allocated:",
+        torch.nkipy.memory_allocated(),
+        "bytes | transfers:",
+        torch.nkipy.transfer_stats(),
+    )
     return 0
 
 

@@ -33,13 +33,17 @@ def main() -> int:
         cpu_model, device_model = copy.deepcopy(model), copy.deepcopy(model).to("nkipy")
         cpu_losses = train(cpu_model, x, y, optimizer_cls)
         device_losses = train(device_model, x.to("nkipy"), y.to("nkipy"), optimizer_cls)
-        same = torch.allclose(torch.tensor(device_losses), torch.tensor(cpu_losses), atol=1e-5) and all(
+        same = torch.allclose(
+            torch.tensor(device_losses), torch.tensor(cpu_losses), atol=1e-5
+        ) and all(
             torch.allclose(p.detach().cpu(), q.detach(), atol=1e-5)
             for p, q in zip(device_model.parameters(), cpu_model.parameters())
         )
         ok &= same
-        print(f"{optimizer_cls.__name__}: losses {[round(v, 4) for v in device_losses]}; "
-              f"losses and parameters match CPU: {same}")
+        print(
+            f"{optimizer_cls.__name__}: losses {[round(v, 4) for v in device_losses]}; "
+            f"losses and parameters match CPU: {same}"
+        )
     return 0 if ok else 1
 
 

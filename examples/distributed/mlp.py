@@ -42,7 +42,9 @@ def main() -> None:
     init_nkipy_backend(runtime="cpu", nkipy_cache=tempfile.mkdtemp(prefix="nkipy-mlp-"))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    full = torch.nn.Sequential(torch.nn.Linear(16, 32, bias=False), torch.nn.ReLU(), torch.nn.Linear(32, 8, bias=False))
+    full = torch.nn.Sequential(
+        torch.nn.Linear(16, 32, bias=False), torch.nn.ReLU(), torch.nn.Linear(32, 8, bias=False)
+    )
     x = torch.randn(4, 16)
     model = ShardedMLP(full, rank, world)
     compiled = torch.compile(model, backend="nkipy", fullgraph=True, dynamic=False)
@@ -51,9 +53,13 @@ def main() -> None:
         out = compiled(x)
     fallbacks = [w for w in caught if issubclass(w.category, nkipy_core.FallbackWarning)]
     torch.testing.assert_close(out, full(x))
-    kernels = nkipy_core.cache_stats["lowered_kernels"]  # a fresh cache: every kernel is lowered once
+    kernels = nkipy_core.cache_stats[
+        "lowered_kernels"
+    ]  # a fresh cache: every kernel is lowered once
     if rank == 0:
-        print(f"ranks {world}: matches the single-process MLP; kernels {kernels}; ops on CPU {len(fallbacks)}")
+        print(
+            f"ranks {world}: matches the single-process MLP; kernels {kernels}; ops on CPU {len(fallbacks)}"
+        )
     dist.barrier()
     dist.destroy_process_group()
 

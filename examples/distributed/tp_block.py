@@ -48,14 +48,18 @@ def tensor_parallel(block: LlamaBlock, mesh) -> LlamaBlock:
     config = block.config
     parallelize_module(block, mesh, PLAN)
     # the column-wise q/k/v outputs hold heads/world heads of unchanged size (head_dim is hidden // heads)
-    block.config = dataclasses.replace(config, heads=config.heads // world, hidden=config.hidden // world)
+    block.config = dataclasses.replace(
+        config, heads=config.heads // world, hidden=config.hidden // world
+    )
     return block
 
 
 def gradients(block: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Every parameter's gradient as a full tensor (DTensor shards gathered)."""
-    return {name: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad)
-            for name, p in block.named_parameters()}
+    return {
+        name: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad)
+        for name, p in block.named_parameters()
+    }
 
 
 def main() -> None:
@@ -84,9 +88,13 @@ def main() -> None:
     if rank == 0:
         torch.testing.assert_close(out.cpu(), expected)
         for name, param in reference.named_parameters():
-            torch.testing.assert_close(got[name].cpu(), param.grad, msg=lambda m, name=name: f"gradient of {name}: {m}")
-        print(f"ranks {world}: matches the single-process block, forward and backward; "
-              f"kernels {kernels}; ops on CPU {len(fallbacks)}")
+            torch.testing.assert_close(
+                got[name].cpu(), param.grad, msg=lambda m, name=name: f"gradient of {name}: {m}"
+            )
+        print(
+            f"ranks {world}: matches the single-process block, forward and backward; "
+            f"kernels {kernels}; ops on CPU {len(fallbacks)}"
+        )
     dist.barrier()
     dist.destroy_process_group()
 

@@ -28,13 +28,30 @@ from transformers import LlamaConfig, LlamaForCausalLM, StaticCache
 from nkipy_core import cache_stats, init_nkipy_backend
 
 
-def small_llama(*, seed: int = 0, vocab: int = 256, hidden: int = 64, layers: int = 2, heads: int = 4,
-                kv_heads: int = 2, intermediate: int = 128, max_positions: int = 128, **config) -> LlamaForCausalLM:
+def small_llama(
+    *,
+    seed: int = 0,
+    vocab: int = 256,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate: int = 128,
+    max_positions: int = 128,
+    **config,
+) -> LlamaForCausalLM:
     """A randomly initialised Llama (grouped-query attention, untied embeddings) from ``seed``;
     torch's global generator is left as it was."""
-    llama = LlamaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                        num_key_value_heads=kv_heads, intermediate_size=intermediate,
-                        max_position_embeddings=max_positions, **config)
+    llama = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        intermediate_size=intermediate,
+        max_position_embeddings=max_positions,
+        **config,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return LlamaForCausalLM(llama)
@@ -46,7 +63,9 @@ def load_model(checkpoint: str | None, *, seed: int = 0) -> LlamaForCausalLM:
     ``small_llama``."""
     if checkpoint is None:
         return small_llama(seed=seed).eval()
-    return LlamaForCausalLM.from_pretrained(checkpoint, local_files_only=True, dtype=torch.float32).eval()
+    return LlamaForCausalLM.from_pretrained(
+        checkpoint, local_files_only=True, dtype=torch.float32
+    ).eval()
 
 
 def kernels_looked_up(stats) -> int:
@@ -85,7 +104,9 @@ class Watched:
         return sum(c[0] for c in self.calls[2:]), sum(c[1] for c in self.calls[2:])
 
 
-def greedy(forward: Callable, model: LlamaForCausalLM, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
+def greedy(
+    forward: Callable, model: LlamaForCausalLM, prompt: torch.Tensor, new_tokens: int
+) -> torch.Tensor:
     """``new_tokens`` greedy tokens after ``prompt`` (batch, length), through ``forward`` and a
     ``StaticCache`` sized for prompt and answer: one prefill call, then one call per token."""
     length = prompt.shape[1]
@@ -94,7 +115,9 @@ def greedy(forward: Callable, model: LlamaForCausalLM, prompt: torch.Tensor, new
     out = []
     with torch.no_grad():
         for _ in range(new_tokens):
-            logits = forward(input_ids=tokens, past_key_values=cache, cache_position=position, use_cache=True).logits
+            logits = forward(
+                input_ids=tokens, past_key_values=cache, cache_position=position, use_cache=True
+            ).logits
             tokens = logits[:, -1].argmax(-1, keepdim=True)
             out.append(tokens)
             position = position[-1:] + 1
@@ -111,50 +134,83 @@ def tokens_per_second(run: Callable[[], torch.Tensor], repeat: int = 3) -> float
     return tokens.numel() / best
 
 
-def compare(model: LlamaForCausalLM, prompt: torch.Tensor, new_tokens: int, *, device: str = "cpu",
-            **options) -> dict:
+def compare(
+    model: LlamaForCausalLM,
+    prompt: torch.Tensor,
+    new_tokens: int,
+    *,
+    device: str = "cpu",
+    **options,
+) -> dict:
     """Eager (on CPU) and nkipy greedy tokens for ``prompt``, and what compiling cost: kernels, ops
     on CPU, graphs and kernel look-ups after the first decode step, tokens/s of both. With
     ``device="nkipy"`` the compiled model's weights, cache and tokens live on the ``nkipy`` device."""
     expected = greedy(model.forward, model, prompt, new_tokens)
     compiled = model if device == "cpu" else copy.deepcopy(model).to(device)
     on_device = prompt.to(device)
-    forward = Watched(torch.compile(compiled.forward, backend="nkipy", dynamic=False, options=options))
+    forward = Watched(
+        torch.compile(compiled.forward, backend="nkipy", dynamic=False, options=options)
+    )
     fallbacks = cache_stats["fallback_ops"]
     tokens = greedy(forward, compiled, on_device, new_tokens).cpu()
     return {
-        "tokens": tokens, "expected": expected, "match": torch.equal(tokens, expected),
-        "kernels": forward.kernels, "fallback_ops": cache_stats["fallback_ops"] - fallbacks,
+        "tokens": tokens,
+        "expected": expected,
+        "match": torch.equal(tokens, expected),
+        "kernels": forward.kernels,
+        "fallback_ops": cache_stats["fallback_ops"] - fallbacks,
         "after_first_decode": forward.after_first_decode,
-        "eager_tokens_per_s": tokens_per_second(lambda: greedy(model.forward, model, prompt, new_tokens)),
-        "nkipy_tokens_per_s": tokens_per_second(lambda: greedy(forward.forward, compiled, on_device, new_tokens)),
+        "eager_tokens_per_s": tokens_per_second(
+            lambda: greedy(model.forward, model, prompt, new_tokens)
+        ),
+        "nkipy_tokens_per_s": tokens_per_second(
+            lambda: greedy(forward.forward, compiled, on_device, new_tokens)
+        ),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", help="a local Hugging Face Llama checkpoint directory (no download)")
+    parser.add_argument(
+        "--checkpoint", help="a local Hugging Face Llama checkpoint directory (no download)"
+    )
     parser.add_argument("--prompt-length", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--runtime", default=None, help="nkipy runtime (default: NKIPY_RUNTIME or the best available)")
-    parser.add_argument("--device", choices=("cpu", "nkipy"), default="cpu",
-                        help="where the compiled model's weights and cache live (eager runs on CPU)")
+    parser.add_argument(
+        "--runtime",
+        default=None,
+        help="nkipy runtime (default: NKIPY_RUNTIME or the best available)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "nkipy"),
+        default="cpu",
+        help="where the compiled model's weights and cache live (eager runs on CPU)",
+    )
     args = parser.parse_args(argv)
 
     init_nkipy_backend(runtime=args.runtime, nkipy_cache=tempfile.mkdtemp(prefix="nkipy-llama-"))
     model = load_model(args.checkpoint, seed=args.seed)
-    prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt_length),
-                           generator=torch.Generator().manual_seed(args.seed))
+    prompt = torch.randint(
+        0,
+        model.config.vocab_size,
+        (1, args.prompt_length),
+        generator=torch.Generator().manual_seed(args.seed),
+    )
     result = compare(model, prompt, args.new_tokens, device=args.device)
     print(f"prompt:        {prompt[0].tolist()}")
     print(f"eager tokens:  {result['expected'][0].tolist()}")
     print(f"nkipy tokens:  {result['tokens'][0].tolist()}")
     print(f"matches eager: {result['match']}")
     graphs, lookups = result["after_first_decode"]
-    print(f"kernels: {result['kernels']}, ops on CPU: {result['fallback_ops']}, "
-          f"after the first decode step: {graphs} graphs compiled, {lookups} kernels looked up")
-    print(f"tokens/s: eager {result['eager_tokens_per_s']:.1f}, nkipy {result['nkipy_tokens_per_s']:.1f}")
+    print(
+        f"kernels: {result['kernels']}, ops on CPU: {result['fallback_ops']}, "
+        f"after the first decode step: {graphs} graphs compiled, {lookups} kernels looked up"
+    )
+    print(
+        f"tokens/s: eager {result['eager_tokens_per_s']:.1f}, nkipy {result['nkipy_tokens_per_s']:.1f}"
+    )
     return 0 if result["match"] and result["after_first_decode"] == (0, 0) else 1
 
 

@@ -18,13 +18,12 @@ import tempfile
 
 import torch
 import torch.distributed as dist
+from generate import Watched, greedy, load_model
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from transformers import LlamaForCausalLM
 
 from nkipy_core import cache_stats, init_nkipy_backend
-
-from generate import Watched, greedy, load_model
 
 #: torch's parallel styles for the style names of transformers' TP plans
 STYLES = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
@@ -33,16 +32,22 @@ STYLES = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
 def tensor_parallel(model: LlamaForCausalLM, mesh) -> LlamaForCausalLM:
     """``model`` sharded over ``mesh`` by its own ``base_model_tp_plan``. Llama's attention
     reshapes to ``(-1, head_dim)``, so the column-wise q/k/v outputs are read as the local heads."""
-    plan = {f"model.{name}": STYLES[style]() for name, style in model.config.base_model_tp_plan.items()}
+    plan = {
+        f"model.{name}": STYLES[style]() for name, style in model.config.base_model_tp_plan.items()
+    }
     return parallelize_module(model, mesh, plan)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", help="a local Hugging Face Llama checkpoint directory (no download)")
+    parser.add_argument(
+        "--checkpoint", help="a local Hugging Face Llama checkpoint directory (no download)"
+    )
     parser.add_argument("--prompt-length", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=8)
-    parser.add_argument("--runtime", default="cpu", help="nkipy runtime (xla: the collectives run between kernels)")
+    parser.add_argument(
+        "--runtime", default="cpu", help="nkipy runtime (xla: the collectives run between kernels)"
+    )
     args = parser.parse_args(argv)
 
     dist.init_process_group("nkipy")
@@ -51,8 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     mesh = init_device_mesh("nkipy", (world,))
 
     reference = load_model(args.checkpoint)
-    prompt = torch.randint(0, reference.config.vocab_size, (1, args.prompt_length),
-                           generator=torch.Generator().manual_seed(0))
+    prompt = torch.randint(
+        0,
+        reference.config.vocab_size,
+        (1, args.prompt_length),
+        generator=torch.Generator().manual_seed(0),
+    )
     expected = greedy(reference.forward, reference, prompt, args.new_tokens)
 
     model = tensor_parallel(load_model(args.checkpoint).to("nkipy"), mesh)
@@ -62,9 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     graphs, lookups = forward.after_first_decode
     if rank == 0:
         print(f"tokens: {tokens.cpu()[0].tolist()}")
-        print(f"ranks {world}: matches single-process eager: {match}; kernels {forward.kernels}; "
-              f"ops on CPU {cache_stats['fallback_ops']}; after the first decode step: {graphs} graphs compiled, "
-              f"{lookups} kernels looked up")
+        print(
+            f"ranks {world}: matches single-process eager: {match}; kernels {forward.kernels}; "
+            f"ops on CPU {cache_stats['fallback_ops']}; after the first decode step: {graphs} graphs compiled, "
+            f"{lookups} kernels looked up"
+        )
     dist.barrier()
     dist.destroy_process_group()
     return 0 if match and (graphs, lookups) == (0, 0) else 1

@@ -20,11 +20,10 @@ import tempfile
 from collections.abc import Callable
 
 import torch
+from generate import kernels_looked_up, small_llama
 from transformers import LlamaForCausalLM
 
 from nkipy_core import cache_stats, init_nkipy_backend
-
-from generate import kernels_looked_up, small_llama
 
 #: largest loss difference with masks from torch's generator: kernels and eager round differently
 EXACT_TOLERANCE = 2e-6
@@ -32,8 +31,15 @@ EXACT_TOLERANCE = 2e-6
 DROPOUT_TOLERANCE = 0.05
 
 
-def train(model: LlamaForCausalLM, forward: Callable, batch: torch.Tensor, steps: int, *, lr: float = 1e-3,
-          seed: int = 0) -> list[float]:
+def train(
+    model: LlamaForCausalLM,
+    forward: Callable,
+    batch: torch.Tensor,
+    steps: int,
+    *,
+    lr: float = 1e-3,
+    seed: int = 0,
+) -> list[float]:
     """The loss of each of ``steps`` AdamW steps of ``model`` (called through ``forward``) on ``batch``."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
@@ -55,9 +61,15 @@ def compare(model: LlamaForCausalLM, batch: torch.Tensor, steps: int, **options)
     expected = train(eager, eager, batch, steps)
     compiled = copy.deepcopy(model)
     before = cache_stats.copy()
-    losses = train(compiled, torch.compile(compiled, backend="nkipy", dynamic=False, options=options), batch, steps)
+    losses = train(
+        compiled,
+        torch.compile(compiled, backend="nkipy", dynamic=False, options=options),
+        batch,
+        steps,
+    )
     return {
-        "losses": losses, "expected": expected,
+        "losses": losses,
+        "expected": expected,
         "max_difference": max(abs(a - b) for a, b in zip(losses, expected, strict=True)),
         "kernels": kernels_looked_up(cache_stats) - kernels_looked_up(before),
         "fallback_ops": cache_stats["fallback_ops"] - before["fallback_ops"],
@@ -70,9 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dropout", type=float, default=0.1, help="attention_dropout of the model")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=32)
-    parser.add_argument("--fallback-random", action="store_true",
-                        help="draw dropout masks from torch's CPU generator, as eager does")
-    parser.add_argument("--runtime", default=None, help="nkipy runtime (default: NKIPY_RUNTIME or the best available)")
+    parser.add_argument(
+        "--fallback-random",
+        action="store_true",
+        help="draw dropout masks from torch's CPU generator, as eager does",
+    )
+    parser.add_argument(
+        "--runtime",
+        default=None,
+        help="nkipy runtime (default: NKIPY_RUNTIME or the best available)",
+    )
     args = parser.parse_args(argv)
 
     init_nkipy_backend(runtime=args.runtime, nkipy_cache=tempfile.mkdtemp(prefix="nkipy-llama-"))
@@ -83,9 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     tolerance = EXACT_TOLERANCE if args.fallback_random else DROPOUT_TOLERANCE
     print(f"eager losses: {[round(v, 5) for v in result['expected']]}")
     print(f"nkipy losses: {[round(v, 5) for v in result['losses']]}")
-    print(f"max difference {result['max_difference']:.2e} (tolerance {tolerance:.0e}, "
-          f"dropout masks from {'torch' if args.fallback_random else 'the kernels'}); "
-          f"kernels: {result['kernels']}, ops on CPU: {result['fallback_ops']}")
+    print(
+        f"max difference {result['max_difference']:.2e} (tolerance {tolerance:.0e}, "
+        f"dropout masks from {'torch' if args.fallback_random else 'the kernels'}); "
+        f"kernels: {result['kernels']}, ops on CPU: {result['fallback_ops']}"
+    )
     return 0 if result["max_difference"] <= tolerance else 1
 
 

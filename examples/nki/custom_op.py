@@ -59,7 +59,7 @@ def scale_kernel(x, alpha=1.0):
 
 
 def model(a, b):
-    c = torch.ops.mylib.add_custom_op(a, b)   # the NKI kernel
+    c = torch.ops.mylib.add_custom_op(a, b)  # the NKI kernel
     return torch.ops.mylib.scale(a * b * c, 0.5)
 
 

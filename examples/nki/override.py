@@ -30,7 +30,7 @@ class Block(torch.nn.Module):
         self.proj = torch.nn.Linear(dim, dim)
 
     def forward(self, h):
-        var = h.pow(2).mean(-1, keepdim=True)          # RMSNorm, as LlamaRMSNorm writes it
+        var = h.pow(2).mean(-1, keepdim=True)  # RMSNorm, as LlamaRMSNorm writes it
         h = self.weight * (h * torch.rsqrt(var + 1e-6))
         scores = h @ h.transpose(-1, -2) / 8.0
         return torch.softmax(scores, dim=-1) @ self.proj(h)
@@ -45,8 +45,10 @@ def main() -> None:
         out = torch.compile(block, backend="nkipy", fullgraph=True)(x)
         print("matches eager:", torch.allclose(out, block(x), atol=1e-5, rtol=1e-5))
     sources = "".join(p.read_text() for p in cache.glob("kernels/*/kernel.py"))
-    print("NKI kernels in the compiled code:",
-          sorted({k for k in ("softmax_kernel", "rmsnorm_kernel") if f"{k}#" in sources}))
+    print(
+        "NKI kernels in the compiled code:",
+        sorted({k for k in ("softmax_kernel", "rmsnorm_kernel") if f"{k}#" in sources}),
+    )
     print(f"kernels {nkipy_core.cache_stats['lowered_kernels']}")
 
 

@@ -13,7 +13,9 @@ PACKS = {
 
 
 def run(*args, **env):
-    return subprocess.run(args, capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+    return subprocess.run(
+        args, capture_output=True, text=True, timeout=300, env={**os.environ, **env}
+    )
 
 
 def test_every_plugin_loads_with_its_provenance():
@@ -25,18 +27,39 @@ def test_every_plugin_loads_with_its_provenance():
     for name, dist in PACKS.items():
         assert plugins[name]["status"] == "ok", plugins[name]
         assert plugins[name]["distribution"] == dist
-        assert plugins[name]["hook_api"] == ">=1.0,<2"  # each pack states the hook API it was made for
+        assert (
+            plugins[name]["hook_api"] == ">=1.0,<2"
+        )  # each pack states the hook API it was made for
     providers = {row["provider"] for row in listing["lowerings"]}
-    assert providers == {"nkipy-ops-base", "nkipy-ops-collectives", "nkipy-ops-nki"}  # nkipy-runtime gives runtimes
+    assert providers == {
+        "nkipy-ops-base",
+        "nkipy-ops-collectives",
+        "nkipy-ops-nki",
+    }  # nkipy-runtime gives runtimes
     nki = sorted(row["op"] for row in listing["lowerings"] if row["provider"] == "nkipy-ops-nki")
-    assert nki == ["aten::_softmax.default", "nkipy_nki::rms_norm.default"]  # NKIPY_NKI_OVERRIDES=1 (tox.ini)
-    collectives = sorted(row["op"] for row in listing["lowerings"] if row["provider"] == "nkipy-ops-collectives")
-    assert collectives == [f"_c10d_functional::{name}.default" for name in (
-        "all_gather_into_tensor", "all_reduce", "all_to_all_single", "broadcast", "reduce_scatter_tensor", "wait_tensor",
-    )]
+    assert nki == [
+        "aten::_softmax.default",
+        "nkipy_nki::rms_norm.default",
+    ]  # NKIPY_NKI_OVERRIDES=1 (tox.ini)
+    collectives = sorted(
+        row["op"] for row in listing["lowerings"] if row["provider"] == "nkipy-ops-collectives"
+    )
+    assert collectives == [
+        f"_c10d_functional::{name}.default"
+        for name in (
+            "all_gather_into_tensor",
+            "all_reduce",
+            "all_to_all_single",
+            "broadcast",
+            "reduce_scatter_tensor",
+            "wait_tensor",
+        )
+    ]
     runtimes = {row["name"]: row for row in listing["runtimes"]}
     assert {name: row["provider"] for name, row in runtimes.items()} == {
-        "cpu": "nkipy-core", "nrt": "nkipy-runtime", "xla": "nkipy-runtime",
+        "cpu": "nkipy-core",
+        "nrt": "nkipy-runtime",
+        "xla": "nkipy-runtime",
     }
     assert runtimes["nrt"]["hardware"] and not runtimes["xla"]["hardware"]
 
@@ -46,7 +69,11 @@ def test_doctor_says_what_nrt_and_xla_are_missing_here():
     result = run("nkipy-ops", "doctor", "--format", "json")
     runtimes = {row["name"]: row for row in json.loads(result.stdout)["runtimes"]}
     assert not runtimes["nrt"]["available"]
-    for needed in ("neuronx-cc is not on PATH", "libnrt.so was not found", "no Neuron devices (/dev/neuron*)"):
+    for needed in (
+        "neuronx-cc is not on PATH",
+        "libnrt.so was not found",
+        "no Neuron devices (/dev/neuron*)",
+    ):
         assert needed in runtimes["nrt"]["reason"]
     assert not runtimes["xla"]["available"]
     assert "pip install 'nkipy-runtime[xla]'" in runtimes["xla"]["reason"]
@@ -60,6 +87,10 @@ def test_doctor_reports_a_usable_runtime():
 
 
 def test_the_nki_overrides_are_opt_in():
-    result = run("nkipy-ops", "list", "--pack", "nkipy-ops-nki", "--format", "json", NKIPY_NKI_OVERRIDES="0")
+    result = run(
+        "nkipy-ops", "list", "--pack", "nkipy-ops-nki", "--format", "json", NKIPY_NKI_OVERRIDES="0"
+    )
     assert result.returncode == 0, result.stderr
-    assert [row["op"] for row in json.loads(result.stdout)["lowerings"]] == ["nkipy_nki::rms_norm.default"]
+    assert [row["op"] for row in json.loads(result.stdout)["lowerings"]] == [
+        "nkipy_nki::rms_norm.default"
+    ]

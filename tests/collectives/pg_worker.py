@@ -62,7 +62,10 @@ class Cases:
         after = torch.nkipy.transfer_stats()
         assert after["device_to_host"] - before["device_to_host"] == 1, (before, after)
         assert after["host_to_device"] - before["host_to_device"] == 1, (before, after)
-        assert after["host_to_device_bytes"] - before["host_to_device_bytes"] == device.nbytes, (before, after)
+        assert after["host_to_device_bytes"] - before["host_to_device_bytes"] == device.nbytes, (
+            before,
+            after,
+        )
 
     def all_reduce_async(self) -> None:
         x = _data(5)
@@ -101,7 +104,9 @@ class Cases:
         dist.all_gather_into_tensor(ref, x, group=self.ref)
         _same(funcol.wait_tensor(got), ref)
         y = _data(5, salt=1)  # coalesced: inputs of different shapes travel together
-        got = funcol.all_gather_into_tensor_coalesced([x.to("nkipy"), y.to("nkipy")], dist.group.WORLD)
+        got = funcol.all_gather_into_tensor_coalesced(
+            [x.to("nkipy"), y.to("nkipy")], dist.group.WORLD
+        )
         for out, t in zip(got, (x, y)):
             ref = torch.empty(t.shape[0] * self.size, *t.shape[1:])
             dist.all_gather_into_tensor(ref, t, group=self.ref)
@@ -195,19 +200,25 @@ class Cases:
         group = dist.new_group(backend="nkipy", timeout=timedelta(seconds=2))
         if dist.get_rank() == 1:
             return
-        _raises_collective_error(lambda: dist.all_reduce(torch.ones(2, device="nkipy"), group=group), "timeout")
+        _raises_collective_error(
+            lambda: dist.all_reduce(torch.ones(2, device="nkipy"), group=group), "timeout"
+        )
 
     def all_gather_coalesced_mixed_dtypes(self) -> None:
         """Coalesced inputs travel as one flat tensor: mixed dtypes are refused on every rank."""
         import torch.distributed._functional_collectives as funcol
 
         mixed = [torch.ones(2, device="nkipy"), torch.ones(2, dtype=torch.int64, device="nkipy")]
-        _raises_collective_error(lambda: funcol.all_gather_into_tensor_coalesced(mixed, dist.group.WORLD), "one dtype")
+        _raises_collective_error(
+            lambda: funcol.all_gather_into_tensor_coalesced(mixed, dist.group.WORLD), "one dtype"
+        )
 
     def all_reduce_avg_integers(self) -> None:
         """AVG of integers is refused on every rank before anything is exchanged."""
         integers = torch.ones(2, dtype=torch.int32, device="nkipy")
-        _raises_collective_error(lambda: dist.all_reduce(integers, op=dist.ReduceOp.AVG), "floating")
+        _raises_collective_error(
+            lambda: dist.all_reduce(integers, op=dist.ReduceOp.AVG), "floating"
+        )
 
 
 def _raises_collective_error(run, says: str) -> None:

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 import compiled_collectives_worker
+import pytest
 from compiled_collectives_worker import CASES
 from torchrun import rank_results, torchrun
 

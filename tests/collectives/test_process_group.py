@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from torchrun import rank_results
 
 WORKER = Path(__file__).with_name("pg_worker.py")
@@ -18,15 +17,34 @@ WORKER = Path(__file__).with_name("pg_worker.py")
 #: cases run in a group made by ``init_process_group("nkipy")``
 NKIPY_CASES = [
     *(f"all_reduce:{op}" for op in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")),
-    "all_reduce_transfers", "all_reduce_async", "all_gather", "all_gather_into_tensor",
-    "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_avg", "all_to_all_single",
-    "all_to_all_single_uneven", "broadcast", "scatter", "all_gather_functional", "barrier", "cpu_tensors",
-    "all_gather_coalesced_mixed_dtypes", "all_reduce_avg_integers",
-    "mismatched_shapes", "missed_collective",  # last: it leaves a timed-out group behind
+    "all_reduce_transfers",
+    "all_reduce_async",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "reduce_scatter_tensor_avg",
+    "all_to_all_single",
+    "all_to_all_single_uneven",
+    "broadcast",
+    "scatter",
+    "all_gather_functional",
+    "barrier",
+    "cpu_tensors",
+    "all_gather_coalesced_mixed_dtypes",
+    "all_reduce_avg_integers",
+    "mismatched_shapes",
+    "missed_collective",  # last: it leaves a timed-out group behind
 ]
 #: cases run in ``init_process_group("cpu:gloo,nkipy:nkipy")``
-COMBINED_CASES = ["all_reduce:SUM", "all_gather_into_tensor", "broadcast", "scatter", "all_gather_functional",
-                  "cpu_tensors"]
+COMBINED_CASES = [
+    "all_reduce:SUM",
+    "all_gather_into_tensor",
+    "broadcast",
+    "scatter",
+    "all_gather_functional",
+    "cpu_tensors",
+]
 
 
 def _launch(backend: str, cases: list[str], out: Path) -> list[dict[str, str]]:

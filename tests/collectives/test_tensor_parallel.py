@@ -16,5 +16,7 @@ def test_the_tensor_parallel_block_matches_the_single_process_block():
     done = torchrun(str(EXAMPLE))
     assert done.returncode == 0, done.stderr[-3000:]
     # one kernel for the forward, one for the backward, each with its collectives inside
-    assert ("ranks 2: matches the single-process block, forward and backward; kernels 2; ops on CPU 0"
-            in done.stdout), done.stdout
+    assert (
+        "ranks 2: matches the single-process block, forward and backward; kernels 2; ops on CPU 0"
+        in done.stdout
+    ), done.stdout

@@ -32,7 +32,10 @@ PROGRAM = textwrap.dedent("""
 
 def run_program(cache: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", PROGRAM, str(cache)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", PROGRAM, str(cache)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -49,16 +52,28 @@ def arithmetic(plugin_env):
 
 def compile_once(cache):
     x = torch.linspace(-1, 1, 12).reshape(3, 4)
-    out = torch.compile(lambda a: torch.exp(a) * a, backend="nkipy", options={"nkipy_cache": str(cache)})(x)
+    out = torch.compile(
+        lambda a: torch.exp(a) * a, backend="nkipy", options={"nkipy_cache": str(cache)}
+    )(x)
     torch.testing.assert_close(out, torch.exp(x) * x)
 
 
 def test_entry_holds_graph_source_ir_meta_and_artifacts(arithmetic, tmp_path):
     compile_once(tmp_path / "c")
     (entry,) = (tmp_path / "c" / "kernels").iterdir()
-    assert sorted(p.name for p in entry.iterdir()) == ["artifacts", "graph.py", "kernel.ir", "kernel.py", "meta.json"]
+    assert sorted(p.name for p in entry.iterdir()) == [
+        "artifacts",
+        "graph.py",
+        "kernel.ir",
+        "kernel.py",
+        "meta.json",
+    ]
     meta = json.loads((entry / "meta.json").read_text())
-    assert meta["runtime"] == "cpu" and meta["inputs"] == ["f32[3x4]"] and meta["outputs"] == ["f32[3x4]"]
+    assert (
+        meta["runtime"] == "cpu"
+        and meta["inputs"] == ["f32[3x4]"]
+        and meta["outputs"] == ["f32[3x4]"]
+    )
     assert set(meta["files"]) == {"graph.py", "kernel.ir", "kernel.py", "artifacts/kernel.py"}
     assert "torch.ops.aten.exp.default" in (entry / "graph.py").read_text()
     assert "= exp(%v0)" in (entry / "kernel.ir").read_text()
@@ -69,7 +84,9 @@ def test_warm_cache_in_a_new_process_skips_lowering(tmp_path):
     cold = result(run_program(tmp_path / "c"))
     warm = result(run_program(tmp_path / "c"))
     assert cold["ok"] and warm["ok"]
-    assert cold["lowered_kernels"] == 1 and cold["compiled_kernels"] == 1 and cold["planned_nodes"] > 0
+    assert (
+        cold["lowered_kernels"] == 1 and cold["compiled_kernels"] == 1 and cold["planned_nodes"] > 0
+    )
     assert warm.get("lowered_kernels", 0) == 0 and warm.get("planned_nodes", 0) == 0
     assert warm.get("compiled_kernels", 0) == 0 and warm["hits"] == 1
 
@@ -77,13 +94,18 @@ def test_warm_cache_in_a_new_process_skips_lowering(tmp_path):
 def test_corrupt_entry_is_detected_logged_and_rebuilt(arithmetic, tmp_path, caplog):
     compile_once(tmp_path / "c")
     (entry,) = (tmp_path / "c" / "kernels").iterdir()
-    (entry / "artifacts" / "kernel.py").write_text("def kernel(v0):\n    return (v0 * 0,)\n")  # silently wrong
+    (entry / "artifacts" / "kernel.py").write_text(
+        "def kernel(v0):\n    return (v0 * 0,)\n"
+    )  # silently wrong
     torch._dynamo.reset()
     before = cache_stats["corrupt"]
     with caplog.at_level(logging.WARNING, logger="nkipy.cache"):
         compile_once(tmp_path / "c")  # asserts the result is right, not the tampered one
     assert cache_stats["corrupt"] == before + 1
-    assert "is corrupt or partial (artifacts/kernel.py does not match its checksum); rebuilding it" in caplog.text
+    assert (
+        "is corrupt or partial (artifacts/kernel.py does not match its checksum); rebuilding it"
+        in caplog.text
+    )
     meta = json.loads((entry / "meta.json").read_text())  # rebuilt in place
     assert meta["outputs"] == ["f32[3x4]"]
 
@@ -131,13 +153,17 @@ def test_editing_a_rule_invalidates_its_cached_kernels(plugin_env, tmp_path):
     opts = {"nkipy_cache": str(tmp_path / "c")}
     x = torch.randn(4)
     plugin_env.add(_exp_pack(2), "edited", "edited-pack", "1.0")
-    torch.testing.assert_close(torch.compile(torch.exp, backend="nkipy", options=opts)(x), torch.exp(x) * 2)
+    torch.testing.assert_close(
+        torch.compile(torch.exp, backend="nkipy", options=opts)(x), torch.exp(x) * 2
+    )
     from nkipy_core.plugin import manager as plugins
 
     plugins.unregister("edited")
     torch._dynamo.reset()
     plugin_env.add(_exp_pack(3), "edited", "edited-pack", "1.0")
-    torch.testing.assert_close(torch.compile(torch.exp, backend="nkipy", options=opts)(x), torch.exp(x) * 3)
+    torch.testing.assert_close(
+        torch.compile(torch.exp, backend="nkipy", options=opts)(x), torch.exp(x) * 3
+    )
 
 
 HELPER_PROGRAM = textwrap.dedent("""
@@ -157,7 +183,8 @@ def test_editing_a_helper_of_a_rule_invalidates_its_cached_kernels(tmp_path):
     """The rule is unchanged; a constant in another module of its package changes."""
     package = tmp_path / "src" / "helperpack"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text(textwrap.dedent("""
+    (package / "__init__.py").write_text(
+        textwrap.dedent("""
         import torch
         from nkipy_core import hookimpl, knp
         from .consts import FACTOR
@@ -165,13 +192,16 @@ def test_editing_a_helper_of_a_rule_invalidates_its_cached_kernels(tmp_path):
         @hookimpl
         def nkipy_register_lowerings(registry):
             registry.register(torch.ops.aten.exp.default, lambda ctx, x: knp.exp(x) * FACTOR, priority=1000)
-    """))
+    """)
+    )
     outputs = []
     for factor in (2, 3):
         (package / "consts.py").write_text(f"FACTOR = {factor}\n")
         proc = subprocess.run(
             [sys.executable, "-c", HELPER_PROGRAM, str(tmp_path / "c"), str(tmp_path / "src")],
-            capture_output=True, text=True, timeout=300,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert proc.returncode == 0, proc.stderr
         outputs.append(proc.stdout.split()[-1])

@@ -56,12 +56,25 @@ RANK_PROGRAM = textwrap.dedent("""
 """).format(here=str(HERE))
 
 
-def start_rank(tmp: Path, barrier: str, ranks: int, compile_seconds: float, **env: str) -> subprocess.Popen:
+def start_rank(
+    tmp: Path, barrier: str, ranks: int, compile_seconds: float, **env: str
+) -> subprocess.Popen:
     (tmp / barrier).mkdir(exist_ok=True)
     return subprocess.Popen(
-        [sys.executable, "-c", RANK_PROGRAM, str(tmp / "cache"), str(tmp / "compiles"), str(tmp / barrier),
-         str(ranks), str(compile_seconds)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
+        [
+            sys.executable,
+            "-c",
+            RANK_PROGRAM,
+            str(tmp / "cache"),
+            str(tmp / "compiles"),
+            str(tmp / barrier),
+            str(ranks),
+            str(compile_seconds),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
     )
 
 
@@ -101,7 +114,9 @@ def assert_cache_intact(cache: Path) -> None:
     for entry in entries:
         meta = json.loads((entry / "meta.json").read_text())
         for name, expected in meta["files"].items():
-            assert hashlib.sha256((entry / name).read_bytes()).hexdigest() == expected, f"{entry}/{name}"
+            assert hashlib.sha256((entry / name).read_bytes()).hexdigest() == expected, (
+                f"{entry}/{name}"
+            )
     assert not list((cache / "tmp").iterdir())  # no staging or discarded entry left behind
 
 
@@ -124,10 +139,15 @@ def test_a_lock_holder_blocks_others_only_while_it_lives(tmp_path):
     holder = start_rank(tmp_path, "holder", 1, compile_seconds=120)
     try:
         wait_until(lambda: compiles(tmp_path), "the first rank to start compiling")
-        impatient = start_rank(tmp_path, "impatient", 1, compile_seconds=0, NKIPY_CACHE_LOCK_TIMEOUT="0.5")
+        impatient = start_rank(
+            tmp_path, "impatient", 1, compile_seconds=0, NKIPY_CACHE_LOCK_TIMEOUT="0.5"
+        )
         patient = start_rank(tmp_path, "patient", 1, compile_seconds=0)
         _, err = impatient.communicate(timeout=60)
-        wait_until(lambda: holds_open_lock_file(patient, tmp_path / "cache"), "the patient rank to reach the lock")
+        wait_until(
+            lambda: holds_open_lock_file(patient, tmp_path / "cache"),
+            "the patient rank to reach the lock",
+        )
         time.sleep(0.3)
         assert patient.poll() is None  # blocked behind the holder's lock
     finally:
@@ -140,5 +160,7 @@ def test_a_lock_holder_blocks_others_only_while_it_lives(tmp_path):
     assert result["ok"] and result.get("waited_for_other_process", 0) == 0
     (killed_pid, killed_kernel), *_ = compiles(tmp_path)
     assert killed_pid == holder.pid
-    assert (patient.pid, killed_kernel) in compiles(tmp_path)  # the patient rank compiled it after the kill
+    assert (patient.pid, killed_kernel) in compiles(
+        tmp_path
+    )  # the patient rank compiled it after the kill
     assert_cache_intact(tmp_path / "cache")

@@ -23,8 +23,8 @@ from fixture_packs import arithmetic_rules, declining_rules, pack
 from nkipy_cli import by, line_of, run, run_json, section
 
 from nkipy_core import PluginConflictError, hookimpl
-from nkipy_core.plugin import manager as plugins
 from nkipy_core.cli.main import core_aten_ops
+from nkipy_core.plugin import manager as plugins
 from nkipy_core.plugin.registry import resolve_op
 from nkipy_core.runtime.cpu import CpuRuntime
 
@@ -82,16 +82,39 @@ def test_core_alone_lists_no_lowerings_cpu_plugin_and_runtime(plugin_env, capsys
     assert code == 0, err
     assert section(out, "Lowerings").strip().startswith("no lowerings installed")
     plugin_row = line_of(section(out, "Plugins"), "cpu ")
-    assert plugin_row == ["cpu", "nkipy-core", version("nkipy-core"), "-", "ok", "nkipy_core.runtime.cpu"]
+    assert plugin_row == [
+        "cpu",
+        "nkipy-core",
+        version("nkipy-core"),
+        "-",
+        "ok",
+        "nkipy_core.runtime.cpu",
+    ]
     runtime_row = line_of(section(out, "Runtimes"), "cpu ")
-    assert runtime_row == ["cpu", "0", "nkipy-core", version("nkipy-core"), "no", "yes", "-"]  # a simulator
+    assert runtime_row == [
+        "cpu",
+        "0",
+        "nkipy-core",
+        version("nkipy-core"),
+        "no",
+        "yes",
+        "-",
+    ]  # a simulator
 
     data = run_json(capsys, "list")
     assert data["lowerings"] == []
     assert [(p["name"], p["status"]) for p in data["plugins"]] == [("cpu", "ok")]
     assert data["runtimes"] == [
-        {"name": "cpu", "priority": 0, "provider": "nkipy-core", "version": version("nkipy-core"), "hardware": False,
-         "available": True, "reason": "", "details": ""}
+        {
+            "name": "cpu",
+            "priority": 0,
+            "provider": "nkipy-core",
+            "version": version("nkipy-core"),
+            "hardware": False,
+            "available": True,
+            "reason": "",
+            "details": "",
+        }
     ]
 
 
@@ -101,17 +124,39 @@ def test_list_shows_provider_priority_overrides_and_location(plugin_env, capsys)
 
     code, out, err = run(capsys, "list")
     assert code == 0, err
-    assert line_of(out, "aten::exp.default")[:5] == ["aten::exp.default", "fast_exp", "0.3", "10", "arith-pack"]
-    assert line_of(out, "aten::add.Tensor")[:5] == ["aten::add.Tensor", "arith-pack", "1.2", "0", "-"]
+    assert line_of(out, "aten::exp.default")[:5] == [
+        "aten::exp.default",
+        "fast_exp",
+        "0.3",
+        "10",
+        "arith-pack",
+    ]
+    assert line_of(out, "aten::add.Tensor")[:5] == [
+        "aten::add.Tensor",
+        "arith-pack",
+        "1.2",
+        "0",
+        "-",
+    ]
     assert line_of(out, "aten::add.Tensor")[5].startswith("fixture_packs.py:")
 
     data = run_json(capsys, "list")
     assert [r["op"] for r in data["lowerings"]] == [
-        "aten::add.Tensor", "aten::exp.default", "aten::mean.dim", "aten::mul.Tensor",
+        "aten::add.Tensor",
+        "aten::exp.default",
+        "aten::mean.dim",
+        "aten::mul.Tensor",
     ]
     exp = by(data["lowerings"], "op", "aten::exp.default")
-    assert (exp["provider"], exp["version"], exp["priority"], exp["plugin"]) == ("fast_exp", "0.3", 10, "fastexp")
-    assert [(o["provider"], o["version"], o["priority"]) for o in exp["overridden"]] == [("arith-pack", "1.2", 0)]
+    assert (exp["provider"], exp["version"], exp["priority"], exp["plugin"]) == (
+        "fast_exp",
+        "0.3",
+        10,
+        "fastexp",
+    )
+    assert [(o["provider"], o["version"], o["priority"]) for o in exp["overridden"]] == [
+        ("arith-pack", "1.2", 0)
+    ]
     winner = plugins.get().lowerings.rules_for(torch.ops.aten.exp.default)[0].fn
     assert exp["location"] == f"{inspect.getsourcefile(winner)}:{inspect.getsourcelines(winner)[1]}"
     assert exp["qualname"].endswith("declining_rules.<locals>.exp_only_big")
@@ -150,10 +195,15 @@ def test_failed_plugin_is_listed_with_its_error_and_others_still_load(plugin_env
     assert "1 plugin(s) were skipped (failed or incompatible)" in out
 
     plugin = by(run_json(capsys, "list")["plugins"], "name", "broken")
-    assert (plugin["status"], plugin["error"]) == ("failed", "register: RuntimeError: needs libfoo 2.0")
+    assert (plugin["status"], plugin["error"]) == (
+        "failed",
+        "register: RuntimeError: needs libfoo 2.0",
+    )
 
 
-@pytest.mark.parametrize("argv", [["list", "--strict"], ["--strict", "list"], ["doctor", "--strict"]])
+@pytest.mark.parametrize(
+    "argv", [["list", "--strict"], ["--strict", "list"], ["doctor", "--strict"]]
+)
 def test_strict_makes_a_failed_plugin_exit_2_without_traceback(plugin_env, capsys, argv):
     plugin_env.add(failing_plugin("needs libfoo 2.0"), "broken", "broken-pack", "9.9")
 
@@ -193,7 +243,11 @@ def test_coverage_counts_registered_core_ops_and_lists_the_rest(plugin_env, caps
     assert report["opset"] == "core-aten" and report["torch"] == torch.__version__
     assert report["covered"] == len(core_registered) == len(report["covered_ops"]) == 4
     excluded = {e["op"]: e["reason"] for e in report["excluded"]}
-    assert report["covered"] + len(excluded) + len(report["missing"]) == report["total"] == len(core_aten_ops())
+    assert (
+        report["covered"] + len(excluded) + len(report["missing"])
+        == report["total"]
+        == len(core_aten_ops())
+    )
     assert set(report["covered_ops"]) == set(core_registered)
     assert not set(report["missing"]) & set(registered)
     assert not set(report["missing"]) & set(excluded)
@@ -212,7 +266,10 @@ def test_coverage_counts_registered_core_ops_and_lists_the_rest(plugin_env, caps
 
 def test_coverage_with_core_alone_and_per_pack(plugin_env, capsys):
     report = run_json(capsys, "list", "--coverage", "core-aten")
-    assert report["covered"] == 0 and len(report["missing"]) + len(report["excluded"]) == report["total"]
+    assert (
+        report["covered"] == 0
+        and len(report["missing"]) + len(report["excluded"]) == report["total"]
+    )
 
     plugin_env.add(pack(arithmetic_rules()), "arith", "arith-pack", "1.2")
     plugin_env.add(pack(declining_rules(priority=10)), "fastexp", "fast-exp", "0.3")
@@ -240,14 +297,26 @@ def test_doctor_reports_versions_and_what_unavailable_runtimes_need(plugin_env, 
     code, out, err = run(capsys, "doctor")
     assert code == 0, err
     for name, value in [
-        ("python", sys.version.split()[0]), ("torch", torch.__version__),
-        ("numpy", __import__("numpy").__version__), ("nkipy-core", version("nkipy-core")),
+        ("python", sys.version.split()[0]),
+        ("torch", torch.__version__),
+        ("numpy", __import__("numpy").__version__),
+        ("nkipy-core", version("nkipy-core")),
         ("fakehw-runtime", "0.7"),
     ]:
         assert line_of(out, f"  {name} ")[1] == value
-    assert line_of(section(out, "Runtimes"), "fakehw ")[:6] == ["fakehw", "10", "fakehw-runtime", "0.7", "no", "no"]
+    assert line_of(section(out, "Runtimes"), "fakehw ")[:6] == [
+        "fakehw",
+        "10",
+        "fakehw-runtime",
+        "0.7",
+        "no",
+        "no",
+    ]
     assert "Runtime torch.compile will use: cpu (highest-priority available)" in out
-    assert "Torch device: nkipy (registered by torch autoload); torch.accelerator does not pick it: " in out
+    assert (
+        "Torch device: nkipy (registered by torch autoload); torch.accelerator does not pick it: "
+        in out
+    )
     assert (
         "Note: runtime 'fakehw' is unavailable: fakehw-driver not found on PATH; "
         "pip install fakehw[driver] on a FakeHW host"
@@ -256,7 +325,13 @@ def test_doctor_reports_versions_and_what_unavailable_runtimes_need(plugin_env, 
 
     report = run_json(capsys, "doctor")
     assert report["ok"] is True and report["selection"]["selected"] == "cpu"
-    assert report["device"] == {"name": "nkipy", "registered": True, "autoload": True, "privateuse1": "nkipy", "accelerator": False}
+    assert report["device"] == {
+        "name": "nkipy",
+        "registered": True,
+        "autoload": True,
+        "privateuse1": "nkipy",
+        "accelerator": False,
+    }
     assert [r["name"] for r in report["runtimes"]] == ["fakehw", "crashy", "cpu"]
     assert by(report["runtimes"], "name", "fakehw")["reason"].startswith("fakehw-driver not found")
 
@@ -285,7 +360,10 @@ def test_doctor_marks_failed_plugins_as_problems(plugin_env, capsys):
     plugin_env.add(failing_plugin("needs libfoo 2.0"), "broken", "broken-pack", "9.9")
     code, out, _ = run(capsys, "doctor")
     assert code == 0  # the cpu runtime still works; the pack's ops fall back
-    assert "Problem: plugin 'broken' (broken-pack) was skipped: register: RuntimeError: needs libfoo 2.0" in out
+    assert (
+        "Problem: plugin 'broken' (broken-pack) was skipped: register: RuntimeError: needs libfoo 2.0"
+        in out
+    )
 
 
 # --------------------------------------------------------------------------- the real install
@@ -305,7 +383,11 @@ def fake_site(tmp_path, monkeypatch):
     """
     site = tmp_path / "site"
     site.mkdir()
-    write_distribution(site, "fakepack", "fakepack_plugin", """
+    write_distribution(
+        site,
+        "fakepack",
+        "fakepack_plugin",
+        """
         import torch
         from nkipy_core import hookimpl, knp
 
@@ -314,16 +396,24 @@ def fake_site(tmp_path, monkeypatch):
             @registry.register(torch.ops.aten.erf.default, priority=7)
             def erf(ctx, x):
                 return knp.tanh(x)
-    """)
-    write_distribution(site, "brokenpack", "brokenpack_plugin", """
+    """,
+    )
+    write_distribution(
+        site,
+        "brokenpack",
+        "brokenpack_plugin",
+        """
         raise ImportError("brokenpack needs libbroken.so; install brokenpack[native]")
-    """)
+    """,
+    )
     monkeypatch.syspath_prepend(str(site))
     real = plugins._entry_point_candidates
     monkeypatch.setattr(
         plugins,
         "_entry_point_candidates",
-        lambda: [c for c in real() if c.provenance.distribution in {"nkipy-core", *FAKE_DISTRIBUTIONS}],
+        lambda: [
+            c for c in real() if c.provenance.distribution in {"nkipy-core", *FAKE_DISTRIBUTIONS}
+        ],
     )
     plugins.reload()
     yield site
@@ -337,14 +427,27 @@ def test_entry_point_packs_on_sys_path_are_discovered(fake_site, capsys):
     data = run_json(capsys, "list")
     fake = by(data["plugins"], "name", "fakepack")
     broken = by(data["plugins"], "name", "brokenpack")
-    assert (fake["distribution"], fake["version"], fake["status"], fake["module"]) == ("fakepack", "0.1", "ok", "fakepack_plugin")
+    assert (fake["distribution"], fake["version"], fake["status"], fake["module"]) == (
+        "fakepack",
+        "0.1",
+        "ok",
+        "fakepack_plugin",
+    )
     assert (broken["distribution"], broken["status"]) == ("brokenpack", "failed")
-    assert broken["error"] == "import: ImportError: brokenpack needs libbroken.so; install brokenpack[native]"
+    assert (
+        broken["error"]
+        == "import: ImportError: brokenpack needs libbroken.so; install brokenpack[native]"
+    )
     erf = by(data["lowerings"], "op", "aten::erf.default")
     assert (erf["provider"], erf["version"], erf["priority"]) == ("fakepack", "0.1", 7)
     source = fake_site / "fakepack_plugin.py"
     # inspect reports a decorated function at its first decorator line
-    line = source.read_text().splitlines().index("    @registry.register(torch.ops.aten.erf.default, priority=7)") + 1
+    line = (
+        source.read_text()
+        .splitlines()
+        .index("    @registry.register(torch.ops.aten.erf.default, priority=7)")
+        + 1
+    )
     assert erf["location"] == f"{source}:{line}"
 
     code, out, err = run(capsys, "list", "--strict")
@@ -369,18 +472,28 @@ def test_console_script_in_a_subprocess(fake_site, tmp_path):
     }
     procs = {
         key: subprocess.Popen(
-            [_console_script(), *argv], cwd=tmp_path, env=env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            [_console_script(), *argv],
+            cwd=tmp_path,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         for key, argv in commands.items()
     }
-    results = {key: (*proc.communicate(timeout=120), proc.returncode) for key, proc in procs.items()}
+    results = {
+        key: (*proc.communicate(timeout=120), proc.returncode) for key, proc in procs.items()
+    }
 
     out, err, code = results["list"]
     assert code == 0, err
     data = json.loads(out)
     statuses = {p["name"]: p["status"] for p in data["plugins"]}
-    assert statuses["cpu"] == "ok" and statuses["fakepack"] == "ok" and statuses["brokenpack"] == "failed"
+    assert (
+        statuses["cpu"] == "ok"
+        and statuses["fakepack"] == "ok"
+        and statuses["brokenpack"] == "failed"
+    )
     assert by(data["lowerings"], "op", "aten::erf.default")["provider"] == "fakepack"
     assert by(data["runtimes"], "name", "cpu")["available"] is True
     if BASE_VERSION is not None:

@@ -33,20 +33,31 @@ def body(source: str) -> str:
 
 def shared(source: str) -> str:
     """The module-level lines computed once, at load time."""
-    return source.split("# values that depend on no input")[1].split("\ndef kernel(")[0] if "# values" in source else ""
+    return (
+        source.split("# values that depend on no input")[1].split("\ndef kernel(")[0]
+        if "# values" in source
+        else ""
+    )
 
 
 def test_chained_views_become_one():
-    kernel = trace(lambda x: x.reshape(2, 12).reshape(4, 6).transpose(1, 0).transpose(1, 0).reshape(3, 8),
-                   TensorType((24,), F32))
+    kernel = trace(
+        lambda x: x.reshape(2, 12).reshape(4, 6).transpose(1, 0).transpose(1, 0).reshape(3, 8),
+        TensorType((24,), F32),
+    )
     assert [op.prim for op in kernel.ops] == ["reshape"]
     x = np.arange(24, dtype=np.float32)
     np.testing.assert_array_equal(codegen.load(codegen.generate(kernel))(x)[0], x.reshape(3, 8))
 
 
 def test_transposes_compose_and_cancel():
-    kernel = trace(lambda x: (x.transpose(1, 2, 0).transpose(2, 0, 1), x.transpose(2, 0, 1).transpose(0, 2, 1)),
-                   TensorType((2, 3, 4), F32))
+    kernel = trace(
+        lambda x: (
+            x.transpose(1, 2, 0).transpose(2, 0, 1),
+            x.transpose(2, 0, 1).transpose(0, 2, 1),
+        ),
+        TensorType((2, 3, 4), F32),
+    )
     assert [op.prim for op in kernel.ops] == ["transpose"]  # the first pair is the identity
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     same, swapped = codegen.load(codegen.generate(kernel))(x)
@@ -81,7 +92,9 @@ def test_loading_a_kernel_computes_its_shared_values_without_floating_point_warn
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fn = codegen.load(source)
-    np.testing.assert_array_equal(fn(np.ones(3, np.float32))[0], [-np.inf, 1, 1 + np.log(np.float32(2))])
+    np.testing.assert_array_equal(
+        fn(np.ones(3, np.float32))[0], [-np.inf, 1, 1 + np.log(np.float32(2))]
+    )
 
 
 def test_a_value_too_large_to_hold_is_computed_per_call(monkeypatch):
@@ -92,7 +105,9 @@ def test_a_value_too_large_to_hold_is_computed_per_call(monkeypatch):
 
 
 def test_a_load_time_result_is_read_only_and_the_runtime_copies_it():
-    kernel = trace(lambda x: (x + 1, knp.reshape(knp.arange(6, DType.f32), (2, 3))), TensorType((2, 3), F32))
+    kernel = trace(
+        lambda x: (x + 1, knp.reshape(knp.arange(6, DType.f32), (2, 3))), TensorType((2, 3), F32)
+    )
     source = codegen.generate(kernel)
     _, constant = codegen.load(source)(np.zeros((2, 3), np.float32))
     assert not constant.flags.writeable
@@ -124,7 +139,10 @@ def test_elementwise_ops_take_broadcast_operands_unmaterialised(dtype):
 
 def test_a_broadcast_stays_where_numpy_would_not_reach_the_shape():
     # both operands come from a [3] vector: implicit broadcasting would give [3], not [2, 3]
-    kernel = trace(lambda v: knp.broadcast_to(v, (2, 3)) + knp.broadcast_to(v * 2, (2, 3)), TensorType((3,), F32))
+    kernel = trace(
+        lambda v: knp.broadcast_to(v, (2, 3)) + knp.broadcast_to(v * 2, (2, 3)),
+        TensorType((3,), F32),
+    )
     source = codegen.generate(kernel)
     assert "broadcast_to" in body(source)
     v = np.arange(3, dtype=np.float32)
@@ -135,11 +153,17 @@ def test_a_broadcast_stays_where_numpy_would_not_reach_the_shape():
 
 def test_outer_broadcasts_meet_in_numpy():
     # [3, 1] and [1, 4] broadcast each other to the op's [3, 4]: neither is materialised
-    kernel = trace(lambda a, b: knp.broadcast_to(a, (3, 4)) - knp.broadcast_to(b, (3, 4)),
-                   TensorType((3, 1), F32), TensorType((1, 4), F32))
+    kernel = trace(
+        lambda a, b: knp.broadcast_to(a, (3, 4)) - knp.broadcast_to(b, (3, 4)),
+        TensorType((3, 1), F32),
+        TensorType((1, 4), F32),
+    )
     source = codegen.generate(kernel)
     assert "broadcast_to" not in body(source)
-    a, b = np.arange(3, dtype=np.float32).reshape(3, 1), np.arange(4, dtype=np.float32).reshape(1, 4)
+    a, b = (
+        np.arange(3, dtype=np.float32).reshape(3, 1),
+        np.arange(4, dtype=np.float32).reshape(1, 4),
+    )
     np.testing.assert_array_equal(codegen.load(source)(a, b)[0], a - b)
 
 
@@ -150,5 +174,7 @@ def test_a_square_is_a_multiplication_as_in_torch(dtype):
     x = torch.randn(1000).mul(50).to(dtype.torch)
     square, cube = codegen.load(codegen.generate(kernel))(x.float().numpy().astype(dtype.numpy))
     # torch's CPU pow multiplies for an exponent of 2: the kernel matches it bit for bit
-    np.testing.assert_array_equal(torch.from_numpy(square.astype(np.float64)), torch.pow(x, 2).double())
+    np.testing.assert_array_equal(
+        torch.from_numpy(square.astype(np.float64)), torch.pow(x, 2).double()
+    )
     np.testing.assert_allclose(cube.astype(np.float64), torch.pow(x, 3).double(), rtol=1e-2)

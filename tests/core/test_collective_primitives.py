@@ -25,32 +25,53 @@ def _type(*shape: int, dtype: DType = F32) -> TensorType:
     return TensorType(shape, dtype)
 
 
-@pytest.mark.parametrize(("prim", "params", "result"), [
-    ("all_reduce", {"op": "sum", "groups": PAIR}, (4, 6)),
-    ("all_gather", {"axis": 1, "groups": PAIR}, (4, 12)),
-    ("all_gather", {"axis": 0, "groups": ((0, 1, 2), (3, 4, 5))}, (12, 6)),
-    ("reduce_scatter", {"op": "max", "axis": 0, "groups": PAIR}, (2, 6)),
-    ("all_to_all", {"split_axis": 1, "concat_axis": 0, "groups": PAIR}, (8, 3)),
-    ("all_to_all", {"split_axis": 1, "concat_axis": 1, "groups": PAIR}, (4, 6)),
-    ("collective_broadcast", {"source": 1, "groups": ((1, 0), (2, 3))}, (4, 6)),
-])
+@pytest.mark.parametrize(
+    ("prim", "params", "result"),
+    [
+        ("all_reduce", {"op": "sum", "groups": PAIR}, (4, 6)),
+        ("all_gather", {"axis": 1, "groups": PAIR}, (4, 12)),
+        ("all_gather", {"axis": 0, "groups": ((0, 1, 2), (3, 4, 5))}, (12, 6)),
+        ("reduce_scatter", {"op": "max", "axis": 0, "groups": PAIR}, (2, 6)),
+        ("all_to_all", {"split_axis": 1, "concat_axis": 0, "groups": PAIR}, (8, 3)),
+        ("all_to_all", {"split_axis": 1, "concat_axis": 1, "groups": PAIR}, (4, 6)),
+        ("collective_broadcast", {"source": 1, "groups": ((1, 0), (2, 3))}, (4, 6)),
+    ],
+)
 def test_result_types(prim, params, result):
     assert infer(prim, [_type(4, 6)], params) == _type(*result)
 
 
-@pytest.mark.parametrize(("prim", "operand", "params", "message"), [
-    ("all_reduce", _type(4), {"op": "sum", "groups": ((0, 1), (2,))}, "differ in size"),
-    ("all_reduce", _type(4), {"op": "sum", "groups": ((0, 2),)}, "once each"),
-    ("all_reduce", _type(4), {"op": "sum", "groups": ((0, 0),)}, "once each"),
-    ("all_reduce", _type(4), {"op": "sum", "groups": ()}, "non-empty"),
-    ("all_reduce", _type(4), {"op": "mean", "groups": PAIR}, "op must be one of"),
-    ("all_reduce", _type(4, dtype=DType.bool), {"op": "max", "groups": PAIR}, "numeric"),
-    ("all_gather", _type(4), {"axis": 1, "groups": PAIR}, "out of range"),
-    ("reduce_scatter", _type(3, 2), {"op": "sum", "axis": 0, "groups": PAIR}, "does not divide"),
-    ("all_to_all", _type(4, 3), {"split_axis": 1, "concat_axis": 0, "groups": PAIR}, "does not divide"),
-    ("all_to_all", _type(4, 2), {"split_axis": 1, "concat_axis": 2, "groups": PAIR}, "out of range"),
-    ("collective_broadcast", _type(4), {"source": 2, "groups": PAIR}, "not a position"),
-])
+@pytest.mark.parametrize(
+    ("prim", "operand", "params", "message"),
+    [
+        ("all_reduce", _type(4), {"op": "sum", "groups": ((0, 1), (2,))}, "differ in size"),
+        ("all_reduce", _type(4), {"op": "sum", "groups": ((0, 2),)}, "once each"),
+        ("all_reduce", _type(4), {"op": "sum", "groups": ((0, 0),)}, "once each"),
+        ("all_reduce", _type(4), {"op": "sum", "groups": ()}, "non-empty"),
+        ("all_reduce", _type(4), {"op": "mean", "groups": PAIR}, "op must be one of"),
+        ("all_reduce", _type(4, dtype=DType.bool), {"op": "max", "groups": PAIR}, "numeric"),
+        ("all_gather", _type(4), {"axis": 1, "groups": PAIR}, "out of range"),
+        (
+            "reduce_scatter",
+            _type(3, 2),
+            {"op": "sum", "axis": 0, "groups": PAIR},
+            "does not divide",
+        ),
+        (
+            "all_to_all",
+            _type(4, 3),
+            {"split_axis": 1, "concat_axis": 0, "groups": PAIR},
+            "does not divide",
+        ),
+        (
+            "all_to_all",
+            _type(4, 2),
+            {"split_axis": 1, "concat_axis": 2, "groups": PAIR},
+            "out of range",
+        ),
+        ("collective_broadcast", _type(4), {"source": 2, "groups": PAIR}, "not a position"),
+    ],
+)
 def test_type_errors(prim, operand, params, message):
     with pytest.raises(TypeError, match=message):
         infer(prim, [operand], params)
@@ -59,7 +80,9 @@ def test_type_errors(prim, operand, params, message):
 SINGLE = ((0,), (1,), (2,))  # three ranks, each alone in its group
 
 
-@pytest.mark.parametrize(("prim", "shape", "params"), [c for c in CASES if c[2].get("source", 0) == 0])
+@pytest.mark.parametrize(
+    ("prim", "shape", "params"), [c for c in CASES if c[2].get("source", 0) == 0]
+)
 def test_one_rank_groups_are_the_identity(prim, shape, params):
     """Without a communicator (NumPy mode of knp, a standalone kernel.py) a one-rank group needs
     no peer: every collective returns its operand."""

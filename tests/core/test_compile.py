@@ -49,7 +49,9 @@ def test_supported_regions_become_kernels_around_a_cpu_op(arithmetic, graphs):
     torch.testing.assert_close(out, fn(x))
     (gm,) = graphs
     assert len(kernels(gm)) == 2
-    assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [torch.ops.aten.tanh.default]
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [
+        torch.ops.aten.tanh.default
+    ]
 
 
 def test_strict_mode_lists_every_unsupported_op(arithmetic):
@@ -60,7 +62,10 @@ def test_strict_mode_lists_every_unsupported_op(arithmetic):
         torch.compile(fn, backend="nkipy", options={"strict": True})(torch.randn(3))
     inner = err.value.inner_exception
     assert isinstance(inner, UnsupportedOpsError)
-    assert inner.ops == ["aten::sin.default (no installed pack lowers it)", "aten::tanh.default (no installed pack lowers it)"]
+    assert inner.ops == [
+        "aten::sin.default (no installed pack lowers it)",
+        "aten::tanh.default (no installed pack lowers it)",
+    ]
     assert "compile with strict=False to run them on CPU" in str(inner)
 
 
@@ -103,7 +108,9 @@ def test_input_mutations_are_written_back(arithmetic):
 
 def test_complex_inputs_fall_back_to_cpu(arithmetic):
     x = torch.randn(4, dtype=torch.complex64)
-    with pytest.warns(FallbackWarning, match=r"aten::mul.Tensor runs on CPU: it produces a complex tensor"):
+    with pytest.warns(
+        FallbackWarning, match=r"aten::mul.Tensor runs on CPU: it produces a complex tensor"
+    ):
         out = torch.compile(lambda a: a * 2, backend="nkipy")(x)
     torch.testing.assert_close(out, x * 2)
 
@@ -156,7 +163,10 @@ def test_sdpa_training_without_any_pack_has_correct_gradients(plugin_env):
     model = LlamaBlock(sdpa=True)
     x = model.example_input().requires_grad_()
     x_ref = x.detach().clone().requires_grad_()
-    with pytest.warns(FallbackWarning, match="aten::_scaled_dot_product_flash_attention_for_cpu.default runs on CPU"):
+    with pytest.warns(
+        FallbackWarning,
+        match="aten::_scaled_dot_product_flash_attention_for_cpu.default runs on CPU",
+    ):
         torch.compile(model, backend="nkipy")(x).sum().backward()
     model(x_ref).sum().backward()
     torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-5)
@@ -197,12 +207,19 @@ def test_host_results_never_share_memory_with_inputs_or_each_other():
     x = np.arange(6.0).reshape(2, 3)
     fresh = x * 2
 
-    def kernel(a):  # what kernels may return: an input, a view of it, one value twice, views of a result
+    def kernel(
+        a,
+    ):  # what kernels may return: an input, a view of it, one value twice, views of a result
         return a, a[0], fresh, fresh[1], fresh, np.broadcast_to(a[0], (2, 3))
 
     results = runtime.run_host(kernel, [x])
     assert [r.tolist() for r in results] == [
-        x.tolist(), x[0].tolist(), fresh.tolist(), fresh[1].tolist(), fresh.tolist(), [x[0].tolist()] * 2
+        x.tolist(),
+        x[0].tolist(),
+        fresh.tolist(),
+        fresh[1].tolist(),
+        fresh.tolist(),
+        [x[0].tolist()] * 2,
     ]
     for i, r in enumerate(results):
         assert r.flags.writeable

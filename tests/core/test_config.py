@@ -6,7 +6,13 @@ import pytest
 import torch
 from torch._dynamo.exc import BackendCompilerFailed
 
-from nkipy_core import ConfigurationError, RuntimeNotFoundError, RuntimeUnavailableError, hookimpl, init_nkipy_backend
+from nkipy_core import (
+    ConfigurationError,
+    RuntimeNotFoundError,
+    RuntimeUnavailableError,
+    hookimpl,
+    init_nkipy_backend,
+)
 from nkipy_core.config import settings as config
 
 
@@ -20,7 +26,10 @@ def test_defaults_without_init(plugin_env):
 def test_init_twice_same_settings_is_fine_different_is_an_error(plugin_env):
     init_nkipy_backend(nkipy_cache="c1", runtime="cpu")
     init_nkipy_backend(nkipy_cache="c1", runtime="cpu")
-    with pytest.raises(ConfigurationError, match=r"already called with different settings \(nkipy_cache: .*c1.* -> .*c2"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"already called with different settings \(nkipy_cache: .*c1.* -> .*c2",
+    ):
         init_nkipy_backend(nkipy_cache="c2", runtime="cpu")
 
 
@@ -34,12 +43,19 @@ def test_rank_and_world_size_come_from_the_launcher_environment(plugin_env, monk
 
 
 def test_unknown_runtime_names_the_installed_ones(plugin_env):
-    with pytest.raises(RuntimeNotFoundError, match=r"no runtime named 'trn9' is installed; installed runtimes: \['cpu'\]"):
+    with pytest.raises(
+        RuntimeNotFoundError,
+        match=r"no runtime named 'trn9' is installed; installed runtimes: \['cpu'\]",
+    ):
         init_nkipy_backend(runtime="trn9")
     config.reset()
-    with pytest.raises(BackendCompilerFailed, match="RuntimeNotFoundError: no runtime named 'trn9'") as err:
+    with pytest.raises(
+        BackendCompilerFailed, match="RuntimeNotFoundError: no runtime named 'trn9'"
+    ) as err:
         torch.compile(lambda a: a + 1, backend="nkipy", options={"runtime": "trn9"})(torch.ones(2))
-    assert isinstance(err.value.inner_exception, RuntimeNotFoundError)  # dynamo wraps backend errors
+    assert isinstance(
+        err.value.inner_exception, RuntimeNotFoundError
+    )  # dynamo wraps backend errors
 
 
 class _NoHardware:
@@ -47,7 +63,10 @@ class _NoHardware:
     priority = 100
 
     def available(self):
-        return False, "`neuronx-cc` not found on PATH; install nkipy-runtime[neuron] on a Trn1/Trn2 host"
+        return (
+            False,
+            "`neuronx-cc` not found on PATH; install nkipy-runtime[neuron] on a Trn1/Trn2 host",
+        )
 
 
 def test_unavailable_runtime_says_what_is_missing_and_default_skips_it(plugin_env):
@@ -55,23 +74,38 @@ def test_unavailable_runtime_says_what_is_missing_and_default_skips_it(plugin_en
     def nkipy_register_runtimes(registry):
         registry.register(_NoHardware())
 
-    plugin_env.add(types.SimpleNamespace(nkipy_register_runtimes=nkipy_register_runtimes), "fake", "fake-runtime")
-    with pytest.raises(RuntimeUnavailableError, match=r"'fake-nrt' is not available on this machine: `neuronx-cc` not found on PATH"):
+    plugin_env.add(
+        types.SimpleNamespace(nkipy_register_runtimes=nkipy_register_runtimes),
+        "fake",
+        "fake-runtime",
+    )
+    with pytest.raises(
+        RuntimeUnavailableError,
+        match=r"'fake-nrt' is not available on this machine: `neuronx-cc` not found on PATH",
+    ):
         init_nkipy_backend(runtime="fake-nrt")
     config.reset()
     assert config.select_runtime(config.current()).name == "cpu"  # higher priority, but unavailable
 
 
 def test_unknown_option_lists_valid_ones(plugin_env):
-    with pytest.raises(BackendCompilerFailed, match=r"ConfigurationError: unknown nkipy option\(s\) \['cache'\]; valid options are \["):
+    with pytest.raises(
+        BackendCompilerFailed,
+        match=r"ConfigurationError: unknown nkipy option\(s\) \['cache'\]; valid options are \[",
+    ):
         torch.compile(lambda a: a + 1, backend="nkipy", options={"cache": "x"})(torch.ones(2))
 
 
 def test_unwritable_cache_directory(plugin_env, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    with pytest.raises(BackendCompilerFailed, match=r"CacheError: the nkipy kernel cache directory .* is not writable .*Pass a writable directory as init_nkipy_backend\(nkipy_cache=...\)"):
-        torch.compile(lambda a: a + 1, backend="nkipy", options={"nkipy_cache": str(blocker / "cache")})(torch.ones(2))
+    with pytest.raises(
+        BackendCompilerFailed,
+        match=r"CacheError: the nkipy kernel cache directory .* is not writable .*Pass a writable directory as init_nkipy_backend\(nkipy_cache=...\)",
+    ):
+        torch.compile(
+            lambda a: a + 1, backend="nkipy", options={"nkipy_cache": str(blocker / "cache")}
+        )(torch.ones(2))
 
 
 def test_rank_and_world_size_come_from_torch_distributed_first(plugin_env, monkeypatch):
@@ -93,7 +127,10 @@ def test_implicit_defaults_yield_to_the_first_explicit_call(plugin_env):
     config.reset()
     config.current()
     assert init_nkipy_backend(strict=True, nkipy_cache="c1").strict  # replaces, no conflict
-    with pytest.raises(ConfigurationError, match=r"already called with different settings \(strict: True -> False\)"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"already called with different settings \(strict: True -> False\)",
+    ):
         init_nkipy_backend(nkipy_cache="c1")  # explicit against explicit still conflicts
 
 

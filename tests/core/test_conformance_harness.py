@@ -5,7 +5,16 @@ import torch
 from fixture_packs import pack
 
 from nkipy_core import RuleSet, Unsupported, knp
-from nkipy_core.testing import ConformanceReport, ExpectedFailures, OpResult, assert_conformance, conformance_cases, expected_failures_for, lowered_ops, run_conformance
+from nkipy_core.testing import (
+    ConformanceReport,
+    ExpectedFailures,
+    OpResult,
+    assert_conformance,
+    conformance_cases,
+    expected_failures_for,
+    lowered_ops,
+    run_conformance,
+)
 
 aten = torch.ops.aten
 DIST = "conformance-test-pack"
@@ -45,7 +54,10 @@ def test_pack(plugin_env):
 
 def test_cases_map_lowered_overloads_to_opinfos(test_pack):
     assert lowered_ops(test_pack) == [
-        "aten::cos.default", "aten::exp.default", "aten::neg.default", "aten::sigmoid_backward.default",
+        "aten::cos.default",
+        "aten::exp.default",
+        "aten::neg.default",
+        "aten::sigmoid_backward.default",
         "aten::sin.default",
     ]
     cases = {c.name: c for c in conformance_cases(test_pack)}
@@ -95,13 +107,17 @@ def test_classifies_pass_fail_fallback_and_backward_only(test_pack):
     with pytest.raises(AssertionError, match=r"2 conformance row\(s\) not acceptable") as info:
         assert_conformance(report)
     assert "exp" in str(info.value) and "cos" in str(info.value)
-    assert rows["exp"].failed_samples[0][0] == "0" and "not close" in rows["exp"].failed_samples[0][1]
+    assert (
+        rows["exp"].failed_samples[0][0] == "0" and "not close" in rows["exp"].failed_samples[0][1]
+    )
     assert rows["exp"].checked_samples == ("0",)
     both = ExpectedFailures.parse("exp float32 0 off by one\ncos float32 0 raises\n")
     assert_conformance(report, expected_failures=both)
     with pytest.raises(AssertionError, match="sin"):
         assert_conformance(report, allow_fallback=False, expected_failures=both)
-    stale = ExpectedFailures.parse(both.format() + "neg float32 0 fixed since\ngone float32 0 renamed\n")
+    stale = ExpectedFailures.parse(
+        both.format() + "neg float32 0 fixed since\ngone float32 0 renamed\n"
+    )
     with pytest.raises(AssertionError) as info:
         assert_conformance(report, expected_failures=stale)
     assert str(info.value).splitlines() == [
@@ -113,7 +129,9 @@ def test_classifies_pass_fail_fallback_and_backward_only(test_pack):
 
 
 def test_explicit_ops_without_a_rule_fall_back_and_ops_without_opinfo_skip(plugin_env):
-    report = run_conformance(["aten::tanh.default", "aten::_pdist_forward.default"], max_samples=1, backward=False)
+    report = run_conformance(
+        ["aten::tanh.default", "aten::_pdist_forward.default"], max_samples=1, backward=False
+    )
     rows = {r.op: r for r in report.rows}
     assert rows["tanh"].status == "fallback"
     assert "no installed pack lowers it" in rows["tanh"].note
@@ -136,7 +154,9 @@ def test_random_samples_are_compared_by_shape_and_dtype_and_the_row_says_so(plug
         return knp.astype(ctx.random_bits(x.shape), torch.int32)
 
     plugin_env.add(pack(rules), "random-test", "random-test-pack", "1.0")
-    report = run_conformance("random-test-pack", max_samples=1, backward=False, include={"bernoulli", "randn_like"})
+    report = run_conformance(
+        "random-test-pack", max_samples=1, backward=False, include={"bernoulli", "randn_like"}
+    )
     rows = {r.op: r for r in report.rows}
     assert rows["bernoulli"].status == "pass", rows["bernoulli"]
     assert "compared by shape and dtype only" in rows["bernoulli"].note
@@ -144,7 +164,9 @@ def test_random_samples_are_compared_by_shape_and_dtype_and_the_row_says_so(plug
 
 
 def _row(op, dtype, checked, failed=()):
-    return OpResult(op, dtype, "fail" if failed else "pass", (), checked_samples=checked, failed_samples=failed)
+    return OpResult(
+        op, dtype, "fail" if failed else "pass", (), checked_samples=checked, failed_samples=failed
+    )
 
 
 def test_expected_failures_file_is_rewritten_from_a_run_keeping_reasons(tmp_path, monkeypatch):
@@ -156,11 +178,13 @@ def test_expected_failures_file_is_rewritten_from_a_run_keeping_reasons(tmp_path
         "topk float32 3 not run this time (time budget)\n"
         "sort bfloat16 1 another dtype, not judged\n"
     )
-    report = ConformanceReport((
-        _row("sort", "float32", ("0", "1"), (("1", "fwd output: not close"),)),
-        _row("topk", "float32", ("0:grad", "1")),
-        _row("cumsum", "float32", ("0",), (("0", "fwd raised ValueError: boom"),)),
-    ))
+    report = ConformanceReport(
+        (
+            _row("sort", "float32", ("0", "1"), (("1", "fwd output: not close"),)),
+            _row("topk", "float32", ("0:grad", "1")),
+            _row("cumsum", "float32", ("0",), (("0", "fwd raised ValueError: boom"),)),
+        )
+    )
     with pytest.raises(AssertionError) as info:
         assert_conformance(report, expected_failures=expected_failures_for(report, path))
     assert "cumsum float32 0: fwd raised ValueError: boom" in str(info.value)

@@ -24,7 +24,9 @@ T = TensorType((4, 8), DType.f32)
 
 
 def _call(operands, config="2.0", host=HOST, shape=(4, 8), dtype=np.float32):
-    return knp.custom_call(operands, target="TestTarget", config=config, host=host, shape=shape, dtype=dtype)
+    return knp.custom_call(
+        operands, target="TestTarget", config=config, host=host, shape=shape, dtype=dtype
+    )
 
 
 def _kernel(body, n_params=2):
@@ -58,7 +60,9 @@ def test_cse_merges_equal_calls_and_keeps_different_configs():
 
 
 def test_a_custom_call_on_constants_is_not_folded():
-    kernel = simplify(_kernel(lambda a: _call([np.ones((4, 8), np.float32), np.ones((4, 8), np.float32)]) + a, 1))
+    kernel = simplify(
+        _kernel(lambda a: _call([np.ones((4, 8), np.float32), np.ones((4, 8), np.float32)]) + a, 1)
+    )
     assert "custom_call" in [op.prim for op in kernel.ops]
 
 
@@ -69,7 +73,9 @@ def test_numpy_mode_evaluates_through_the_host_function():
 
 def test_a_host_function_returning_the_wrong_type_is_an_error():
     kernel = _kernel(lambda a: _call([a], host="custom_call_hosts:wrong_shape"), 1)
-    with pytest.raises(RuntimeError, match=r"returned float32\[32\], but its kernel declares float32\[4, 8\]"):
+    with pytest.raises(
+        RuntimeError, match=r"returned float32\[32\], but its kernel declares float32\[4, 8\]"
+    ):
         codegen.load(codegen.generate(kernel))(np.ones((4, 8), np.float32))
 
 
@@ -81,6 +87,10 @@ def test_a_malformed_host_is_ill_typed(host):
 
 def test_the_primitive_reference_is_generated_from_the_table_as_it_is():
     root = Path(__file__).parents[2]
-    result = subprocess.run([sys.executable, str(root / "docs" / "gen_primitives.py"), "--check"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(root / "docs" / "gen_primitives.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -24,12 +24,16 @@ def compiled_call(fn, *args, **compile_kwargs):
     compiled = torch.compile(fn, backend="nkipy", **compile_kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)
-        compiled(*[a.clone() if isinstance(a, torch.Tensor) and not a.requires_grad else a for a in args])
+        compiled(
+            *[a.clone() if isinstance(a, torch.Tensor) and not a.requires_grad else a for a in args]
+        )
     way = [k for k in before if cache_stats[k] > before[k]]
     frames = []
 
     def profile(frame, event, _):
-        if event == "call" and frame.f_code.co_filename.endswith(("runtime_wrappers.py", "functorch/aot_autograd.py")):
+        if event == "call" and frame.f_code.co_filename.endswith(
+            ("runtime_wrappers.py", "functorch/aot_autograd.py")
+        ):
             frames.append(frame.f_code.co_name)
 
     sys.setprofile(profile)
@@ -76,7 +80,9 @@ def test_grad_mode_on_without_inputs_that_require_grad_gives_outputs_without_his
     torch.testing.assert_close(out, fn(x))
 
 
-def test_a_graph_with_symbolic_sizes_is_called_directly_and_marks_its_outputs_as_the_wrapper_does(arithmetic):
+def test_a_graph_with_symbolic_sizes_is_called_directly_and_marks_its_outputs_as_the_wrapper_does(
+    arithmetic,
+):
     def fn(a, b):
         return torch.exp(a) * b + a.shape[0], (a - b).sum(0)
 
@@ -108,14 +114,19 @@ def test_sizes_stay_dynamic_across_a_graph_break_with_a_direct_graph(arithmetic)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
-def test_inputs_that_require_grad_with_detached_outputs_keep_the_wrapper_and_record_no_history(arithmetic, dynamic):
+def test_inputs_that_require_grad_with_detached_outputs_keep_the_wrapper_and_record_no_history(
+    arithmetic, dynamic
+):
     """AOTAutograd compiles an inference graph when no output requires grad; torch ops the graph
     runs on such an input (a CPU op here; every op past the specialisation limit) must still
     record no history, as the wrapper's grad-mode switch ensures."""
+
     def fn(x):
         return torch.tanh(x * 2).detach() + 1, (x - 1).detach()  # tanh: not in the test pack
 
-    compiled = torch.compile(fn, backend="nkipy", dynamic=dynamic, options={"max_specializations": 1})
+    compiled = torch.compile(
+        fn, backend="nkipy", dynamic=dynamic, options={"max_specializations": 1}
+    )
     before = cache_stats["wrapped_graphs"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)

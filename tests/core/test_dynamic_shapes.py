@@ -8,7 +8,14 @@ import torch
 from fixture_packs import arithmetic_rules, pack
 from torch._dynamo.exc import BackendCompilerFailed
 
-from nkipy_core import ConfigurationError, FallbackWarning, SpecializationLimitError, UnsupportedOpsError, cache_stats, init_nkipy_backend
+from nkipy_core import (
+    ConfigurationError,
+    FallbackWarning,
+    SpecializationLimitError,
+    UnsupportedOpsError,
+    cache_stats,
+    init_nkipy_backend,
+)
 from nkipy_core.compiler.kernel_call import KernelCall
 
 
@@ -30,7 +37,11 @@ def scaled(x):
 
 def on_cpu(gm):
     """The ATen ops a compiled graph left to torch."""
-    return [n.target for n in gm.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
+    return [
+        n.target
+        for n in gm.graph.nodes
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+    ]
 
 
 def run_sizes(fn, sizes, **compile_kwargs):
@@ -59,7 +70,9 @@ def test_a_second_size_gives_kernels_not_fallbacks(arithmetic, graphs):
 def test_dynamic_and_marked_sizes_specialise_from_the_first_call(arithmetic, graphs, how):
     """``mark_unbacked`` sizes have no value at compile time (and come with runtime asserts):
     they are specialised at the call."""
-    compiled = torch.compile(scaled, backend="nkipy", dynamic=True if how == "dynamic=True" else None)
+    compiled = torch.compile(
+        scaled, backend="nkipy", dynamic=True if how == "dynamic=True" else None
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)
         for rows in (5, 7, 6):
@@ -87,12 +100,19 @@ def test_a_warm_disk_cache_specialises_without_lowering(arithmetic):
     cache_stats.clear()
     run_sizes(scaled, [5, 3, 4], dynamic=True)
     assert cache_stats["specializations"] == 3
-    assert cache_stats["lowered_kernels"] == cache_stats["planned_nodes"] == cache_stats["compiled_kernels"] == 0
+    assert (
+        cache_stats["lowered_kernels"]
+        == cache_stats["planned_nodes"]
+        == cache_stats["compiled_kernels"]
+        == 0
+    )
     assert cache_stats["hits"] == 3
 
 
 def test_past_the_limit_new_sizes_run_as_torch_with_one_warning(arithmetic):
-    compiled = torch.compile(scaled, backend="nkipy", dynamic=True, options={"max_specializations": 2})
+    compiled = torch.compile(
+        scaled, backend="nkipy", dynamic=True, options={"max_specializations": 2}
+    )
     for rows in (2, 3):
         x = torch.randn(rows, 4)
         torch.testing.assert_close(compiled(x), scaled(x))
@@ -110,11 +130,15 @@ def test_past_the_limit_new_sizes_run_as_torch_with_one_warning(arithmetic):
         for rows in (5, 4, 2):
             x = torch.randn(rows, 4)
             torch.testing.assert_close(compiled(x), scaled(x))
-    assert cache_stats["specializations"] == 2 and cache_stats["unspecialized_calls"] == 3  # 2 kept its kernels
+    assert (
+        cache_stats["specializations"] == 2 and cache_stats["unspecialized_calls"] == 3
+    )  # 2 kept its kernels
 
 
 def test_strict_mode_past_the_limit_raises(arithmetic):
-    compiled = torch.compile(scaled, backend="nkipy", dynamic=True, options={"strict": True, "max_specializations": 1})
+    compiled = torch.compile(
+        scaled, backend="nkipy", dynamic=True, options={"strict": True, "max_specializations": 1}
+    )
     compiled(torch.randn(2, 4))
     with pytest.raises(SpecializationLimitError, match="already specialised for 1 size sets"):
         compiled(torch.randn(3, 4))
@@ -135,7 +159,9 @@ def test_unsupported_ops_of_a_dynamic_graph_fall_back_like_a_static_one(arithmet
     def fn(x):
         return torch.tanh(torch.exp(x) * x.shape[0]) + x
 
-    with pytest.warns(FallbackWarning, match="aten::tanh.default runs on CPU: no installed pack lowers it"):
+    with pytest.warns(
+        FallbackWarning, match="aten::tanh.default runs on CPU: no installed pack lowers it"
+    ):
         run_sizes(fn, [3], dynamic=True)
     (gm,) = graphs
     assert on_cpu(gm) == [torch.ops.aten.tanh.default]
@@ -149,7 +175,10 @@ def test_data_dependent_sizes_stay_on_cpu_with_that_reason(arithmetic):
     # torch's own patch: monkeypatch's undo deletes the setting, which hides it from dynamo
     with (
         torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True),
-        pytest.warns(FallbackWarning, match="aten::exp.default runs on CPU: it produces a data-dependent shape"),
+        pytest.warns(
+            FallbackWarning,
+            match="aten::exp.default runs on CPU: it produces a data-dependent shape",
+        ),
     ):
         x = torch.randn(16)
         torch.testing.assert_close(torch.compile(fn, backend="nkipy")(x), fn(x))
@@ -159,6 +188,8 @@ def test_data_dependent_sizes_stay_on_cpu_with_that_reason(arithmetic):
 def test_max_specializations_is_an_init_setting_and_checked():
     assert init_nkipy_backend(max_specializations=4).max_specializations == 4
     with pytest.raises(BackendCompilerFailed) as err:
-        torch.compile(scaled, backend="nkipy", options={"max_specializations": 0})(torch.randn(2, 4))
+        torch.compile(scaled, backend="nkipy", options={"max_specializations": 0})(
+            torch.randn(2, 4)
+        )
     assert isinstance(err.value.inner_exception, ConfigurationError)
     assert "max_specializations must be a positive integer, got 0" in str(err.value.inner_exception)

@@ -26,7 +26,9 @@ def test_a_position_whose_tensor_changes_is_no_longer_tracked():
     for _ in range(3):
         t = torch.randn(5)
         (array,) = views.arrays([t])
-        assert (array == t.numpy()).all() and isinstance(array.base, torch.Tensor)  # numpy()'s own view
+        assert (array == t.numpy()).all() and isinstance(
+            array.base, torch.Tensor
+        )  # numpy()'s own view
     kept = torch.randn(5)
     views.arrays([kept])
     views.arrays([kept])

@@ -39,7 +39,9 @@ def test_rule_runs_as_plain_numpy():
 
 
 def test_traced_kernel_matches_numpy_and_infers_types():
-    kernel = trace(lambda x: (softmax(x), x[1:, ::2].T, knp.matmul(x, x.T)), TensorType((3, 4), F32))
+    kernel = trace(
+        lambda x: (softmax(x), x[1:, ::2].T, knp.matmul(x, x.T)), TensorType((3, 4), F32)
+    )
     verify(kernel)
     assert [str(t) for t in kernel.output_types] == ["f32[3x4]", "f32[2x2]", "f32[3x3]"]
     x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
@@ -68,7 +70,9 @@ def test_polyval_matches_numpy_traced_and_untraced():
     coefficients = (2.5, -1.0, 0.0, 3.0)
     x = np.linspace(-2, 2, 7, dtype=np.float32)
     np.testing.assert_allclose(knp.polyval(coefficients, x), np.polyval(coefficients, x), rtol=1e-6)
-    (out,) = codegen.load(codegen.generate(trace(lambda a: knp.polyval(coefficients, a), TensorType((7,), F32))))(x)
+    (out,) = codegen.load(
+        codegen.generate(trace(lambda a: knp.polyval(coefficients, a), TensorType((7,), F32)))
+    )(x)
     np.testing.assert_allclose(out, np.polyval(coefficients, x), rtol=1e-6)
     with pytest.raises(ValueError, match="degree >= 1"):
         knp.polyval((1.0,), x)
@@ -79,12 +83,23 @@ def test_new_scans_and_scatters_follow_numpy():
     np.testing.assert_array_equal(knp.cummax(x, 1), [[1.0, np.nan, np.nan], [2.0, 2.0, 3.0]])
     np.testing.assert_array_equal(knp.cummin(x, 0), [[1.0, np.nan, 0.5], [1.0, np.nan, 0.5]])
     base = np.zeros((3, 2), np.float32)
-    index, updates = np.array([2, 0, 2]), np.array([[1.0, 5.0], [2.0, 2.0], [4.0, -1.0]], np.float32)
-    np.testing.assert_array_equal(knp.scatter_reduce(base, index, updates, "max"), [[2, 2], [0, 0], [4, 5]])
-    np.testing.assert_array_equal(knp.scatter_reduce(base + 1, index, updates, "prod"), [[2, 2], [1, 1], [4, -5]])
-    np.testing.assert_array_equal(knp.signbit(np.array([-0.0, 0.0, -np.nan, 1.0], np.float32)), [True, False, True, False])
+    index, updates = (
+        np.array([2, 0, 2]),
+        np.array([[1.0, 5.0], [2.0, 2.0], [4.0, -1.0]], np.float32),
+    )
+    np.testing.assert_array_equal(
+        knp.scatter_reduce(base, index, updates, "max"), [[2, 2], [0, 0], [4, 5]]
+    )
+    np.testing.assert_array_equal(
+        knp.scatter_reduce(base + 1, index, updates, "prod"), [[2, 2], [1, 1], [4, -5]]
+    )
+    np.testing.assert_array_equal(
+        knp.signbit(np.array([-0.0, 0.0, -np.nan, 1.0], np.float32)), [True, False, True, False]
+    )
     with pytest.raises(VerificationError, match="scatter_reduce: unknown kind 'mean'"):
-        trace(lambda a: knp.scatter_reduce(a, np.array([0]), a[:1], "mean"), TensorType((3, 2), F32))
+        trace(
+            lambda a: knp.scatter_reduce(a, np.array([0]), a[:1], "mean"), TensorType((3, 2), F32)
+        )
 
 
 def test_bf16_computes_in_f32_and_rounds_once_per_op():
@@ -92,7 +107,9 @@ def test_bf16_computes_in_f32_and_rounds_once_per_op():
     kernel = trace(lambda a: knp.exp(a) * a, TensorType((8, 8), DType.bf16))
     (out,) = codegen.load(codegen.generate(kernel))(x)
     assert out.dtype == ml_dtypes.bfloat16
-    ref = (np.exp(x.astype(np.float32)).astype(ml_dtypes.bfloat16).astype(np.float32) * x.astype(np.float32))
+    ref = np.exp(x.astype(np.float32)).astype(ml_dtypes.bfloat16).astype(np.float32) * x.astype(
+        np.float32
+    )
     np.testing.assert_array_equal(out, ref.astype(ml_dtypes.bfloat16))
 
 
@@ -116,17 +133,33 @@ def test_a_double_becomes_a_half_float_through_f32_as_in_torch(dtype):
 
 
 def test_ill_typed_primitive_is_rejected_when_built():
-    with pytest.raises(VerificationError, match=r"ill-typed dot while lowering test: dot: contraction mismatch: f32\[3x4\] @ f32\[3x4\]"):
+    with pytest.raises(
+        VerificationError,
+        match=r"ill-typed dot while lowering test: dot: contraction mismatch: f32\[3x4\] @ f32\[3x4\]",
+    ):
         trace(lambda x: knp.matmul(x, x), TensorType((3, 4), F32))
 
 
 def test_verifier_rejects_wrong_result_type_and_undefined_operands():
     x = Value(0, TensorType((2,), F32))
-    bad_type = Kernel("k", [x], [Op("exp", [x], {}, Value(1, TensorType((3,), F32)), "aten::exp via my_rule")], [Value(1, TensorType((3,), F32))])
-    with pytest.raises(VerificationError, match=r"built by aten::exp via my_rule\): result type should be f32\[2\], not f32\[3\]"):
+    bad_type = Kernel(
+        "k",
+        [x],
+        [Op("exp", [x], {}, Value(1, TensorType((3,), F32)), "aten::exp via my_rule")],
+        [Value(1, TensorType((3,), F32))],
+    )
+    with pytest.raises(
+        VerificationError,
+        match=r"built by aten::exp via my_rule\): result type should be f32\[2\], not f32\[3\]",
+    ):
         verify(bad_type)
     ghost = Value(7, TensorType((2,), F32))
-    undefined = Kernel("k", [x], [Op("exp", [ghost], {}, Value(1, TensorType((2,), F32)))], [Value(1, TensorType((2,), F32))])
+    undefined = Kernel(
+        "k",
+        [x],
+        [Op("exp", [ghost], {}, Value(1, TensorType((2,), F32)))],
+        [Value(1, TensorType((2,), F32))],
+    )
     with pytest.raises(VerificationError, match="used before it is defined"):
         verify(undefined)
 
@@ -155,12 +188,16 @@ def test_ir_text_is_stable_and_readable():
     text = format_kernel(kernel)
     assert "kernel k(%v0: f32[2x3])" in text
     assert "%v1: f32[2x3] = exp(%v0)  # test" in text
-    assert format_kernel(kernel, with_origin=False) == format_kernel(trace(lambda x: knp.exp(x), TensorType((2, 3), F32)), with_origin=False)
+    assert format_kernel(kernel, with_origin=False) == format_kernel(
+        trace(lambda x: knp.exp(x), TensorType((2, 3), F32)), with_origin=False
+    )
 
 
 def test_kernel_py_runs_standalone_with_numpy(tmp_path):
     big = np.arange(600, dtype=np.float32).reshape(20, 30)  # large enough to be stored as a blob
-    kernel = trace(lambda x: (knp.add(x, big), knp.astype(x, DType.bf16)), TensorType((20, 30), F32))
+    kernel = trace(
+        lambda x: (knp.add(x, big), knp.astype(x, DType.bf16)), TensorType((20, 30), F32)
+    )
     path = tmp_path / "kernel.py"
     path.write_text(codegen.generate(kernel))
     result = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=60)

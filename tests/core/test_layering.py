@@ -65,5 +65,7 @@ def test_the_check_finds_imports_inside_functions_and_relative_ones():
         "from ..device_contract import NAME\n"
     )
     assert device_imports(source, "nkipy_core.testing") == [
-        (1, "nkipy_core.device"), (3, "nkipy_core.device.eager"), (4, "nkipy_core.device.aten"),
+        (1, "nkipy_core.device"),
+        (3, "nkipy_core.device.eager"),
+        (4, "nkipy_core.device.aten"),
     ]

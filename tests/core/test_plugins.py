@@ -29,9 +29,14 @@ def test_core_alone_registers_the_cpu_runtime_through_the_hook(plugin_env):
 
 def test_rules_carry_provenance_and_higher_priority_wins(plugin_env):
     plugin_env.add(pack(arithmetic_rules()), "base-like", "base-pack", "1.2")
-    loaded = plugin_env.add(pack(arithmetic_rules(priority=100)), "override", "override-pack", "3.4")
+    loaded = plugin_env.add(
+        pack(arithmetic_rules(priority=100)), "override", "override-pack", "3.4"
+    )
     rules = loaded.lowerings.rules_for(aten.exp.default)
-    assert [(str(r.provenance), r.priority) for r in rules] == [("override-pack 3.4", 100), ("base-pack 1.2", 0)]
+    assert [(str(r.provenance), r.priority) for r in rules] == [
+        ("override-pack 3.4", 100),
+        ("base-pack 1.2", 0),
+    ]
     assert rules[0].qualname == "fixture_packs.arithmetic_rules.<locals>.exp"
     assert rules[0].location.endswith(".py:" + rules[0].location.rsplit(":", 1)[1])
 
@@ -60,7 +65,10 @@ def test_declined_node_goes_to_the_next_provider_then_to_cpu(plugin_env):
     plugin_env.names.remove("base-like")
     plugins.reload()
     torch._dynamo.reset()
-    with pytest.warns(FallbackWarning, match=r"aten::exp.default runs on CPU: .*exp_only_big declined: only lowers"):
+    with pytest.warns(
+        FallbackWarning,
+        match=r"aten::exp.default runs on CPU: .*exp_only_big declined: only lowers",
+    ):
         out = torch.compile(torch.exp, backend="nkipy")(x)
     torch.testing.assert_close(out, torch.exp(x))
 
@@ -81,7 +89,9 @@ def test_plugin_failing_to_register_is_skipped_and_reported(plugin_env, caplog):
     assert bad.name == "broken" and "RuntimeError: pack is broken" in bad.error
     assert "nkipy plugin 'broken' (broken-pack 0.1) skipped" in caplog.text
     assert loaded.lowerings.rules_for(aten.exp.default)  # the good pack still works
-    with pytest.raises(PluginError, match=r"plugin 'broken' \(broken-pack 0.1\) failed to register"):
+    with pytest.raises(
+        PluginError, match=r"plugin 'broken' \(broken-pack 0.1\) failed to register"
+    ):
         plugins.reload(strict=True)
 
 
@@ -96,14 +106,16 @@ def fake_distribution(tmp_path, monkeypatch):
     (site / "thirdparty_pack-0.3.dist-info" / "entry_points.txt").write_text(
         "[nkipy]\nthirdparty = thirdparty_pack\nexploding = exploding_pack\n"
     )
-    (site / "thirdparty_pack.py").write_text(textwrap.dedent("""
+    (site / "thirdparty_pack.py").write_text(
+        textwrap.dedent("""
         import torch
         from nkipy_core import hookimpl, knp
 
         @hookimpl
         def nkipy_register_lowerings(registry):
             registry.register(torch.ops.aten.sigmoid.default, lambda ctx, x: knp.sigmoid(x))
-    """))
+    """)
+    )
     (site / "exploding_pack.py").write_text("raise ImportError('needs libfoo.so')\n")
     monkeypatch.syspath_prepend(str(site))
     yield
@@ -114,17 +126,26 @@ def fake_distribution(tmp_path, monkeypatch):
 def test_entry_point_discovery_of_a_third_party_pack(fake_distribution, monkeypatch):
     real = plugins._entry_point_candidates
     ours = {"nkipy-core", "thirdparty-pack"}  # whatever else is installed stays out of the way
-    monkeypatch.setattr(plugins, "_entry_point_candidates", lambda: [c for c in real() if c.provenance.distribution in ours])
+    monkeypatch.setattr(
+        plugins,
+        "_entry_point_candidates",
+        lambda: [c for c in real() if c.provenance.distribution in ours],
+    )
     loaded = plugins.reload()
     try:
         status = {s.name: s for s in loaded.statuses}
-        assert status["thirdparty"].ok and str(status["thirdparty"].provenance) == "thirdparty-pack 0.3"
+        assert (
+            status["thirdparty"].ok
+            and str(status["thirdparty"].provenance) == "thirdparty-pack 0.3"
+        )
         (rule,) = loaded.lowerings.rules_for(aten.sigmoid.default)
         assert rule.provenance.distribution == "thirdparty-pack"
         assert not status["exploding"].ok
         assert status["exploding"].error == "import: ImportError: needs libfoo.so"
         x = torch.randn(5)
-        torch.testing.assert_close(torch.compile(torch.sigmoid, backend="nkipy")(x), torch.sigmoid(x))
+        torch.testing.assert_close(
+            torch.compile(torch.sigmoid, backend="nkipy")(x), torch.sigmoid(x)
+        )
         with pytest.raises(PluginError, match="needs libfoo.so"):
             plugins.reload(strict=True)
     finally:
@@ -132,16 +153,23 @@ def test_entry_point_discovery_of_a_third_party_pack(fake_distribution, monkeypa
         plugins.reload()
 
 
-@pytest.mark.parametrize(("probes", "present"), [
-    ("broken = hw_probes:broken\nabsent = hw_probes:absent\n", False),
-    ("broken = hw_probes:broken\npresent = hw_probes:present\n", True),
-])
-def test_hardware_probes_answer_without_loading_plugins(tmp_path, monkeypatch, caplog, probes, present):
+@pytest.mark.parametrize(
+    ("probes", "present"),
+    [
+        ("broken = hw_probes:broken\nabsent = hw_probes:absent\n", False),
+        ("broken = hw_probes:broken\npresent = hw_probes:present\n", True),
+    ],
+)
+def test_hardware_probes_answer_without_loading_plugins(
+    tmp_path, monkeypatch, caplog, probes, present
+):
     """``torch.nkipy.is_available()`` asks the ``nkipy.hardware`` probes, not the plugins: a
     broken probe is logged and counts as no hardware."""
     site = tmp_path / "site"
     (site / "hw_pack-1.0.dist-info").mkdir(parents=True)
-    (site / "hw_pack-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: hw-pack\nVersion: 1.0\n")
+    (site / "hw_pack-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: hw-pack\nVersion: 1.0\n"
+    )
     (site / "hw_pack-1.0.dist-info" / "entry_points.txt").write_text("[nkipy.hardware]\n" + probes)
     (site / "hw_probes.py").write_text(
         "def broken():\n    raise OSError('no /dev/neuron0')\n"
@@ -169,11 +197,18 @@ def test_configure_and_graph_pass_hooks_are_called(plugin_env):
     @hookimpl
     def nkipy_graph_passes(stage):
         def count_exps(gm):
-            seen.setdefault("exps", []).append(sum(n.target is aten.exp.default for n in gm.graph.nodes))
+            seen.setdefault("exps", []).append(
+                sum(n.target is aten.exp.default for n in gm.graph.nodes)
+            )
 
         return [count_exps] if stage == "aten" else None
 
-    plugin_env.add(types.SimpleNamespace(nkipy_configure=nkipy_configure, nkipy_graph_passes=nkipy_graph_passes), "hooks")
+    plugin_env.add(
+        types.SimpleNamespace(
+            nkipy_configure=nkipy_configure, nkipy_graph_passes=nkipy_graph_passes
+        ),
+        "hooks",
+    )
     from nkipy_core import init_nkipy_backend
 
     cfg = init_nkipy_backend(nkipy_cache="hooked")
@@ -198,14 +233,19 @@ def test_a_lowered_op_is_not_decomposed_and_decompositions_can_be_added(plugin_e
     from nkipy_core.compiler import pipeline as compiler
 
     real = compiler.compile_graph
+
     def spy(gm, inputs, cfg):
-        graphs.append({n.target for n in gm.graph.nodes if n.op == "call_function"})  # before fusion
+        graphs.append(
+            {n.target for n in gm.graph.nodes if n.op == "call_function"}
+        )  # before fusion
         return real(gm, inputs, cfg)
 
     monkeypatch.setattr("nkipy_core.dynamo.backend.compile_graph", spy)
     x = torch.randn(6)
     with pytest.warns(FallbackWarning) as record:
-        out = torch.compile(lambda a: torch.nn.functional.silu(a) + torch.tanh(a), backend="nkipy")(x)
+        out = torch.compile(lambda a: torch.nn.functional.silu(a) + torch.tanh(a), backend="nkipy")(
+            x
+        )
     torch.testing.assert_close(out, torch.nn.functional.silu(x) + torch.tanh(x))
     targets = graphs[0]
     assert aten.silu.default in targets  # lowered directly: its decomposition was dropped

@@ -18,9 +18,15 @@ from fixture_packs import arithmetic_rules, pack
 from fresh_python import python
 from nkipy_cli import line_of, run, section
 
-from nkipy_core import hookimpl, init_nkipy_backend, kernel_boundary, kernel_stats, reset_kernel_stats
-from nkipy_core.observe import profiling, progress
+from nkipy_core import (
+    hookimpl,
+    init_nkipy_backend,
+    kernel_boundary,
+    kernel_stats,
+    reset_kernel_stats,
+)
 from nkipy_core.compiler.kernel_call import KernelCall
+from nkipy_core.observe import profiling, progress
 from nkipy_core.runtime.cpu import CpuRuntime
 
 
@@ -101,7 +107,10 @@ def test_eager_ops_on_the_device_are_counted(arithmetic):
         y = (x + x) * x
         torch.testing.assert_close(y.cpu(), torch.full((3, 4), 2.0))
     rows = {s.name: (s.calls, s.bytes_in, s.bytes_out, s.ops) for s in kernel_stats()}
-    assert rows == {"eager_aten::add_Tensor": (2, 192, 96, "add"), "eager_aten::mul_Tensor": (2, 192, 96, "mul")}
+    assert rows == {
+        "eager_aten::add_Tensor": (2, 192, 96, "add"),
+        "eager_aten::mul_Tensor": (2, 192, 96, "mul"),
+    }
 
 
 def test_op_summary_names_the_most_frequent_primitives_first():
@@ -149,8 +158,13 @@ SCRIPT = textwrap.dedent("""
 def last_run(tmp_path):
     """A cache into which a separate process ran two kernels (3 calls and 1) and exited."""
     cache = tmp_path / "cache"
-    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
-           "RANK": None, "WORLD_SIZE": None}
+    env = {
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+        ),
+        "RANK": None,
+        "WORLD_SIZE": None,
+    }
     done = python(SCRIPT, str(cache), **env)
     assert done.returncode == 0, done.stderr
     return cache
@@ -162,12 +176,33 @@ def test_stats_prints_the_kernels_of_the_last_run(last_run, capsys):
     assert out.startswith(f"Kernel statistics of the last run in {last_run}: rank 0 (pid ")
     table = section(out, "Kernels")
     header, _, first, second = table.splitlines()
-    assert header.split() == ["key", "name", "calls", "total", "ms", "mean", "µs", "bytes", "in", "bytes", "out", "ops"]
+    assert header.split() == [
+        "key",
+        "name",
+        "calls",
+        "total",
+        "ms",
+        "mean",
+        "µs",
+        "bytes",
+        "in",
+        "bytes",
+        "out",
+        "ops",
+    ]
     rows = [first.split(), second.split()]
     f_row = next(r for r in rows if r[2] == "3")
     g_row = next(r for r in rows if r[2] == "1")
     assert f_row[1] == g_row[1] == "nkipy_kernel_0"
-    assert f_row[5:] == ["6.0", "KiB", "3.0", "KiB", "add,", "exp,", "mul"]  # 3 calls x 2 x 16x16 f32 in
+    assert f_row[5:] == [
+        "6.0",
+        "KiB",
+        "3.0",
+        "KiB",
+        "add,",
+        "exp,",
+        "mul",
+    ]  # 3 calls x 2 x 16x16 f32 in
     assert g_row[5:] == ["1.0", "KiB", "1.0", "KiB", "broadcast,", "exp,", "mul"]
     total_ms = [float(r[3]) for r in rows]
     assert total_ms == sorted(total_ms, reverse=True)
@@ -180,7 +215,8 @@ def test_stats_json_and_sort(last_run, capsys):
     assert report["cache"] == str(last_run)
     assert [(r["rank"], r["world_size"]) for r in report["runs"]] == [(0, 1)]
     assert [(k["calls"], k["bytes_in"], k["bytes_out"], k["ops"]) for k in report["kernels"]] == [
-        (3, 3 * 2048, 3 * 1024, "add, exp, mul"), (1, 1024, 1024, "broadcast, exp, mul"),
+        (3, 3 * 2048, 3 * 1024, "add, exp, mul"),
+        (1, 1024, 1024, "broadcast, exp, mul"),
     ]
     for k in report["kernels"]:
         assert len(k["key"]) == 64 and k["total_ns"] > 0
@@ -196,7 +232,9 @@ def test_stats_without_a_recorded_run_is_a_clear_error(tmp_path, capsys):
     )
 
 
-def test_stats_sums_the_ranks_of_the_last_run_or_shows_one(arithmetic, tmp_path, monkeypatch, capsys):
+def test_stats_sums_the_ranks_of_the_last_run_or_shows_one(
+    arithmetic, tmp_path, monkeypatch, capsys
+):
     cache = tmp_path / "cache"
     init_nkipy_backend(nkipy_cache=cache)
     compiled = torch.compile(fn, backend="nkipy")
@@ -212,7 +250,9 @@ def test_stats_sums_the_ranks_of_the_last_run_or_shows_one(arithmetic, tmp_path,
         monkeypatch.setenv("RANK", str(rank))
         profiling.write_last_run()
     assert sorted(p.name for p in (cache / "stats").iterdir()) == [
-        "last_run.json", "last_run.rank0.json", "last_run.rank1.json"
+        "last_run.json",
+        "last_run.rank0.json",
+        "last_run.rank1.json",
     ]
     code, out, _ = run(capsys, "stats", str(cache))
     assert code == 0
@@ -250,7 +290,9 @@ def slow_runtime(arithmetic, plugin_env):
     def nkipy_register_runtimes(registry):
         registry.register(SlowCpu())
 
-    plugin_env.add(types.SimpleNamespace(nkipy_register_runtimes=nkipy_register_runtimes), "slow", "slow-pack")
+    plugin_env.add(
+        types.SimpleNamespace(nkipy_register_runtimes=nkipy_register_runtimes), "slow", "slow-pack"
+    )
 
 
 def three_kernels(x):
@@ -276,8 +318,12 @@ def compile_three(monkeypatch, stderr, show_after):
 def test_a_slow_batch_on_a_terminal_shows_a_progress_bar(slow_runtime, monkeypatch):
     text = compile_three(monkeypatch, Terminal(), show_after=0.2)
     frames = text.split("\r")
-    assert any(f.startswith("nkipy: compiling for slowcpu:   0%|") and "0/3" in f for f in frames), text
-    assert any(f.startswith("nkipy: compiling for slowcpu: 100%|") and "3/3" in f for f in frames), text
+    assert any(
+        f.startswith("nkipy: compiling for slowcpu:   0%|") and "0/3" in f for f in frames
+    ), text
+    assert any(
+        f.startswith("nkipy: compiling for slowcpu: 100%|") and "3/3" in f for f in frames
+    ), text
     assert "kernel(s) for slowcpu" not in text  # the bar, not the lines
 
 
@@ -308,23 +354,36 @@ def test_compile_cache_and_fallback_decisions_are_logged(arithmetic, caplog):
         cold = [r.getMessage() for r in caplog.records if r.name.startswith("nkipy")]
         caplog.clear()
         torch._dynamo.reset()
-        with pytest.warns(UserWarning, match="tanh"):  # torch's AOTAutograd cache: the graph rebuilt
+        with pytest.warns(
+            UserWarning, match="tanh"
+        ):  # torch's AOTAutograd cache: the graph rebuilt
             torch.compile(with_fallback, backend="nkipy")(x)
         restored = [r.getMessage() for r in caplog.records if r.name.startswith("nkipy")]
         caplog.clear()
         torch._dynamo.reset()
-        with pytest.warns(UserWarning, match="tanh"), torch._functorch.config.patch(enable_autograd_cache=False):
-            torch.compile(with_fallback, backend="nkipy")(x)  # compiled again, from the kernel cache
+        with (
+            pytest.warns(UserWarning, match="tanh"),
+            torch._functorch.config.patch(enable_autograd_cache=False),
+        ):
+            torch.compile(with_fallback, backend="nkipy")(
+                x
+            )  # compiled again, from the kernel cache
         warm = [r.getMessage() for r in caplog.records if r.name.startswith("nkipy")]
     assert "planned a graph for cpu: 2 op(s) lowered, 1 on CPU" in cold
     assert "fallback: aten::tanh.default runs on CPU: no installed pack lowers it" in cold
     assert any(m.startswith("nkipy cache: miss for kernel ") for m in cold)
     assert any(m.startswith("compiled kernel nkipy_kernel_0 (exp, mul) for cpu in ") for m in cold)
-    assert "a graph of 1 kernel(s) rebuilt from torch's AOTAutograd cache without compiling it" in restored
+    assert (
+        "a graph of 1 kernel(s) rebuilt from torch's AOTAutograd cache without compiling it"
+        in restored
+    )
     assert not any(m.startswith("plan of a graph") for m in restored)
     assert "plan of a graph of 3 op(s) for cpu reused from the cache" in warm
-    for run in (restored, warm):
-        assert any(m.startswith("nkipy cache: hit for kernel ") and m.endswith("(nkipy_kernel_0, cpu)") for m in run)
+    for messages in (restored, warm):
+        assert any(
+            m.startswith("nkipy cache: hit for kernel ") and m.endswith("(nkipy_kernel_0, cpu)")
+            for m in messages
+        )
 
 
 def test_a_copied_graph_counts_into_the_same_record(arithmetic, graphs):

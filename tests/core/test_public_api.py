@@ -17,7 +17,10 @@ from nkipy_core.plugin.hook_api import DEPRECATED, PUBLIC_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASED = Path(__file__).with_name("public_api.txt")
-PACK_SOURCES = [ROOT / d / "src" for d in ("nkipy_ops_base", "nkipy_ops_collectives", "nkipy_ops_nki", "nkipy_runtime")]
+PACK_SOURCES = [
+    ROOT / d / "src"
+    for d in ("nkipy_ops_base", "nkipy_ops_collectives", "nkipy_ops_nki", "nkipy_runtime")
+]
 
 
 def _current() -> set[str]:
@@ -37,7 +40,9 @@ def test_every_public_module_declares_all_and_every_name_resolves():
         imported = importlib.import_module(module)
         assert isinstance(imported.__all__, (list, tuple)), f"{module} declares no __all__"
         for name in imported.__all__:
-            assert getattr(imported, name, None) is not None, f"{module}.__all__ names {name}, which does not resolve"
+            assert getattr(imported, name, None) is not None, (
+                f"{module}.__all__ names {name}, which does not resolve"
+            )
 
 
 def test_no_public_name_disappears_without_a_deprecation():
@@ -50,15 +55,23 @@ def test_no_public_name_disappears_without_a_deprecation():
 
 def test_new_public_names_are_added_to_the_released_list_on_purpose():
     added = _current() - _released()
-    assert not added, f"new public names {sorted(added)}: add them to {RELEASED.name} if they are meant to be public"
+    assert not added, (
+        f"new public names {sorted(added)}: add them to {RELEASED.name} if they are meant to be public"
+    )
 
 
 def _nkipy_core_imports(path: Path):
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("nkipy_core"):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("nkipy_core")
+        ):
             yield node.lineno, node.module
         elif isinstance(node, ast.Import):
-            yield from ((node.lineno, a.name) for a in node.names if a.name.startswith("nkipy_core"))
+            yield from (
+                (node.lineno, a.name) for a in node.names if a.name.startswith("nkipy_core")
+            )
 
 
 @pytest.mark.parametrize("source", PACK_SOURCES, ids=lambda p: p.parent.name)
@@ -69,4 +82,9 @@ def test_packs_import_only_the_public_modules(source):
         for line, module in _nkipy_core_imports(path)
         if module not in PUBLIC_MODULES
     ]
-    assert not private, "packs may import only " + ", ".join(PUBLIC_MODULES) + "; these do not:\n" + "\n".join(private)
+    assert not private, (
+        "packs may import only "
+        + ", ".join(PUBLIC_MODULES)
+        + "; these do not:\n"
+        + "\n".join(private)
+    )

@@ -5,10 +5,17 @@ import pytest
 import torch
 
 from nkipy_core import VerificationError, knp
+from nkipy_core.compiler.rng import (
+    RNG_KEY,
+    RNG_KWARG,
+    STREAM_BLOCKS,
+    RandomStream,
+    seed_random_ops,
+    unseed_fallbacks,
+)
 from nkipy_core.ir import DType, KernelBuilder, TensorType, codegen, verify
 from nkipy_core.ir.numpy_support import _philox4x32
 from nkipy_core.ir.passes import simplify
-from nkipy_core.compiler.rng import RNG_KEY, RNG_KWARG, STREAM_BLOCKS, RandomStream, seed_random_ops, unseed_fallbacks
 
 STATE = TensorType((2,), DType.u64)
 
@@ -16,8 +23,11 @@ STATE = TensorType((2,), DType.u64)
 KAT = [
     ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
     ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
-     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+    (
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+        (0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+    ),
 ]
 
 
@@ -62,7 +72,11 @@ def test_same_state_same_bits_other_key_other_bits():
 def test_random_bits_is_typed():
     builder = KernelBuilder("k")
     with pytest.raises(VerificationError, match="state must be u64\\[2\\]"):
-        builder.emit("random_bits", [builder.param(TensorType((3,), DType.u64))], {"shape": (3,), "part": "bits"})
+        builder.emit(
+            "random_bits",
+            [builder.param(TensorType((3,), DType.u64))],
+            {"shape": (3,), "part": "bits"},
+        )
     with pytest.raises(VerificationError, match="part must be"):
         builder.emit("random_bits", [builder.param(STATE)], {"shape": (3,), "part": "other"})
 
@@ -90,9 +104,13 @@ def test_kernel_py_draws_the_reference_bits_standalone():
 def test_simplify_keeps_distinct_draws_and_merges_identical_ones():
     """A draw is a pure function of its state: CSE may merge equal draws but never draws from
     different counters, and no draw is folded while its state is a kernel input."""
-    kernel = _random_kernel(lambda s: (
-        knp.random_bits(s, (4,)), knp.random_bits(s, (4,)), knp.random_bits(knp.add(s, np.uint64(1)), (4,)),
-    ))
+    kernel = _random_kernel(
+        lambda s: (
+            knp.random_bits(s, (4,)),
+            knp.random_bits(s, (4,)),
+            knp.random_bits(knp.add(s, np.uint64(1)), (4,)),
+        )
+    )
     draws = [op for op in kernel.ops if op.prim == "random_bits"]
     assert len(draws) == 2
     assert kernel.outputs[0] == kernel.outputs[1] != kernel.outputs[2]
@@ -119,8 +137,16 @@ def _graph():
     aten = torch.ops.aten
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
-    rand, randn = graph.call_function(aten.rand.default, ([3],)), graph.call_function(aten.randn.default, ([3],))
-    graph.output((graph.call_function(aten.add.Tensor, (rand, x)), graph.call_function(aten.mul.Tensor, (randn, x))))
+    rand, randn = (
+        graph.call_function(aten.rand.default, ([3],)),
+        graph.call_function(aten.randn.default, ([3],)),
+    )
+    graph.output(
+        (
+            graph.call_function(aten.add.Tensor, (rand, x)),
+            graph.call_function(aten.mul.Tensor, (randn, x)),
+        )
+    )
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 
 

@@ -103,8 +103,11 @@ def run(case: str, root: Path, **options) -> dict:
     """``case`` in a new process on the caches under ``root``, with nkipy ``options``."""
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(root / "torch")}
     proc = subprocess.run(
-        [sys.executable, "-c", PROGRAM, str(root / "nkipy"), case, json.dumps(options)], env=env,
-        capture_output=True, text=True, timeout=600,
+        [sys.executable, "-c", PROGRAM, str(root / "nkipy"), case, json.dumps(options)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -121,7 +124,9 @@ def cold_and_warm(case: str, root: Path) -> tuple[dict, dict]:
     assert "autograd_cache_miss" not in warm["torch"]
     assert warm["nkipy"]["aot_cache_hits"] == 1
     # the graph compile_graph made was rebuilt from its stored form, not compiled again
-    assert warm["nkipy"]["aot_cache_restored"] == 1 and "aot_cache_recompiled" not in warm["nkipy"], warm
+    assert (
+        warm["nkipy"]["aot_cache_restored"] == 1 and "aot_cache_recompiled" not in warm["nkipy"]
+    ), warm
     # the kernels came from nkipy's cache: nothing planned or lowered
     assert "lowered_kernels" not in warm["nkipy"] and "planned_nodes" not in warm["nkipy"], warm
     assert warm["nkipy"]["hits"] == cold["nkipy"]["misses"]
@@ -159,8 +164,12 @@ def test_a_kernel_gone_from_the_kernel_cache_is_lowered_again_on_a_hit(damage, t
         (entry / "kernel.py").write_text("garbage")
     warm = run("fallback", tmp_path)
     assert cold["ok"] and warm["ok"], (cold, warm)
-    assert warm["torch"].get("autograd_cache_hit") == 1 and warm["nkipy"]["aot_cache_hits"] == 1, warm
-    assert warm["nkipy"]["aot_cache_recompiled"] == 1 and "aot_cache_restored" not in warm["nkipy"], warm
+    assert warm["torch"].get("autograd_cache_hit") == 1 and warm["nkipy"]["aot_cache_hits"] == 1, (
+        warm
+    )
+    assert (
+        warm["nkipy"]["aot_cache_recompiled"] == 1 and "aot_cache_restored" not in warm["nkipy"]
+    ), warm
     # only the damaged kernel is lowered and compiled again; the other comes from the cache
     assert warm["nkipy"]["lowered_kernels"] == 1 and warm["nkipy"]["compiled_kernels"] == 1, warm
     assert warm["nkipy"].get("corrupt", 0) == (damage == "corrupt")
@@ -195,7 +204,9 @@ def test_random_ops_draw_the_same_numbers_after_a_hit(tmp_path):
 def test_graphs_with_symbolic_sizes_bypass_the_cache_and_count_it(tmp_path):
     for run_ in (run("dynamic", tmp_path), run("dynamic", tmp_path)):
         assert run_["ok"]
-        assert run_["nkipy"]["aot_cache_bypasses"] == 1 and "aot_cache_saved" not in run_["nkipy"], run_
+        assert (
+            run_["nkipy"]["aot_cache_bypasses"] == 1 and "aot_cache_saved" not in run_["nkipy"]
+        ), run_
         assert run_["nkipy"]["specializations"] == 1
     assert "lowered_kernels" not in run_["nkipy"]  # the second process still found its kernels
 
@@ -204,7 +215,11 @@ def test_what_changes_the_compiled_graphs_changes_the_key(tmp_path):
     assert run("inference", tmp_path)["nkipy"]["aot_cache_saved"] == 1
     # the same dynamo graph (torch's part of the key) but its ops in a CPU region: no kernels
     region = run("cpu_region", tmp_path)
-    assert region["ok"] and region["nkipy"]["aot_cache_misses"] == 1 and "misses" not in region["nkipy"], region
+    assert (
+        region["ok"]
+        and region["nkipy"]["aot_cache_misses"] == 1
+        and "misses" not in region["nkipy"]
+    ), region
     other_option = run("inference", tmp_path, fallback_random=True)
     assert other_option["ok"] and other_option["nkipy"]["aot_cache_misses"] == 1
     assert run("inference", tmp_path)["nkipy"]["aot_cache_hits"] == 1
@@ -227,7 +242,8 @@ def test_editing_a_graph_pass_of_a_pack_misses_the_cache(tmp_path):
     here a pack that lowers nothing changes what its graph pass does, not its version."""
     package = tmp_path / "src" / "passpack"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text(textwrap.dedent("""
+    (package / "__init__.py").write_text(
+        textwrap.dedent("""
         import torch
         from nkipy_core import hookimpl
         from .target import TARGET
@@ -240,14 +256,18 @@ def test_editing_a_graph_pass_of_a_pack_misses_the_cache(tmp_path):
         @hookimpl
         def nkipy_graph_passes(stage):
             return [swap_exp] if stage == "aten" else None
-    """))
+    """)
+    )
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "torch")}
     outputs = []
     for target in ("exp", "exp", "sin"):
         (package / "target.py").write_text(f"TARGET = {target!r}\n")
         proc = subprocess.run(
             [sys.executable, "-c", PASS_PROGRAM, str(tmp_path / "nkipy"), str(tmp_path / "src")],
-            env=env, capture_output=True, text=True, timeout=300,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert proc.returncode == 0, proc.stderr
         outputs.append(proc.stdout.split()[-2:])

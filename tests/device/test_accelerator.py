@@ -9,9 +9,9 @@ import torch
 from fresh_python import python
 
 from nkipy_core import ConfigurationError, init_nkipy_backend
+from nkipy_core.buffers import memory
 from nkipy_core.config import settings as config
 from nkipy_core.plugin import manager as plugins
-from nkipy_core.buffers import memory
 
 ACCELERATOR = (
     "import sys, torch\n"
@@ -25,16 +25,21 @@ ACCELERATOR = (
 def test_torch_accelerator_is_unchanged_by_installing_nkipy():
     without = python(ACCELERATOR, TORCH_DEVICE_BACKEND_AUTOLOAD="0", NKIPY_RUNTIME=None)
     with_nkipy = python(ACCELERATOR, NKIPY_RUNTIME=None)
-    assert without.returncode == 0 and with_nkipy.returncode == 0, without.stderr + with_nkipy.stderr
+    assert without.returncode == 0 and with_nkipy.returncode == 0, (
+        without.stderr + with_nkipy.stderr
+    )
     assert without.stdout == "False None 0 cpu False False\n"
     # and registering the device imported neither dynamo nor, to answer, any plugin
     assert with_nkipy.stdout == without.stdout
 
 
-@pytest.mark.parametrize(("opt_in", "env"), [
-    ("", "cpu"),
-    ("from nkipy_core import init_nkipy_backend; init_nkipy_backend(runtime='cpu')\n", None),
-])
+@pytest.mark.parametrize(
+    ("opt_in", "env"),
+    [
+        ("", "cpu"),
+        ("from nkipy_core import init_nkipy_backend; init_nkipy_backend(runtime='cpu')\n", None),
+    ],
+)
 def test_naming_the_cpu_runtime_makes_it_the_accelerator(opt_in, env):
     result = python(opt_in + ACCELERATOR, NKIPY_RUNTIME=env)
     assert result.returncode == 0, result.stderr
@@ -76,9 +81,14 @@ def test_is_available_configures_nothing(defaults):
 
 def test_naming_another_runtime_after_the_device_holds_tensors_is_an_error(defaults, monkeypatch):
     monkeypatch.setattr(memory, "_runtime", types.SimpleNamespace(name="cpu"))
-    monkeypatch.setattr(config, "select_runtime", lambda cfg: types.SimpleNamespace(name="fake-trn"))
-    with pytest.raises(ConfigurationError, match=r"the nkipy device already holds tensors on runtime 'cpu' .* "
-                       r"call init_nkipy_backend\(runtime='fake-trn'\) before the first use of the device"):
+    monkeypatch.setattr(
+        config, "select_runtime", lambda cfg: types.SimpleNamespace(name="fake-trn")
+    )
+    with pytest.raises(
+        ConfigurationError,
+        match=r"the nkipy device already holds tensors on runtime 'cpu' .* "
+        r"call init_nkipy_backend\(runtime='fake-trn'\) before the first use of the device",
+    ):
         init_nkipy_backend(runtime="fake-trn")
 
 

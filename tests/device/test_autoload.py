@@ -22,7 +22,13 @@ def test_fresh_interpreter_has_the_device_without_importing_nkipy():
     assert "nkipy:0 True False" in result.stdout
     loaded = result.stdout.splitlines()[0]
     # cheap: the hook imports the device registration only; no plugin scan, compiler or IR
-    for heavy in ("pluggy", "nkipy_core.plugin.manager", "nkipy_core.compiler.pipeline", "nkipy_core.ir", "nkipy_core.buffers.memory"):
+    for heavy in (
+        "pluggy",
+        "nkipy_core.plugin.manager",
+        "nkipy_core.compiler.pipeline",
+        "nkipy_core.ir",
+        "nkipy_core.buffers.memory",
+    ):
         assert f"'{heavy}'" not in loaded, loaded
     assert "'nkipy_core.device.registration'" in loaded
 
@@ -50,7 +56,10 @@ def test_the_autoload_hook_never_raises(monkeypatch, caplog):
     monkeypatch.setattr(registration, "register", broken)
     with caplog.at_level(logging.WARNING, logger="nkipy"):
         assert autoload.autoload() is None
-    assert "the nkipy device was not registered (RuntimeError: simulated registration failure)" in caplog.text
+    assert (
+        "the nkipy device was not registered (RuntimeError: simulated registration failure)"
+        in caplog.text
+    )
 
 
 def test_registration_is_idempotent():

@@ -86,7 +86,10 @@ def test_eager_kernels_go_through_the_runtime_without_host_transfers():
 def test_an_op_no_pack_lowers_runs_on_cpu_with_one_warning():
     x = torch.randn(5, 3)
     d = x.to("nkipy")
-    with pytest.warns(FallbackWarning, match=r"aten::special_bessel_j0\.default runs on CPU: no installed pack lowers it"):
+    with pytest.warns(
+        FallbackWarning,
+        match=r"aten::special_bessel_j0\.default runs on CPU: no installed pack lowers it",
+    ):
         out = torch.special.bessel_j0(d.clamp(-0.9, 0.9))
     assert out.device.type == "nkipy"
     torch.testing.assert_close(out.cpu(), torch.special.bessel_j0(x.clamp(-0.9, 0.9)))
@@ -106,7 +109,9 @@ def test_in_place_op_without_lowering_writes_back_to_the_device():
 def test_strict_mode_raises_for_an_op_no_pack_lowers():
     init_nkipy_backend(strict=True)
     d = torch.randn(3).to("nkipy")
-    with pytest.raises(nkipy_core.UnsupportedOpsError, match=r"aten::special_bessel_j0\.default .*eager on nkipy"):
+    with pytest.raises(
+        nkipy_core.UnsupportedOpsError, match=r"aten::special_bessel_j0\.default .*eager on nkipy"
+    ):
         torch.special.bessel_j0(d)
     torch.relu(d)  # lowered ops still run
 
@@ -141,7 +146,9 @@ def _train(model, x, y, optimizer_cls, steps=4):
     return losses
 
 
-@pytest.mark.parametrize("optimizer_cls", [torch.optim.SGD, torch.optim.AdamW], ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "optimizer_cls", [torch.optim.SGD, torch.optim.AdamW], ids=lambda c: c.__name__
+)
 def test_training_loop_on_the_device_matches_cpu(optimizer_cls):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
@@ -225,7 +232,9 @@ def test_repeated_out_of_place_calls_match_cpu_for_each_signature():
     for _ in range(3):  # the first call takes the full path, the others the fast one
         torch.testing.assert_close(torch.add(da, db).cpu(), a + b)
         torch.testing.assert_close(torch.add(da[:2], db[:2]).cpu(), a[:2] + b[:2])  # another shape
-        torch.testing.assert_close(torch.add(da.double(), db.double()).cpu(), a.double() + b.double())
+        torch.testing.assert_close(
+            torch.add(da.double(), db.double()).cpu(), a.double() + b.double()
+        )
         torch.testing.assert_close(torch.add(da.t(), db).cpu(), a.t() + b)  # a strided input
 
 
@@ -242,7 +251,9 @@ def test_repeated_calls_see_a_tensor_whose_layout_changed_in_place():
         da.t_(), a.t_()
     torch.testing.assert_close(torch.add(da, da.t()).cpu(), a + a.t())  # two layouts in one call
     torch.testing.assert_close(torch.add(da[1:], db[:3]).cpu(), a[1:] + b[:3])  # an offset
-    as_int = torch.bitwise_xor(da.view(torch.int32), db.view(torch.int32))  # another dtype, same layout
+    as_int = torch.bitwise_xor(
+        da.view(torch.int32), db.view(torch.int32)
+    )  # another dtype, same layout
     assert torch.equal(as_int.cpu(), torch.bitwise_xor(a.view(torch.int32), b.view(torch.int32)))
     da.set_(db.untyped_storage(), 0, (4, 4), (4, 1))  # another storage
     torch.testing.assert_close(torch.add(da, db).cpu(), b + b)

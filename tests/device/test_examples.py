@@ -10,11 +10,19 @@ import pytest
 BASICS = Path(__file__).parents[2] / "examples" / "basics"
 
 EXPECTED = {
-    "device_basics.py": ["device: nkipy:0 | torch.accelerator picks it: False", "eager ops match CPU: True",
-                         "parameters on: {'nkipy'} | buffers on: {'nkipy'}", "loaded state dict on: {'nkipy'}"],
+    "device_basics.py": [
+        "device: nkipy:0 | torch.accelerator picks it: False",
+        "eager ops match CPU: True",
+        "parameters on: {'nkipy'} | buffers on: {'nkipy'}",
+        "loaded state dict on: {'nkipy'}",
+    ],
     "hybrid.py": ["output device: nkipy:0", "matches CPU: True"],
     "training.py": ["SGD: losses", "AdamW: losses", "losses and parameters match CPU: True"],
-    "cpu_regions.py": ["output device: nkipy:0", "matches CPU: True", "kernels compiled (graphs and eager ops): "],
+    "cpu_regions.py": [
+        "output device: nkipy:0",
+        "matches CPU: True",
+        "kernels compiled (graphs and eager ops): ",
+    ],
 }
 
 
@@ -26,7 +34,12 @@ def test_every_example_is_covered():
 def test_example_runs_and_matches_cpu(name, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "NKIPY_RUNTIME"}  # a user's default setup
     result = subprocess.run(
-        [sys.executable, str(BASICS / name)], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+        [sys.executable, str(BASICS / name)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     for line in EXPECTED[name]:

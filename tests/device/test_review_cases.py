@@ -25,16 +25,23 @@ def test_batch_norm_training_updates_running_stats_like_cpu():
     assert dev.num_batches_tracked.item() == 2
 
 
-@pytest.mark.parametrize("make", [
-    lambda d: torch.ones(3, dtype=torch.long, device=d),
-    lambda d: torch.full((2,), 2.0, dtype=torch.int64, device=d),
-    lambda d: torch.zeros(3, dtype=torch.int32, device=d).fill_(-3.0),
-    lambda d: torch.arange(4.0, device=d),
-    lambda d: torch.arange(0.5, 3.0, 0.5, device=d),
-    lambda d: F.pad(torch.tensor([True, False], device=d), (1, 1), value=0.0),
-    lambda d: torch.addmm(torch.full((2, 2), float("nan"), device=d), torch.eye(2, 3, device=d),
-                          torch.ones(3, 2, device=d), beta=0.0),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda d: torch.ones(3, dtype=torch.long, device=d),
+        lambda d: torch.full((2,), 2.0, dtype=torch.int64, device=d),
+        lambda d: torch.zeros(3, dtype=torch.int32, device=d).fill_(-3.0),
+        lambda d: torch.arange(4.0, device=d),
+        lambda d: torch.arange(0.5, 3.0, 0.5, device=d),
+        lambda d: F.pad(torch.tensor([True, False], device=d), (1, 1), value=0.0),
+        lambda d: torch.addmm(
+            torch.full((2, 2), float("nan"), device=d),
+            torch.eye(2, 3, device=d),
+            torch.ones(3, 2, device=d),
+            beta=0.0,
+        ),
+    ],
+)
 def test_float_arguments_that_are_not_plain_values_are_respected(make):
     torch.testing.assert_close(make("nkipy").cpu(), make("cpu"))
 
@@ -44,7 +51,9 @@ def test_random_ops_and_initialisers_run_on_host_without_warnings_even_strict():
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)
         for make in (
-            lambda d: torch.ones(4, device=d).bernoulli_(0.5),  # p=0.5 is the default the dispatcher drops
+            lambda d: torch.ones(4, device=d).bernoulli_(
+                0.5
+            ),  # p=0.5 is the default the dispatcher drops
             lambda d: torch.randint(0, 10, (5,), device=d),
             lambda d: torch.empty(3, device=d).uniform_(-1, 1),
             lambda d: torch.nn.Linear(3, 2, device=d).weight,
@@ -111,7 +120,9 @@ def test_optimizer_state_dict_round_trip(tmp_path):
     torch.testing.assert_close(exp_avg.cpu(), optimizer.state_dict()["state"][0]["exp_avg"].cpu())
 
 
-@pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN], ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "cls", [torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN], ids=lambda c: c.__name__
+)
 @pytest.mark.parametrize("bias", [True, False])
 def test_recurrent_layers_match_cpu_with_gradients(cls, bias):
     torch.manual_seed(0)
@@ -142,7 +153,11 @@ def test_autocast_follows_the_cuda_policy_in_bfloat16():
         loss = F.mse_loss(y, torch.zeros(2, 3, device="nkipy"))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         expected = linear(x)
-    assert y.dtype == torch.bfloat16 and probabilities.dtype == torch.float32 and loss.dtype == torch.float32
+    assert (
+        y.dtype == torch.bfloat16
+        and probabilities.dtype == torch.float32
+        and loss.dtype == torch.float32
+    )
     torch.testing.assert_close(y.cpu(), expected)
     loss.backward()
     assert device_linear.weight.grad.dtype == torch.float32

@@ -9,8 +9,17 @@ import torch
 import nkipy_core
 from nkipy_core.buffers import memory
 
-DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32,
-          torch.int8, torch.uint8, torch.bool]
+DTYPES = [
+    torch.float32,
+    torch.bfloat16,
+    torch.float16,
+    torch.float64,
+    torch.int64,
+    torch.int32,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+]
 
 
 def sample(dtype, shape=(3, 4)):
@@ -41,8 +50,16 @@ def test_views_share_the_buffer(dtype):
     assert d[1:].untyped_storage().data_ptr() == d.untyped_storage().data_ptr()
 
 
-@pytest.mark.parametrize("src,dst", [(torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32),
-                                     (torch.float32, torch.int32), (torch.int64, torch.float16)], ids=str)
+@pytest.mark.parametrize(
+    "src,dst",
+    [
+        (torch.float32, torch.bfloat16),
+        (torch.bfloat16, torch.float32),
+        (torch.float32, torch.int32),
+        (torch.int64, torch.float16),
+    ],
+    ids=str,
+)
 def test_dtype_conversion_on_the_device(src, dst):
     x = sample(src)
     assert torch.equal(x.to("nkipy").to(dst).cpu(), x.to(dst))
@@ -57,7 +74,10 @@ def test_factories():
     assert randn.device.type == "nkipy"
     assert torch.equal(randn.cpu(), expected_randn)  # drawn by torch's CPU generator
     assert torch.equal(torch.zeros(2, 3, device="nkipy").cpu(), torch.zeros(2, 3))
-    assert torch.equal(torch.ones(4, dtype=torch.bfloat16, device="nkipy").cpu(), torch.ones(4, dtype=torch.bfloat16))
+    assert torch.equal(
+        torch.ones(4, dtype=torch.bfloat16, device="nkipy").cpu(),
+        torch.ones(4, dtype=torch.bfloat16),
+    )
     assert torch.equal(torch.full((2, 2), 3.5, device="nkipy").cpu(), torch.full((2, 2), 3.5))
     empty = torch.empty(5, 7, device="nkipy")
     assert empty.shape == (5, 7) and empty.device.type == "nkipy"
@@ -120,7 +140,9 @@ def test_torch_save_of_a_view_keeps_the_view():
     buffer.seek(0)
     loaded = torch.load(buffer)
     assert torch.equal(loaded["view"].cpu(), torch.arange(12.0).reshape(3, 4)[1:, 1:3])
-    assert loaded["view"].untyped_storage().data_ptr() == loaded["base"].untyped_storage().data_ptr()
+    assert (
+        loaded["view"].untyped_storage().data_ptr() == loaded["base"].untyped_storage().data_ptr()
+    )
 
 
 def test_torch_nkipy_module():
@@ -130,7 +152,9 @@ def test_torch_nkipy_module():
     assert torch.nkipy.current_device() == 0
     torch.nkipy.set_device(0)
     torch.nkipy.synchronize()
-    with pytest.raises(nkipy_core.DeviceError, match=r"nkipy:2 does not exist: this process sees 1"):
+    with pytest.raises(
+        nkipy_core.DeviceError, match=r"nkipy:2 does not exist: this process sees 1"
+    ):
         torch.nkipy.set_device(2)
 
 
@@ -173,7 +197,10 @@ def test_device_index_out_of_range():
 
 def test_mixing_devices_in_one_eager_op_is_an_error():
     d = torch.randn(3).to("nkipy")
-    with pytest.raises(nkipy_core.DeviceError, match=r"aten::add\.Tensor got tensors on nkipy and on cpu.*Move the cpu tensor with \.to\('nkipy'\)"):
+    with pytest.raises(
+        nkipy_core.DeviceError,
+        match=r"aten::add\.Tensor got tensors on nkipy and on cpu.*Move the cpu tensor with \.to\('nkipy'\)",
+    ):
         d + torch.randn(3)
     with pytest.raises(RuntimeError, match=r"aten::mm\.default got tensors on nkipy and on cpu"):
         torch.mm(d.reshape(1, 3), torch.randn(3, 1))
@@ -182,7 +209,10 @@ def test_mixing_devices_in_one_eager_op_is_an_error():
 
 
 def test_a_dtype_the_device_lacks_is_a_clear_error():
-    with pytest.raises(nkipy_core.DeviceError, match=r"nkipy tensors cannot hold torch.complex64.*Keep this tensor on CPU"):
+    with pytest.raises(
+        nkipy_core.DeviceError,
+        match=r"nkipy tensors cannot hold torch.complex64.*Keep this tensor on CPU",
+    ):
         torch.randn(3, dtype=torch.complex64).to("nkipy")
 
 

@@ -12,7 +12,7 @@ import json
 import pytest
 from fresh_python import python
 
-PROGRAMS = '''
+PROGRAMS = """
 import json, sys, torch
 from torch.testing._utils import freeze_rng_state
 
@@ -59,7 +59,7 @@ def run(fn, backend):
 programs = [freeze_rng, fork_rng, get_set_rng_state, tutorial_device_pick, accelerator_queries]
 results = {p.__name__: {b: run(p, b) for b in sys.argv[1:]} for p in programs}
 print(json.dumps(results))
-'''
+"""
 
 
 def results(backends, **env):
@@ -70,7 +70,9 @@ def results(backends, **env):
 
 @pytest.fixture(scope="module")
 def without_nkipy():
-    return results(["none", "eager", "inductor"], TORCH_DEVICE_BACKEND_AUTOLOAD="0", NKIPY_RUNTIME=None)
+    return results(
+        ["none", "eager", "inductor"], TORCH_DEVICE_BACKEND_AUTOLOAD="0", NKIPY_RUNTIME=None
+    )
 
 
 def test_programs_run_the_same_with_and_without_nkipy(without_nkipy):

@@ -22,8 +22,12 @@ def _fallbacks(caught) -> list[str]:
 
 
 def _ops_on_cpu(graphs) -> list:
-    return [n.target for gm in graphs for n in gm.graph.nodes
-            if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
+    return [
+        n.target
+        for gm in graphs
+        for n in gm.graph.nodes
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+    ]
 
 
 def test_training_steps_with_a_changing_batch_match_eager(graphs):

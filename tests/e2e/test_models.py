@@ -29,7 +29,9 @@ def _model(name: str):
     return model, model.example_input(seed=1)
 
 
-def _assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: str) -> None:
+def _assert_close(
+    actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: str
+) -> None:
     assert actual.dtype == expected.dtype and actual.shape == expected.shape, what
     scale = expected.float().abs().max().clamp_min(1e-6)
     error = ((actual.float() - expected.float()).abs().max() / scale).item()

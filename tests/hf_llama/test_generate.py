@@ -10,10 +10,14 @@ from generate import compare, load_model, small_llama
 
 
 @pytest.mark.parametrize("device", ["cpu", "nkipy"])
-def test_greedy_tokens_of_a_local_checkpoint_match_eager_and_decode_reuses_one_kernel(tmp_path, device):
+def test_greedy_tokens_of_a_local_checkpoint_match_eager_and_decode_reuses_one_kernel(
+    tmp_path, device
+):
     small_llama(seed=1).save_pretrained(tmp_path / "llama")
     model = load_model(str(tmp_path / "llama"))
-    prompt = torch.randint(0, model.config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(0))
+    prompt = torch.randint(
+        0, model.config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(0)
+    )
     result = compare(model, prompt, new_tokens=5, device=device)
     assert torch.equal(result["tokens"], result["expected"]), (result["tokens"], result["expected"])
     assert result["tokens"].shape == (2, 5)

@@ -15,5 +15,7 @@ def test_tensor_parallel_tokens_match_single_process_eager():
     done = torchrun(str(EXAMPLE), "--new-tokens", "4", timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     # prefill and decode one kernel each, the all-reduces inside; later decode steps compile nothing
-    assert ("ranks 2: matches single-process eager: True; kernels 2; ops on CPU 0; "
-            "after the first decode step: 0 graphs compiled, 0 kernels looked up") in done.stdout, done.stdout
+    assert (
+        "ranks 2: matches single-process eager: True; kernels 2; ops on CPU 0; "
+        "after the first decode step: 0 graphs compiled, 0 kernels looked up"
+    ) in done.stdout, done.stdout

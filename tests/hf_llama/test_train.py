@@ -15,7 +15,9 @@ STEPS = 4
 @pytest.fixture(scope="module")
 def model_and_batch():
     model = small_llama(attention_dropout=0.2)
-    return model, torch.randint(0, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1))
+    return model, torch.randint(
+        0, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1)
+    )
 
 
 def test_losses_equal_eager_with_masks_from_torchs_generator(model_and_batch):
@@ -30,6 +32,9 @@ def test_losses_follow_eager_with_masks_drawn_in_the_kernels(model_and_batch):
     """The kernels' masks are not torch's: the curves differ, within the tolerance."""
     model, batch = model_and_batch
     result = compare(model, batch, STEPS)
-    assert EXACT_TOLERANCE < result["max_difference"] <= DROPOUT_TOLERANCE, (result["losses"], result["expected"])
+    assert EXACT_TOLERANCE < result["max_difference"] <= DROPOUT_TOLERANCE, (
+        result["losses"],
+        result["expected"],
+    )
     assert result["losses"][-1] < result["losses"][0]
     assert result["kernels"] == 2 and result["fallback_ops"] == 0

@@ -123,13 +123,27 @@ def test_loop_ranges_with_start_stop_step():
 
 
 ACTIVATIONS = {
-    "exp": torch.exp, "log": lambda t: torch.log(t.abs() + 1), "sqrt": lambda t: torch.sqrt(t.abs()),
-    "rsqrt": lambda t: torch.rsqrt(t.abs() + 1), "reciprocal": lambda t: 1 / (t.abs() + 1),
-    "abs": torch.abs, "negative": torch.neg, "square": torch.square, "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
+    "exp": torch.exp,
+    "log": lambda t: torch.log(t.abs() + 1),
+    "sqrt": lambda t: torch.sqrt(t.abs()),
+    "rsqrt": lambda t: torch.rsqrt(t.abs() + 1),
+    "reciprocal": lambda t: 1 / (t.abs() + 1),
+    "abs": torch.abs,
+    "negative": torch.neg,
+    "square": torch.square,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "relu": torch.relu,
+    "gelu": torch.nn.functional.gelu,
     "gelu_apprx_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
-    "silu": torch.nn.functional.silu, "softplus": torch.nn.functional.softplus, "sin": torch.sin,
-    "cos": torch.cos, "erf": torch.erf, "sign": torch.sign, "floor": torch.floor, "ceil": torch.ceil,
+    "silu": torch.nn.functional.silu,
+    "softplus": torch.nn.functional.softplus,
+    "sin": torch.sin,
+    "cos": torch.cos,
+    "erf": torch.erf,
+    "sign": torch.sign,
+    "floor": torch.floor,
+    "ceil": torch.ceil,
 }
 NEEDS_POSITIVE = {"log", "sqrt", "rsqrt", "reciprocal"}
 
@@ -146,14 +160,26 @@ def test_activations_match_torch(name):
 
     a = rand(128, 64) * 3
     (out,) = run(kernel, [a])
-    np.testing.assert_allclose(out, ACTIVATIONS[name](torch.from_numpy(a)).numpy(), rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        out, ACTIVATIONS[name](torch.from_numpy(a)).numpy(), rtol=2e-6, atol=1e-6
+    )
 
 
 BINARY = {
-    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
-    "maximum": np.maximum, "minimum": np.minimum, "equal": np.equal, "not_equal": np.not_equal,
-    "greater": np.greater, "greater_equal": np.greater_equal, "less": np.less,
-    "less_equal": np.less_equal, "logical_and": np.logical_and, "logical_or": np.logical_or,
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "divide": np.divide,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "equal": np.equal,
+    "not_equal": np.not_equal,
+    "greater": np.greater,
+    "greater_equal": np.greater_equal,
+    "less": np.less,
+    "less_equal": np.less_equal,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
 }
 
 
@@ -174,7 +200,13 @@ def test_operators_power_where_select_logical_not_and_copy():
     def kernel(a):
         t = nl.load(a)
         out = nl.ndarray((6, 128, 32), dtype=a.dtype, buffer=nl.shared_hbm)
-        results = [t**2, 2.0**t, nl.power(t, 3.0), nl.where(t > 0, t, -t), nl.select(t <= 0, 0.0, t)]
+        results = [
+            t**2,
+            2.0**t,
+            nl.power(t, 3.0),
+            nl.where(t > 0, t, -t),
+            nl.select(t <= 0, 0.0, t),
+        ]
         results.append(nl.copy(nl.logical_not(t == 1.0) * (t != 2.0) * (1.0 - t / 2 + t * 3 - -t)))
         for k, r in enumerate(results):
             nl.store(out[k], value=r)
@@ -182,7 +214,14 @@ def test_operators_power_where_select_logical_not_and_copy():
 
     a = np.round(rand(128, 32) * 2)
     (out,) = run(kernel, [a])
-    expected = [a**2, 2.0**a, a**3, np.abs(a), np.maximum(a, 0), (a != 1) * (a != 2) * (1 - a / 2 + a * 3 + a)]
+    expected = [
+        a**2,
+        2.0**a,
+        a**3,
+        np.abs(a),
+        np.maximum(a, 0),
+        (a != 1) * (a != 2) * (1 - a / 2 + a * 3 + a),
+    ]
     np.testing.assert_allclose(out, np.stack(expected).astype(np.float32), rtol=1e-6)
 
 
@@ -211,7 +250,9 @@ def matmul_kernel(a, b):
     out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
     acc = nl.zeros((m, n), nl.float32, buffer=nl.psum)
     for kt in nl.affine_range(k // 128):
-        acc += nl.matmul(nl.load(a[:, kt * 128 : (kt + 1) * 128]), nl.load(b[kt * 128 : (kt + 1) * 128, :]))
+        acc += nl.matmul(
+            nl.load(a[:, kt * 128 : (kt + 1) * 128]), nl.load(b[kt * 128 : (kt + 1) * 128, :])
+        )
     nl.store(out, value=acc)
     return out
 
@@ -258,7 +299,9 @@ def test_transpose_and_nc_transpose():
 
 
 @pytest.mark.parametrize("name", ["sum", "max", "min", "mean", "prod"])
-@pytest.mark.parametrize(("axis", "keepdims"), [(1, True), (-1, False), ((1, 2), True), ((1, 2), False)])
+@pytest.mark.parametrize(
+    ("axis", "keepdims"), [(1, True), (-1, False), ((1, 2), True), ((1, 2), False)]
+)
 def test_reductions_over_free_axes(name, axis, keepdims):
     def kernel(a):
         result = getattr(nl, name)(nl.load(a), axis=axis, keepdims=keepdims)

@@ -39,8 +39,16 @@ def partition_kernel(a):
 
 
 def test_partition_dim_over_pmax():
-    raises(NKILimitError, partition_kernel, [np.zeros((256, 4), np.float32)], "partition-256",
-           "partition_kernel", "partition dimension 256", "nl.tile_size.pmax (128)", "blocks of")
+    raises(
+        NKILimitError,
+        partition_kernel,
+        [np.zeros((256, 4), np.float32)],
+        "partition-256",
+        "partition_kernel",
+        "partition dimension 256",
+        "nl.tile_size.pmax (128)",
+        "blocks of",
+    )
 
 
 def psum_kernel():
@@ -62,8 +70,15 @@ def sbuf_kernel():
 
 def test_sbuf_free_size_over_its_limit_names_the_helper_line():
     nl.ndarray((128, 49152), nl.float32)  # exactly 192 KiB per partition fits
-    raises(NKILimitError, sbuf_kernel, [], "sbuf-too-wide", "sbuf_helper",
-           "196612 bytes per partition", "free size over its limit of 196608 bytes")
+    raises(
+        NKILimitError,
+        sbuf_kernel,
+        [],
+        "sbuf-too-wide",
+        "sbuf_helper",
+        "196612 bytes per partition",
+        "free size over its limit of 196608 bytes",
+    )
 
 
 def matmul_kernel(a, b):
@@ -82,11 +97,29 @@ def zeros(*shape):
     ("kernel", "marker", "a", "b", "phrases"),
     [
         # x [M=64, K=256] is a legal tile (64 partitions), but K is contracted over partitions
-        (matmul_kernel, "matmul", zeros(64, 256), zeros(128, 32), ["contraction dimension K is 256", "limit of 128", "acc +="]),
+        (
+            matmul_kernel,
+            "matmul",
+            zeros(64, 256),
+            zeros(128, 32),
+            ["contraction dimension K is 256", "limit of 128", "acc +="],
+        ),
         # stationary [K=64, M=256]: a legal tile, too wide for the PE array
-        (nc_matmul_kernel, "nc-matmul", zeros(64, 256), zeros(64, 32), ["stationary free dimension M is 256", "limit of 128"]),
+        (
+            nc_matmul_kernel,
+            "nc-matmul",
+            zeros(64, 256),
+            zeros(64, 32),
+            ["stationary free dimension M is 256", "limit of 128"],
+        ),
         # moving [K=64, N=1024]
-        (nc_matmul_kernel, "nc-matmul", zeros(64, 32), zeros(64, 1024), ["moving free dimension N is 1024", "limit of 512"]),
+        (
+            nc_matmul_kernel,
+            "nc-matmul",
+            zeros(64, 32),
+            zeros(64, 1024),
+            ["moving free dimension N is 1024", "limit of 512"],
+        ),
     ],
 )
 def test_matmul_dimension_limits(kernel, marker, a, b, phrases):
@@ -94,7 +127,9 @@ def test_matmul_dimension_limits(kernel, marker, a, b, phrases):
 
 
 def test_matmul_operands_must_agree_on_k():
-    message = raises(NKIError, matmul_kernel, [zeros(64, 128), zeros(96, 32)], "matmul", "matmul_kernel")
+    message = raises(
+        NKIError, matmul_kernel, [zeros(64, 128), zeros(96, 32)], "matmul", "matmul_kernel"
+    )
     assert "contraction sizes differ" in message
 
 
@@ -103,7 +138,15 @@ def transpose_kernel(a):
 
 
 def test_transpose_result_must_fit():
-    raises(NKILimitError, transpose_kernel, [zeros(64, 256)], "transpose", "transpose_kernel", "(64, 256)", "at most")
+    raises(
+        NKILimitError,
+        transpose_kernel,
+        [zeros(64, 256)],
+        "transpose",
+        "transpose_kernel",
+        "(64, 256)",
+        "at most",
+    )
 
 
 def load_past_end_kernel(a, masked):
@@ -119,8 +162,16 @@ def load_past_end_kernel(a, masked):
 
 def test_load_outside_the_tensor_and_the_mask_that_makes_it_legal():
     a = np.arange(300 * 16, dtype=np.float32).reshape(300, 16)
-    raises(NKIIndexError, load_past_end_kernel, [a, False], "load-past-end", "load_past_end_kernel",
-           "index 256..383 of dimension 0", "shape (300, 16)", "mask=")
+    raises(
+        NKIIndexError,
+        load_past_end_kernel,
+        [a, False],
+        "load-past-end",
+        "load_past_end_kernel",
+        "index 256..383 of dimension 0",
+        "shape (300, 16)",
+        "mask=",
+    )
     (out,) = run(load_past_end_kernel, [a, True])
     np.testing.assert_array_equal(out[:44], a[256:])
     assert not out[44:].any()  # masked-out rows are not read: zeros
@@ -132,8 +183,15 @@ def store_past_end_kernel(a):
 
 
 def test_store_outside_the_tensor():
-    raises(NKIIndexError, store_past_end_kernel, [zeros(128, 16)], "store-past-end", "store_past_end_kernel",
-           "index 0..127 of dimension 0", "shape (100, 16)")
+    raises(
+        NKIIndexError,
+        store_past_end_kernel,
+        [zeros(128, 16)],
+        "store-past-end",
+        "store_past_end_kernel",
+        "index 0..127 of dimension 0",
+        "shape (100, 16)",
+    )
 
 
 def reduce_partitions_kernel(a):
@@ -141,8 +199,16 @@ def reduce_partitions_kernel(a):
 
 
 def test_reduce_over_the_partition_axis():
-    raises(NKIError, reduce_partitions_kernel, [zeros(128, 4)], "reduce-axis-0", "reduce_partitions_kernel",
-           "axis 0, the partition dimension", "transpose", "ones vector")
+    raises(
+        NKIError,
+        reduce_partitions_kernel,
+        [zeros(128, 4)],
+        "reduce-axis-0",
+        "reduce_partitions_kernel",
+        "axis 0, the partition dimension",
+        "transpose",
+        "ones vector",
+    )
 
 
 def program_id_kernel():
@@ -150,7 +216,16 @@ def program_id_kernel():
 
 
 def test_program_id_beyond_the_grid():
-    raises(NKIError, program_id_kernel, [], "program-id-1", "program_id_kernel", "axis 1", "rank 1", grid=(4,))
+    raises(
+        NKIError,
+        program_id_kernel,
+        [],
+        "program-id-1",
+        "program_id_kernel",
+        "axis 1",
+        "rank 1",
+        grid=(4,),
+    )
     raises(NKIError, program_id_kernel, [], "program-id-1", "program_id_kernel", "rank 0")
 
 
@@ -159,7 +234,9 @@ def hbm_compute_kernel(a):
 
 
 def test_compute_on_hbm_tensors_asks_for_a_load():
-    raises(NKIError, hbm_compute_kernel, [zeros(4, 4)], "hbm-compute", "hbm_compute_kernel", "nl.load")
+    raises(
+        NKIError, hbm_compute_kernel, [zeros(4, 4)], "hbm-compute", "hbm_compute_kernel", "nl.load"
+    )
 
 
 def test_errors_are_nkipy_errors():

@@ -8,7 +8,10 @@ import torch
 from nkipy_ops_nki.interpreter import run
 from nkipy_ops_nki.kernels import rmsnorm, softmax
 
-DTYPES = {"float32": (np.float32, torch.float32, 1e-6), "bfloat16": (ml_dtypes.bfloat16, torch.bfloat16, 1e-2)}
+DTYPES = {
+    "float32": (np.float32, torch.float32, 1e-6),
+    "bfloat16": (ml_dtypes.bfloat16, torch.bfloat16, 1e-2),
+}
 SHAPES = [(rows, cols) for rows in (1, 128, 130, 300) for cols in (64, 512)]
 
 

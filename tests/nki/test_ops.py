@@ -14,11 +14,9 @@ from nki_tutorial import tensor_add_kernel, tiled_add_kernel
 
 import nkipy_core
 import nkipy_ops_nki.nki.language as nl
-from nkipy_ops_nki import nki
-from nkipy_core.plugin import manager as plugins
 from nkipy_core.compiler.kernel_call import KernelCall
-from nkipy_ops_nki import NKIOpRegistry, nki_op
-
+from nkipy_core.plugin import manager as plugins
+from nkipy_ops_nki import NKIOpRegistry, nki, nki_op
 
 add_kernel = NKIOpRegistry.register("nkitest::add")(tensor_add_kernel)
 
@@ -94,7 +92,9 @@ def _compile(fn, graphs):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             out = compiled(*args)
-        return out, [str(w.message) for w in caught if issubclass(w.category, nkipy_core.FallbackWarning)]
+        return out, [
+            str(w.message) for w in caught if issubclass(w.category, nkipy_core.FallbackWarning)
+        ]
 
     return call
 
@@ -137,10 +137,13 @@ def test_a_registered_op_is_fused_into_the_kernel_around_it(graphs):
     assert "def tensor_add_kernel(a_input, b_input):" in config["source"]
 
 
-@pytest.mark.parametrize("op, grid", [
-    ("tiled_add", [2, 2]),
-    ("tiled_add_nc2", [{"spmd": 1, "nc": 2}, 2]),
-])
+@pytest.mark.parametrize(
+    "op, grid",
+    [
+        ("tiled_add", [2, 2]),
+        ("tiled_add_nc2", [{"spmd": 1, "nc": 2}, 2]),
+    ],
+)
 def test_a_launch_grid_travels_with_the_custom_call(graphs, op, grid):
     a, b = torch.randn(256, 1024), torch.randn(256, 1024)
     out, fallbacks = _compile(lambda a, b: getattr(torch.ops.nkitest, op)(a, b) - 1, graphs)(a, b)
@@ -172,7 +175,9 @@ def test_an_op_registered_after_the_plugins_loaded_is_lowered(graphs):
 
 def test_a_body_that_computes_around_the_kernel_runs_as_torch_with_the_reason(graphs):
     a, b = torch.randn(128, 512), torch.randn(128, 512)
-    out, fallbacks = _compile(lambda a, b: torch.ops.nkitest.add_then_double(a, b) + 1, graphs)(a, b)
+    out, fallbacks = _compile(lambda a, b: torch.ops.nkitest.add_then_double(a, b) + 1, graphs)(
+        a, b
+    )
     torch.testing.assert_close(out, (a + b) * 2 + 1)
     assert len(fallbacks) == 1
     assert "nkitest::add_then_double" in fallbacks[0]
@@ -180,7 +185,10 @@ def test_a_body_that_computes_around_the_kernel_runs_as_torch_with_the_reason(gr
 
 
 def test_nki_op_makes_the_schema_fake_and_autograd(graphs):
-    assert str(torch.ops.nkitest.scale.default._schema) == "nkitest::scale(Tensor x, float alpha=1.) -> Tensor"
+    assert (
+        str(torch.ops.nkitest.scale.default._schema)
+        == "nkitest::scale(Tensor x, float alpha=1.) -> Tensor"
+    )
     x = torch.randn(128, 64, requires_grad=True)
     torch.testing.assert_close(torch.ops.nkitest.scale(x, 3.0), x.detach() * 3)
 

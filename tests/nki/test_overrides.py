@@ -27,7 +27,9 @@ def _compiled(fn, *args):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = torch.compile(fn, backend="nkipy", fullgraph=True, options={"runtime": "cpu"})(*args)
-    fallbacks = [str(w.message) for w in caught if issubclass(w.category, nkipy_core.FallbackWarning)]
+    fallbacks = [
+        str(w.message) for w in caught if issubclass(w.category, nkipy_core.FallbackWarning)
+    ]
     sources = "".join(p.read_text() for p in Path.cwd().glob("nkipy_cache/kernels/*/kernel.py"))
     return out, fallbacks, sources
 
@@ -49,17 +51,28 @@ def test_softmax_over_the_last_dimension_is_the_nki_kernel(shape):
 
 @pytest.mark.parametrize("case", ["another dimension", "a row too wide for SBUF"])
 def test_what_the_kernel_does_not_tile_falls_through_to_the_base_rule(case):
-    x, dim = (torch.randn(6, 5), 0) if case == "another dimension" else (torch.randn(2, softmax.MAX_COLS + 1), -1)
+    x, dim = (
+        (torch.randn(6, 5), 0)
+        if case == "another dimension"
+        else (torch.randn(2, softmax.MAX_COLS + 1), -1)
+    )
     out, fallbacks, sources = _compiled(lambda x: torch.softmax(x, dim), x)
     torch.testing.assert_close(out, torch.softmax(x, dim))
     assert fallbacks == [] and "softmax_kernel" not in sources and "np.exp(" in sources
 
 
 def test_softmax_conforms_forward_and_backward_in_fp32_and_bf16():
-    report = run_conformance("nkipy-ops-nki", include={"softmax", "nn.functional.softmax"},
-                             dtypes=(torch.float32, torch.bfloat16), max_samples=3)
+    report = run_conformance(
+        "nkipy-ops-nki",
+        include={"softmax", "nn.functional.softmax"},
+        dtypes=(torch.float32, torch.bfloat16),
+        max_samples=3,
+    )
     print(report.table())
-    assert {(r.op, r.dtype) for r in report.rows} >= {("softmax", "float32"), ("softmax", "bfloat16")}
+    assert {(r.op, r.dtype) for r in report.rows} >= {
+        ("softmax", "float32"),
+        ("softmax", "bfloat16"),
+    }
     assert_conformance(report, allow_fallback=False, allow_skip=False)
 
 
@@ -98,7 +111,9 @@ def test_a_training_graph_keeps_the_pattern_for_its_backward():
 def test_the_pass_stays_out_on_a_runtime_that_cannot_run_the_custom_call():
     no_custom_calls = types.SimpleNamespace(name="xla")
     assert plugin.nkipy_graph_passes(stage="aten", runtime=no_custom_calls) is None
-    assert plugin.nkipy_graph_passes(stage="aten", runtime=types.SimpleNamespace(host_custom_calls=True))
+    assert plugin.nkipy_graph_passes(
+        stage="aten", runtime=types.SimpleNamespace(host_custom_calls=True)
+    )
 
 
 def test_rmsnorm_conforms_on_the_opinfo_samples():
@@ -110,7 +125,9 @@ def test_rmsnorm_conforms_on_the_opinfo_samples():
 
 
 @pytest.mark.parametrize("setting", [None, "0"], ids=["unset", "0"])
-def test_without_nkipy_nki_overrides_1_softmax_and_rmsnorm_stay_with_the_base_rules(monkeypatch, setting):
+def test_without_nkipy_nki_overrides_1_softmax_and_rmsnorm_stay_with_the_base_rules(
+    monkeypatch, setting
+):
     monkeypatch.delenv("NKIPY_NKI_OVERRIDES", raising=False)
     if setting is not None:
         monkeypatch.setenv("NKIPY_NKI_OVERRIDES", setting)
@@ -130,6 +147,8 @@ def test_a_kernel_file_with_an_nki_custom_call_runs_on_its_own():
     x = torch.randn(4, 7, 33)
     _compiled(lambda x: torch.softmax(x, -1) * 2, x)
     (path,) = Path.cwd().glob("nkipy_cache/kernels/*/kernel.py")
-    result = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["float32", "(4,", "7,", "33)"]

@@ -5,7 +5,6 @@ from importlib.metadata import version
 
 import pytest
 import torch
-
 from nkipy_cli import by, line_of, run, run_json
 
 from nkipy_core.plugin import manager as plugins
@@ -30,7 +29,11 @@ def test_installed_base_pack_lowers_add_tensor(installed_plugins, capsys):
     assert row[5].startswith("nkipy_ops_base/") and re.search(r"\.py:\d+$", row[5])
 
     add = by(run_json(capsys, "list")["lowerings"], "op", "aten::add.Tensor")
-    assert (add["provider"], add["version"], add["plugin"]) == ("nkipy-ops-base", BASE_VERSION, "nkipy_ops_base")
+    assert (add["provider"], add["version"], add["plugin"]) == (
+        "nkipy-ops-base",
+        BASE_VERSION,
+        "nkipy_ops_base",
+    )
     assert add["qualname"].startswith("nkipy_ops_base.")
 
 
@@ -39,7 +42,8 @@ def test_installed_base_pack_filter_and_coverage(installed_plugins, capsys):
     underscored = run_json(capsys, "list", "--pack", "nkipy_ops_base")["lowerings"]
     assert dashed == underscored and "aten::add.Tensor" in [r["op"] for r in dashed]
     assert all(
-        "nkipy-ops-base" in [r["provider"], *(o["provider"] for o in r["overridden"])] for r in dashed
+        "nkipy-ops-base" in [r["provider"], *(o["provider"] for o in r["overridden"])]
+        for r in dashed
     )
     assert run_json(capsys, "list", "--pack", "nkipy-core")["lowerings"] == []
 
@@ -53,13 +57,16 @@ def test_installed_base_pack_filter_and_coverage(installed_plugins, capsys):
 RANDOM = {"aten::rand.default", "aten::randn.default", "aten::randperm.default"}
 #: excluded overload -> the category its reason must name
 EXCLUDED = {
-    "aten::sym_size.int": "symbolic-size query", "aten::sym_stride.int": "symbolic-size query",
-    "aten::sym_numel.default": "symbolic-size query", "aten::sym_storage_offset.default": "symbolic-size query",
+    "aten::sym_size.int": "symbolic-size query",
+    "aten::sym_stride.int": "symbolic-size query",
+    "aten::sym_numel.default": "symbolic-size query",
+    "aten::sym_storage_offset.default": "symbolic-size query",
     "aten::sym_is_contiguous.default": "symbolic-size query",
     "aten::nonzero.default": "data-dependent output shape",
     "aten::_local_scalar_dense.default": "data-dependent host value",
     "aten::resize_.default": "in-place storage resize",
-    "aten::_fft_r2c.default": "complex FFT", "aten::_fft_c2r.default": "complex FFT",
+    "aten::_fft_r2c.default": "complex FFT",
+    "aten::_fft_c2r.default": "complex FFT",
 }
 
 
@@ -74,4 +81,8 @@ def test_base_pack_lowers_every_core_aten_overload_but_the_excluded_ones(install
     code, out, err = run(capsys, "list", "--coverage", "core-aten")
     assert code == 0, err
     assert f"excluded ({len(EXCLUDED)}), not lowerable by design:" in out
-    assert re.search(r"^  aten::_fft_r2c\.default +complex FFT: complex tensors are not in the NKIPy IR$", out, re.M)
+    assert re.search(
+        r"^  aten::_fft_r2c\.default +complex FFT: complex tensors are not in the NKIPy IR$",
+        out,
+        re.M,
+    )

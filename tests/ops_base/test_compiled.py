@@ -53,15 +53,19 @@ def _cnn(x, w1, b1, w2):
 
 
 def _embedding_bags(w, i, o, s):
-    return (F.embedding_bag(i, w, o, mode="sum", per_sample_weights=s).sum(1)
-            + F.embedding_bag(i, w, o, mode="mean", padding_idx=2).sum(1)
-            + F.embedding_bag(i, w, o, mode="max").sum(1))
+    return (
+        F.embedding_bag(i, w, o, mode="sum", per_sample_weights=s).sum(1)
+        + F.embedding_bag(i, w, o, mode="mean", padding_idx=2).sum(1)
+        + F.embedding_bag(i, w, o, mode="max").sum(1)
+    )
 
 
 def _grid_samples(x, g):
-    return (F.grid_sample(x, g, align_corners=False)
-            + F.grid_sample(x, g, mode="nearest", padding_mode="border", align_corners=True)
-            + F.grid_sample(x, g, mode="bicubic", padding_mode="reflection", align_corners=False))
+    return (
+        F.grid_sample(x, g, align_corners=False)
+        + F.grid_sample(x, g, mode="nearest", padding_mode="border", align_corners=True)
+        + F.grid_sample(x, g, mode="bicubic", padding_mode="reflection", align_corners=False)
+    )
 
 
 def _strided_views(x):
@@ -71,54 +75,304 @@ def _strided_views(x):
 
 #: name -> (function, argument factory, differentiate the float arguments too)
 PROGRAMS = {
-    "pointwise-promotion": (lambda x, n: ((x * 2 + n).sin() / (x.abs() + 1)) ** 2 - n // 2, lambda: (randn(4, 5), idx(9, 5)), True),
-    "activations": (lambda x: F.gelu(x) + F.gelu(x, approximate="tanh") + F.silu(x) + F.elu(x) + F.leaky_relu(x) + F.hardtanh(x) + F.relu(x) + F.softplus(x) + F.mish(x), lambda: (randn(6, 7),), True),
-    "softmax-family": (lambda x: torch.softmax(x, -1) * torch.log_softmax(x, 0), lambda: (randn(5, 6),), True),
-    "cross-entropy": (lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1), lambda: (randn(8, 10), idx(10, 8)), True),
-    "mse-loss": (lambda x, y: F.mse_loss(x, y) + F.l1_loss(x, y) + F.smooth_l1_loss(x, y), lambda: (randn(4, 6), randn(4, 6)), True),
-    "layer-norm": (lambda x, w, b: F.layer_norm(x, (8,), w, b), lambda: (randn(3, 5, 8), randn(8), randn(8)), True),
-    "rms-norm": (lambda x, w: F.rms_norm(x, (8,), w, eps=1e-6), lambda: (randn(3, 5, 8), randn(8)), True),
-    "group-norm": (lambda x, w, b: F.group_norm(x, 2, w, b), lambda: (randn(2, 4, 3, 3), randn(4), randn(4)), True),
+    "pointwise-promotion": (
+        lambda x, n: ((x * 2 + n).sin() / (x.abs() + 1)) ** 2 - n // 2,
+        lambda: (randn(4, 5), idx(9, 5)),
+        True,
+    ),
+    "activations": (
+        lambda x: (
+            F.gelu(x)
+            + F.gelu(x, approximate="tanh")
+            + F.silu(x)
+            + F.elu(x)
+            + F.leaky_relu(x)
+            + F.hardtanh(x)
+            + F.relu(x)
+            + F.softplus(x)
+            + F.mish(x)
+        ),
+        lambda: (randn(6, 7),),
+        True,
+    ),
+    "softmax-family": (
+        lambda x: torch.softmax(x, -1) * torch.log_softmax(x, 0),
+        lambda: (randn(5, 6),),
+        True,
+    ),
+    "cross-entropy": (
+        lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1),
+        lambda: (randn(8, 10), idx(10, 8)),
+        True,
+    ),
+    "mse-loss": (
+        lambda x, y: F.mse_loss(x, y) + F.l1_loss(x, y) + F.smooth_l1_loss(x, y),
+        lambda: (randn(4, 6), randn(4, 6)),
+        True,
+    ),
+    "layer-norm": (
+        lambda x, w, b: F.layer_norm(x, (8,), w, b),
+        lambda: (randn(3, 5, 8), randn(8), randn(8)),
+        True,
+    ),
+    "rms-norm": (
+        lambda x, w: F.rms_norm(x, (8,), w, eps=1e-6),
+        lambda: (randn(3, 5, 8), randn(8)),
+        True,
+    ),
+    "group-norm": (
+        lambda x, w, b: F.group_norm(x, 2, w, b),
+        lambda: (randn(2, 4, 3, 3), randn(4), randn(4)),
+        True,
+    ),
     "batch-norm-train": (_batch_norm_train, lambda: (randn(4, 3, 5), randn(3), randn(3)), True),
-    "batch-norm-eval": (lambda x: F.batch_norm(x, torch.full((3,), 0.5), torch.full((3,), 2.0), training=False), lambda: (randn(4, 3, 5),), True),
-    "embedding": (lambda w, i: F.embedding(i, w, padding_idx=0).sum(1), lambda: (randn(10, 4), idx(10, 3, 5)), True),
-    "reductions": (lambda x: x.sum(0) + x.mean(0) + x.var(0) + x.std(0, correction=0) + x.amax(0) + x.logsumexp(0) + x.norm(dim=0) + x.prod(0), lambda: (randn(5, 4),), True),
-    "arg-reductions": (lambda x: (x.argmax(1), x.max(0).indices, x.min(1).values, x.argsort(1), x.topk(2).values, x.sort(0, descending=True).values), lambda: (randn(4, 6),), False),
+    "batch-norm-eval": (
+        lambda x: F.batch_norm(x, torch.full((3,), 0.5), torch.full((3,), 2.0), training=False),
+        lambda: (randn(4, 3, 5),),
+        True,
+    ),
+    "embedding": (
+        lambda w, i: F.embedding(i, w, padding_idx=0).sum(1),
+        lambda: (randn(10, 4), idx(10, 3, 5)),
+        True,
+    ),
+    "reductions": (
+        lambda x: (
+            x.sum(0)
+            + x.mean(0)
+            + x.var(0)
+            + x.std(0, correction=0)
+            + x.amax(0)
+            + x.logsumexp(0)
+            + x.norm(dim=0)
+            + x.prod(0)
+        ),
+        lambda: (randn(5, 4),),
+        True,
+    ),
+    "arg-reductions": (
+        lambda x: (
+            x.argmax(1),
+            x.max(0).indices,
+            x.min(1).values,
+            x.argsort(1),
+            x.topk(2).values,
+            x.sort(0, descending=True).values,
+        ),
+        lambda: (randn(4, 6),),
+        False,
+    ),
     "scans": (lambda x: x.cumsum(1) + x.cumprod(0), lambda: (randn(4, 5),), True),
-    "any-all": (lambda x: ((x > 0).any(1), (x > -3).all(), x.isnan().any(), torch.count_nonzero(x > 0)), lambda: (randn(4, 5),), False),
-    "advanced-indexing": (lambda x, i, j: x[i].sum(1) + x[:, j].sum(0)[:3] + x[i, j[:3]], lambda: (randn(6, 7), idx(6, 3), idx(7, 5)), True),
+    "any-all": (
+        lambda x: ((x > 0).any(1), (x > -3).all(), x.isnan().any(), torch.count_nonzero(x > 0)),
+        lambda: (randn(4, 5),),
+        False,
+    ),
+    "advanced-indexing": (
+        lambda x, i, j: x[i].sum(1) + x[:, j].sum(0)[:3] + x[i, j[:3]],
+        lambda: (randn(6, 7), idx(6, 3), idx(7, 5)),
+        True,
+    ),
     "index-put": (_index_put, lambda: (randn(4, 6), torch.tensor([5, 0, 2]), randn(4, 3)), True),
-    "masked": (lambda x, m: _masked_put(x, m) + x.masked_fill(m, -1.0) + torch.where(m, x, x * 2), lambda: (randn(4, 5), randn(4, 5) > 0), True),
-    "gather-scatter": (lambda x, i, s: x.gather(1, i) + torch.zeros(4, 6).scatter_add(1, i, s)[:, :3] + x.index_select(0, i[:, 0] % 4)[:, :3], lambda: (randn(4, 6), idx(6, 4, 3), randn(4, 3)), True),
+    "masked": (
+        lambda x, m: _masked_put(x, m) + x.masked_fill(m, -1.0) + torch.where(m, x, x * 2),
+        lambda: (randn(4, 5), randn(4, 5) > 0),
+        True,
+    ),
+    "gather-scatter": (
+        lambda x, i, s: (
+            x.gather(1, i)
+            + torch.zeros(4, 6).scatter_add(1, i, s)[:, :3]
+            + x.index_select(0, i[:, 0] % 4)[:, :3]
+        ),
+        lambda: (randn(4, 6), idx(6, 4, 3), randn(4, 3)),
+        True,
+    ),
     "tril-triu": (lambda x: x.tril() - x.triu(1) + torch.eye(5), lambda: (randn(5, 5),), True),
-    "shapes": (lambda x: torch.cat([x.flip(0), x.roll(2, 1)], 1).view(4, 2, -1).transpose(0, 2).reshape(-1, 4)[::2] + 0, lambda: (randn(4, 6),), True),
-    "split-stack": (lambda x: torch.stack([a * i for i, a in enumerate(x.chunk(3, 1))], 0).sum(0) + torch.stack(x.unbind(1)[:2], 1).repeat(1, 1), lambda: (randn(4, 6),), True),
-    "pad-expand": (lambda x: F.pad(x, (1, 2, 0, 1), value=0.5) + x.mean().expand(5, 9) + x.diagonal().sum(), lambda: (randn(4, 6),), True),
-    "linear-matmul": (lambda x, w, b, y: F.linear(x, w, b) @ y + torch.einsum("bij,bjk->bik", x, w.T.expand(2, 6, 5)).sum(), lambda: (randn(2, 3, 6), randn(5, 6), randn(5), randn(5, 4)), True),
-    "factories": (lambda x: x + torch.arange(6) * 0.5 + torch.linspace(-1, 1, 6) + torch.ones_like(x) * torch.full((4, 1), 2.0), lambda: (randn(4, 6),), True),
-    "casts": (lambda x: (x.to(torch.bfloat16) * 3).float() + x.long().float() + (x > 0).float() + x.double().sum().float(), lambda: (randn(4, 6) * 3,), True),
-    "dropout-eval": (lambda x: F.dropout(x, 0.0) + F.dropout(x, 0.5, training=False), lambda: (randn(4, 6),), True),
-    "sdpa-causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), lambda: (randn(2, 2, 6, 4), randn(2, 2, 6, 4), randn(2, 2, 6, 4)), True),
-    "sdpa-masks": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m) + F.scaled_dot_product_attention(q, k, v, attn_mask=m > 0, scale=0.2), lambda: (randn(2, 2, 5, 4), randn(2, 2, 7, 4), randn(2, 2, 7, 4), randn(5, 7)), True),
-    "cnn": (_cnn, lambda: (randn(2, 3, 8, 8), randn(4, 3, 3, 3), randn(4), randn(6, 2, 3, 3)), True),
-    "conv-transpose-1d-3d": (lambda x, w, v, u: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1).sum((2, 3)) + F.conv1d(x[..., 0], w[:, :, 0], dilation=2).sum(-1) + F.conv3d(v, u, padding=1).mean((1, 2, 3, 4)).reshape(2, 1), lambda: (randn(2, 4, 5, 5), randn(4, 4, 3, 3), randn(2, 2, 3, 4, 4), randn(3, 2, 2, 2, 2)), True),
-    "sdpa-grouped-query": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), lambda: (randn(2, 4, 6, 8), randn(2, 2, 6, 8), randn(2, 2, 6, 8)), True),
-    "adaptive-max-pool": (lambda x: F.adaptive_max_pool2d(x, (3, 2)) + F.interpolate(x, size=(3, 2)), lambda: (randn(2, 3, 7, 5),), True),
-    "statistics-and-search": (lambda x, b: (torch.var_mean(x, 1)[0] + torch.fmax(x, x * 0.5).sum(1) + torch.hypot(x, x + 1).mean(1), torch.bucketize(x, b)), lambda: (randn(4, 5), torch.tensor([-1.0, 0.0, 0.5])), True),
-    "distances": (lambda a, b: torch.cdist(a, b).sum(1) + torch.cdist(a, b, p=1).sum(1) + F.pdist(a).sum(), lambda: (randn(4, 3), randn(5, 3)), True),
-    "special-functions": (lambda x: torch.lgamma(x) + torch.digamma(x.abs() + 0.5) + torch.erfinv(x.tanh() * 0.9) + torch.erfc(x) + torch.copysign(x, -x) + torch.signbit(x).float(), lambda: (randn(4, 5) * 3,), True),
-    "running-extremes": (lambda x: torch.cummax(x, 1).values * 2 + torch.cummin(x, 0).values + torch.logcumsumexp(x, 1), lambda: (randn(4, 6),), True),
-    "order-statistics": (lambda x: (x.kthvalue(2, 1).values + x.median(1).values + x.nanmedian(1).values, x.median(), x.median(0).indices), lambda: (randn(4, 7),), True),
-    "reducing-scatters": (lambda x, i, s: x.scatter_reduce(1, i, s, "amax") + x.scatter_reduce(1, i, s, "prod", include_self=False) + x.index_reduce(0, i[:, 0] % 4, s[:, :1].expand(4, 6), "amin"), lambda: (randn(4, 6), idx(6, 4, 3), randn(4, 3)), True),
-    "embedding-bag": (_embedding_bags, lambda: (randn(10, 3), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0, 0]), torch.tensor([0, 3, 3, 6]), randn(10)), True),
+    "shapes": (
+        lambda x: (
+            torch.cat([x.flip(0), x.roll(2, 1)], 1)
+            .view(4, 2, -1)
+            .transpose(0, 2)
+            .reshape(-1, 4)[::2]
+            + 0
+        ),
+        lambda: (randn(4, 6),),
+        True,
+    ),
+    "split-stack": (
+        lambda x: (
+            torch.stack([a * i for i, a in enumerate(x.chunk(3, 1))], 0).sum(0)
+            + torch.stack(x.unbind(1)[:2], 1).repeat(1, 1)
+        ),
+        lambda: (randn(4, 6),),
+        True,
+    ),
+    "pad-expand": (
+        lambda x: F.pad(x, (1, 2, 0, 1), value=0.5) + x.mean().expand(5, 9) + x.diagonal().sum(),
+        lambda: (randn(4, 6),),
+        True,
+    ),
+    "linear-matmul": (
+        lambda x, w, b, y: (
+            F.linear(x, w, b) @ y + torch.einsum("bij,bjk->bik", x, w.T.expand(2, 6, 5)).sum()
+        ),
+        lambda: (randn(2, 3, 6), randn(5, 6), randn(5), randn(5, 4)),
+        True,
+    ),
+    "factories": (
+        lambda x: (
+            x
+            + torch.arange(6) * 0.5
+            + torch.linspace(-1, 1, 6)
+            + torch.ones_like(x) * torch.full((4, 1), 2.0)
+        ),
+        lambda: (randn(4, 6),),
+        True,
+    ),
+    "casts": (
+        lambda x: (
+            (x.to(torch.bfloat16) * 3).float()
+            + x.long().float()
+            + (x > 0).float()
+            + x.double().sum().float()
+        ),
+        lambda: (randn(4, 6) * 3,),
+        True,
+    ),
+    "dropout-eval": (
+        lambda x: F.dropout(x, 0.0) + F.dropout(x, 0.5, training=False),
+        lambda: (randn(4, 6),),
+        True,
+    ),
+    "sdpa-causal": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        lambda: (randn(2, 2, 6, 4), randn(2, 2, 6, 4), randn(2, 2, 6, 4)),
+        True,
+    ),
+    "sdpa-masks": (
+        lambda q, k, v, m: (
+            F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+            + F.scaled_dot_product_attention(q, k, v, attn_mask=m > 0, scale=0.2)
+        ),
+        lambda: (randn(2, 2, 5, 4), randn(2, 2, 7, 4), randn(2, 2, 7, 4), randn(5, 7)),
+        True,
+    ),
+    "cnn": (
+        _cnn,
+        lambda: (randn(2, 3, 8, 8), randn(4, 3, 3, 3), randn(4), randn(6, 2, 3, 3)),
+        True,
+    ),
+    "conv-transpose-1d-3d": (
+        lambda x, w, v, u: (
+            F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1).sum((2, 3))
+            + F.conv1d(x[..., 0], w[:, :, 0], dilation=2).sum(-1)
+            + F.conv3d(v, u, padding=1).mean((1, 2, 3, 4)).reshape(2, 1)
+        ),
+        lambda: (randn(2, 4, 5, 5), randn(4, 4, 3, 3), randn(2, 2, 3, 4, 4), randn(3, 2, 2, 2, 2)),
+        True,
+    ),
+    "sdpa-grouped-query": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+        lambda: (randn(2, 4, 6, 8), randn(2, 2, 6, 8), randn(2, 2, 6, 8)),
+        True,
+    ),
+    "adaptive-max-pool": (
+        lambda x: F.adaptive_max_pool2d(x, (3, 2)) + F.interpolate(x, size=(3, 2)),
+        lambda: (randn(2, 3, 7, 5),),
+        True,
+    ),
+    "statistics-and-search": (
+        lambda x, b: (
+            torch.var_mean(x, 1)[0] + torch.fmax(x, x * 0.5).sum(1) + torch.hypot(x, x + 1).mean(1),
+            torch.bucketize(x, b),
+        ),
+        lambda: (randn(4, 5), torch.tensor([-1.0, 0.0, 0.5])),
+        True,
+    ),
+    "distances": (
+        lambda a, b: torch.cdist(a, b).sum(1) + torch.cdist(a, b, p=1).sum(1) + F.pdist(a).sum(),
+        lambda: (randn(4, 3), randn(5, 3)),
+        True,
+    ),
+    "special-functions": (
+        lambda x: (
+            torch.lgamma(x)
+            + torch.digamma(x.abs() + 0.5)
+            + torch.erfinv(x.tanh() * 0.9)
+            + torch.erfc(x)
+            + torch.copysign(x, -x)
+            + torch.signbit(x).float()
+        ),
+        lambda: (randn(4, 5) * 3,),
+        True,
+    ),
+    "running-extremes": (
+        lambda x: (
+            torch.cummax(x, 1).values * 2 + torch.cummin(x, 0).values + torch.logcumsumexp(x, 1)
+        ),
+        lambda: (randn(4, 6),),
+        True,
+    ),
+    "order-statistics": (
+        lambda x: (
+            x.kthvalue(2, 1).values + x.median(1).values + x.nanmedian(1).values,
+            x.median(),
+            x.median(0).indices,
+        ),
+        lambda: (randn(4, 7),),
+        True,
+    ),
+    "reducing-scatters": (
+        lambda x, i, s: (
+            x.scatter_reduce(1, i, s, "amax")
+            + x.scatter_reduce(1, i, s, "prod", include_self=False)
+            + x.index_reduce(0, i[:, 0] % 4, s[:, :1].expand(4, 6), "amin")
+        ),
+        lambda: (randn(4, 6), idx(6, 4, 3), randn(4, 3)),
+        True,
+    ),
+    "embedding-bag": (
+        _embedding_bags,
+        lambda: (
+            randn(10, 3),
+            torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0, 0]),
+            torch.tensor([0, 3, 3, 6]),
+            randn(10),
+        ),
+        True,
+    ),
     "grid-sample": (_grid_samples, lambda: (randn(2, 3, 5, 4), randn(2, 4, 3, 2) * 0.7), True),
     "as-strided": (_strided_views, lambda: (randn(4, 4),), True),
-    "searchsorted-sorter": (lambda s, v: torch.searchsorted(s, v, sorter=s.argsort(-1)), lambda: (randn(3, 6), randn(3, 4)), False),
-    "bf16-mlp": (lambda x, w1, w2: F.linear(F.silu(F.linear(x, w1)), w2).softmax(-1), lambda: (randn(4, 8, dtype=torch.bfloat16), randn(16, 8, dtype=torch.bfloat16), randn(8, 16, dtype=torch.bfloat16)), True),
-    "bf16-norm-attention": (lambda x: F.scaled_dot_product_attention(*[F.layer_norm(x, (8,))] * 3, is_causal=True).mean(-1), lambda: (randn(2, 3, 6, 8, dtype=torch.bfloat16),), True),
+    "searchsorted-sorter": (
+        lambda s, v: torch.searchsorted(s, v, sorter=s.argsort(-1)),
+        lambda: (randn(3, 6), randn(3, 4)),
+        False,
+    ),
+    "bf16-mlp": (
+        lambda x, w1, w2: F.linear(F.silu(F.linear(x, w1)), w2).softmax(-1),
+        lambda: (
+            randn(4, 8, dtype=torch.bfloat16),
+            randn(16, 8, dtype=torch.bfloat16),
+            randn(8, 16, dtype=torch.bfloat16),
+        ),
+        True,
+    ),
+    "bf16-norm-attention": (
+        lambda x: F.scaled_dot_product_attention(*[F.layer_norm(x, (8,))] * 3, is_causal=True).mean(
+            -1
+        ),
+        lambda: (randn(2, 3, 6, 8, dtype=torch.bfloat16),),
+        True,
+    ),
 }
 
-TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (3e-2, 3e-2), torch.int64: (0, 0), torch.bool: (0, 0)}
+TOLERANCE = {
+    torch.float32: (1e-4, 1e-5),
+    torch.bfloat16: (3e-2, 3e-2),
+    torch.int64: (0, 0),
+    torch.bool: (0, 0),
+}
 
 
 def _leaves(value):
@@ -128,7 +382,9 @@ def _leaves(value):
 def _assert_close(actual, expected, what):
     for a, e in zip(_leaves(actual), _leaves(expected), strict=True):
         rtol, atol = TOLERANCE[e.dtype]
-        torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what}: {m}")
+        torch.testing.assert_close(
+            a, e, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what}: {m}"
+        )
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
@@ -136,7 +392,9 @@ def test_program_lowers_completely_and_matches_eager(name):
     fn, make_args, differentiate = PROGRAMS[name]
     args = make_args()
     eager_args = [a.clone().requires_grad_(differentiate and a.is_floating_point()) for a in args]
-    compiled_args = [a.clone().requires_grad_(differentiate and a.is_floating_point()) for a in args]
+    compiled_args = [
+        a.clone().requires_grad_(differentiate and a.is_floating_point()) for a in args
+    ]
     expected = fn(*eager_args)
     actual = torch.compile(fn, backend="nkipy", options={"strict": True})(*compiled_args)
     _assert_close(actual, expected, "output")
@@ -153,8 +411,12 @@ def test_program_lowers_completely_and_matches_eager(name):
 
 def test_a_rule_that_declines_falls_back_with_its_reason():
     """A descending sort of bools cannot negate its keys: the rule declines, strict names why."""
-    fn = torch.compile(lambda x: torch.sort(x, descending=True), backend="nkipy", options={"strict": True})
-    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="negation does not reverse its order"):
+    fn = torch.compile(
+        lambda x: torch.sort(x, descending=True), backend="nkipy", options={"strict": True}
+    )
+    with pytest.raises(
+        torch._dynamo.exc.BackendCompilerFailed, match="negation does not reverse its order"
+    ):
         fn(torch.tensor([True, False, True]))
 
 
@@ -178,7 +440,9 @@ SCALAR_PROGRAMS = {
     "clamp-where": lambda x: torch.where(x > 0.1, x.clamp(max=1.1), 0.7),
     "full": lambda x: x * torch.full_like(x, 1 / 3) + F.pad(x, (1, 0), value=1.1)[..., 1:],
     # the method: dynamo itself splits torch.addcdiv(..., value=v) into div, mul and add
-    "addcmul-addcdiv": lambda x: torch.addcmul(x, x, x.flip(1), value=0.1) - x.addcdiv(x, x.abs() + 1, value=1 / 3),
+    "addcmul-addcdiv": lambda x: (
+        torch.addcmul(x, x, x.flip(1), value=0.1) - x.addcdiv(x, x.abs() + 1, value=1 / 3)
+    ),
 }
 
 
@@ -211,8 +475,8 @@ def test_out_nodes_in_an_unfunctionalized_graph_write_their_arguments():
     lowers completely, and what the node wrote is what later reads and the caller see."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from nkipy_core.config import settings as config
     from nkipy_core.compiler.pipeline import compile_graph
+    from nkipy_core.config import settings as config
 
     def program(a, b, o):
         torch.atan2(a, b, out=o)
@@ -234,6 +498,7 @@ def test_as_strided_reads_the_storage_of_each_call_not_a_cached_kernel():
     """Two calls whose inputs have one shape but different layouts compile to different plans:
     as_strided addresses storage, so the transposed input is declined (and runs on CPU) instead
     of reusing the kernel lowered for the contiguous one."""
+
     def fn(x):
         return x.as_strided((3, 3), (1, 3)) * 2
 
@@ -252,6 +517,7 @@ def test_as_strided_reads_the_storage_of_each_call_not_a_cached_kernel():
 def test_as_strided_with_a_storage_offset_of_a_graph_input_is_declined(dynamic):
     """An explicit storage_offset addresses the input's storage, and the input's own offset is
     not guarded between calls: the rule declines rather than bake the first call's offset in."""
+
     def fn(x):
         return torch.as_strided(x, (4,), (1,), 10) * 2
 
@@ -276,6 +542,7 @@ def test_outputs_have_the_strides_eager_gives_them(graphs):
     """A kernel output that eager lays out transposed (here the transposed activation a Linear's
     backward saves) comes back with eager's strides, so AOTAutograd and the size-set
     specialisation see the layouts they were traced with."""
+
     def f(a, b):
         return (a[0] * 2).t(), (a + b).permute(2, 0, 1), a - b
 

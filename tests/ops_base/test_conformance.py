@@ -34,7 +34,6 @@ def expected_failures_file() -> Path:
     return Path(__file__).with_name(f"conformance_expected_failures{suffix}.txt")
 
 
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_ops_base_matches_eager_on_opinfo_samples(dtype):
     report = run_conformance(
@@ -51,8 +50,14 @@ def test_ops_base_matches_eager_on_opinfo_samples(dtype):
     print(report.table(note_width=140))
     unverified = report.unverified_ops()
     if unverified:
-        print(f"lowered but not verified by any passing OpInfo ({len(unverified)}): {', '.join(unverified)}")
+        print(
+            f"lowered but not verified by any passing OpInfo ({len(unverified)}): {', '.join(unverified)}"
+        )
     assert report.summary()["pass"] > 0
     unjudged = [r.op for r in report.rows if "time budget of the run exhausted" in r.note]
-    assert not unjudged, f"the run exceeded RUN_BUDGET={RUN_BUDGET}s; {len(unjudged)} rows went unjudged: {unjudged}"
-    assert_conformance(report, expected_failures=expected_failures_for(report, expected_failures_file()))
+    assert not unjudged, (
+        f"the run exceeded RUN_BUDGET={RUN_BUDGET}s; {len(unjudged)} rows went unjudged: {unjudged}"
+    )
+    assert_conformance(
+        report, expected_failures=expected_failures_for(report, expected_failures_file())
+    )

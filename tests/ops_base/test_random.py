@@ -113,7 +113,7 @@ def test_bernoulli_rate_follows_its_probabilities():
     p = torch.cat([torch.full((N // 2,), 0.2), torch.full((N // 2,), 0.9)])
     b = compiled(torch.bernoulli)(p)
     assert set(b.unique().tolist()) <= {0.0, 1.0}
-    for half, rate in ((b[: N // 2], 0.2), (b[N // 2:], 0.9)):
+    for half, rate in ((b[: N // 2], 0.2), (b[N // 2 :], 0.9)):
         assert abs(half.mean().item() - rate) < 5 * math.sqrt(rate * (1 - rate) / half.numel())
 
 
@@ -153,6 +153,7 @@ def test_manual_seed_reproduces_and_calls_differ():
 def test_reproducible_across_recompiles_from_a_warm_cache():
     """The key is an input, never baked into a cached kernel: a fresh compile that loads the
     kernel from the cache draws the same numbers under the same seed."""
+
     def fn():
         return torch.randn(64)
 
@@ -175,8 +176,14 @@ def test_two_random_ops_in_one_graph_differ():
 
 def test_random_ops_lower_without_fallback_warnings(graphs):
     def fn(x):
-        return (torch.rand_like(x) + torch.randn(3, 4) + torch.randint(0, 5, (3, 4)) + torch.bernoulli(torch.sigmoid(x))
-                + torch.randperm(4) + F.dropout(x, 0.3, training=True))
+        return (
+            torch.rand_like(x)
+            + torch.randn(3, 4)
+            + torch.randint(0, 5, (3, 4))
+            + torch.bernoulli(torch.sigmoid(x))
+            + torch.randperm(4)
+            + F.dropout(x, 0.3, training=True)
+        )
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", nkipy_core.FallbackWarning)
@@ -218,8 +225,15 @@ def test_dropout_backward_uses_the_forward_mask():
 
 def _mlp(dropout: bool) -> torch.nn.Module:
     torch.manual_seed(0)
-    layers = [torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(16, 4)]
-    return torch.nn.Sequential(*(layer for layer in layers if dropout or not isinstance(layer, torch.nn.Dropout)))
+    layers = [
+        torch.nn.Linear(8, 16),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(0.3),
+        torch.nn.Linear(16, 4),
+    ]
+    return torch.nn.Sequential(
+        *(layer for layer in layers if dropout or not isinstance(layer, torch.nn.Dropout))
+    )
 
 
 def _kernel_counts(graphs, model, **options) -> list[int]:
@@ -242,8 +256,13 @@ def test_training_graph_with_dropout_compiles_to_as_many_kernels(graphs, fallbac
 
 def _random_program(x):
     return (
-        torch.rand(3, 4), torch.randn_like(x), torch.randint(-5, 5, (6,)), torch.randperm(7),
-        torch.empty(5).uniform_(2, 3), torch.normal(1.0, 2.0, (4,)), torch.bernoulli(x.sigmoid(), p=0.3) * x,
+        torch.rand(3, 4),
+        torch.randn_like(x),
+        torch.randint(-5, 5, (6,)),
+        torch.randperm(7),
+        torch.empty(5).uniform_(2, 3),
+        torch.normal(1.0, 2.0, (4,)),
+        torch.bernoulli(x.sigmoid(), p=0.3) * x,
         F.dropout(x * 2, 0.5, training=True),
     )
 
@@ -322,7 +341,9 @@ def test_fallback_random_on_the_nkipy_device_matches_eager():
 def test_attention_dropout_in_training_lowers_completely(graphs):
     """With ``dropout_p > 0`` torch takes the math path of SDPA, whose dropout is ``native_dropout``."""
     q = torch.randn(2, 2, 5, 4, requires_grad=True)
-    out = compiled(lambda t: F.scaled_dot_product_attention(t, t, t, dropout_p=0.3))(q)  # strict: no fallback
+    out = compiled(lambda t: F.scaled_dot_product_attention(t, t, t, dropout_p=0.3))(
+        q
+    )  # strict: no fallback
     out.sum().backward()
     assert out.shape == q.shape and torch.isfinite(q.grad).all()
     assert [sum(isinstance(m, KernelCall) for m in g.children()) for g in graphs] == [1, 1]
@@ -343,13 +364,22 @@ def test_attention_without_dropout_leaves_torchs_generator_alone(graphs, fallbac
     tagged as a seeded op but draws nothing: it takes no key, so the compiled call advances
     torch's generator no more than eager does, and stays in the kernel under ``fallback_random``."""
     q = torch.randn(1, 2, 5, 4)
-    fn = compiled(lambda t: F.scaled_dot_product_attention(t, t, t, is_causal=True), fallback_random=fallback_random)
-    keys, host_ops = nkipy_core.cache_stats["random_keys"], nkipy_core.cache_stats["host_random_ops"]
+    fn = compiled(
+        lambda t: F.scaled_dot_product_attention(t, t, t, is_causal=True),
+        fallback_random=fallback_random,
+    )
+    keys, host_ops = (
+        nkipy_core.cache_stats["random_keys"],
+        nkipy_core.cache_stats["host_random_ops"],
+    )
     torch.manual_seed(0)
     out = fn(q)
     after = torch.rand(4)
     torch.manual_seed(0)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, q, q, is_causal=True))
     assert torch.equal(after, torch.rand(4))
-    assert nkipy_core.cache_stats["random_keys"] == keys and nkipy_core.cache_stats["host_random_ops"] == host_ops
+    assert (
+        nkipy_core.cache_stats["random_keys"] == keys
+        and nkipy_core.cache_stats["host_random_ops"] == host_ops
+    )
     assert [sum(isinstance(m, KernelCall) for m in g.children()) for g in graphs] == [1]

@@ -90,9 +90,16 @@ OPS = [
     Op("{v} / ({y}.abs() + 1)", lambda v, y: v / (y.abs() + 1), BOTH, binary=True),
     Op("torch.maximum({v}, {y})", torch.maximum, BOTH, binary=True),
     Op("torch.minimum({v}, {y})", torch.minimum, BOTH, binary=True),
-    Op("torch.where({v} > {y}, {v}, {y})", lambda v, y: torch.where(v > y, v, y), BOTH, binary=True),
+    Op(
+        "torch.where({v} > {y}, {v}, {y})", lambda v, y: torch.where(v > y, v, y), BOTH, binary=True
+    ),
     Op("torch.atan2({v}, {y})", torch.atan2, FLOATS, binary=True),
-    Op("torch.remainder({v}, {y}.abs() + 1)", lambda v, y: torch.remainder(v, y.abs() + 1), INTS, binary=True),
+    Op(
+        "torch.remainder({v}, {y}.abs() + 1)",
+        lambda v, y: torch.remainder(v, y.abs() + 1),
+        INTS,
+        binary=True,
+    ),
     Op("{v} // ({y}.abs() + 1)", lambda v, y: v // (y.abs() + 1), INTS, binary=True),
     Op("{v} & {y}", torch.bitwise_and, INTS, binary=True),
     Op("{v} ^ {y}", torch.bitwise_xor, INTS, binary=True),
@@ -106,19 +113,35 @@ OPS = [
     Op("{v}.max(dim={d}).values", lambda v, d: v.max(dim=d).values, BOTH, dim=True),
     Op("{v}.var(dim={d}, correction=0)", lambda v, d: v.var(dim=d, correction=0), FLOATS, dim=True),
     Op("torch.softmax({v}, dim={d})", lambda v, d: torch.softmax(v, dim=d), FLOATS, dim=True),
-    Op("torch.log_softmax({v}, dim={d})", lambda v, d: torch.log_softmax(v, dim=d), FLOATS, dim=True),
+    Op(
+        "torch.log_softmax({v}, dim={d})",
+        lambda v, d: torch.log_softmax(v, dim=d),
+        FLOATS,
+        dim=True,
+    ),
     Op("torch.cumsum({v}, dim={d})", lambda v, d: torch.cumsum(v, dim=d), BOTH, dim=True),
     # shape ops
     Op("{v}.transpose(0, {d})", lambda v, d: v.transpose(0, d), BOTH, dim=True),
-    Op("{v}.permute(*reversed(range({v}.dim())))", lambda v: v.permute(tuple(reversed(range(v.dim())))), BOTH),
+    Op(
+        "{v}.permute(*reversed(range({v}.dim())))",
+        lambda v: v.permute(tuple(reversed(range(v.dim())))),
+        BOTH,
+    ),
     Op("{v}.flip({d})", lambda v, d: v.flip(d), BOTH, dim=True),
-    Op("{v}.unsqueeze(0).expand(2, *{v}.shape)", lambda v: v.unsqueeze(0).expand(2, *v.shape), BOTH),
+    Op(
+        "{v}.unsqueeze(0).expand(2, *{v}.shape)", lambda v: v.unsqueeze(0).expand(2, *v.shape), BOTH
+    ),
     Op("{v}.reshape(-1)", lambda v: v.reshape(-1), BOTH),
     Op("{v}.narrow({d}, 0, 1)", lambda v, d: v.narrow(d, 0, 1), BOTH, dim=True),
     Op("torch.cat([{v}, {v}], dim={d})", lambda v, d: torch.cat([v, v], dim=d), BOTH, dim=True),
 ]
 
-DTYPES = {torch.float32: 30, torch.bfloat16: 30, torch.float16: 20, torch.int32: 20}  # dtype -> examples
+DTYPES = {
+    torch.float32: 30,
+    torch.bfloat16: 30,
+    torch.float16: 20,
+    torch.int32: 20,
+}  # dtype -> examples
 
 
 @attrs.frozen
@@ -197,13 +220,19 @@ def programs(draw, dtype: torch.dtype) -> Program:
 
 
 @st.composite
-def _operand(draw, shape: tuple[int, ...], dtype: torch.dtype, kinds: frozenset[str]) -> tuple[tuple[int, ...], torch.dtype]:
+def _operand(
+    draw, shape: tuple[int, ...], dtype: torch.dtype, kinds: frozenset[str]
+) -> tuple[tuple[int, ...], torch.dtype]:
     """A shape that broadcasts against ``shape``: some dims 1, leading dims dropped or one added;
     usually ``dtype``, sometimes a wider type the op takes (type promotion, integers to float too)."""
     dropped = draw(st.integers(0, len(shape)))
     dims = [1 if draw(st.booleans()) else size for size in shape][dropped:]
     lead = draw(st.sampled_from([(), (2,)])) if not dropped else ()
-    wider = [torch.float32] if dtype.is_floating_point else [torch.int64, *([torch.float32] if FLOAT in kinds else [])]
+    wider = (
+        [torch.float32]
+        if dtype.is_floating_point
+        else [torch.int64, *([torch.float32] if FLOAT in kinds else [])]
+    )
     return (*lead, *dims), draw(st.sampled_from([dtype, dtype, *wider]))
 
 
@@ -219,8 +248,14 @@ def _check(program: Program) -> None:
 @pytest.mark.parametrize("dtype", list(DTYPES), ids=str)
 def test_random_op_chains_match_eager(dtype):
     @settings(
-        max_examples=DTYPES[dtype], derandomize=True, database=None, deadline=None,
-        phases=[Phase.explicit, Phase.generate],  # no shrinking: each try compiles; 6 steps read fine
+        max_examples=DTYPES[dtype],
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[
+            Phase.explicit,
+            Phase.generate,
+        ],  # no shrinking: each try compiles; 6 steps read fine
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
     @given(programs(dtype))

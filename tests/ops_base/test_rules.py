@@ -18,11 +18,11 @@ import torch.fx
 from torch.utils._pytree import tree_map
 
 from nkipy_core import LoweringContext, LoweringRegistry, Unsupported
+from nkipy_core.compiler.lowering import Layout
 from nkipy_core.compiler.pipeline import RULE, lower_subgraph, output_orders
+from nkipy_core.compiler.rng import RNG_KWARG, RandomStream
 from nkipy_core.ir import codegen
 from nkipy_core.ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
-from nkipy_core.compiler.rng import RNG_KWARG, RandomStream
-from nkipy_core.compiler.lowering import Layout
 from nkipy_core.testing import assert_close_to_eager, upcast
 from nkipy_ops_base.rules import RULES
 
@@ -42,7 +42,9 @@ def t(*shape, dtype=f32, low=-2.0, high=2.0):
         return torch.rand(shape, generator=_generator) < 0.5
     if not dtype.is_floating_point:
         return torch.randint(int(low), int(high), shape, generator=_generator, dtype=dtype)
-    return (torch.rand(shape, generator=_generator, dtype=torch.float64) * (high - low) + low).to(dtype)
+    return (torch.rand(shape, generator=_generator, dtype=torch.float64) * (high - low) + low).to(
+        dtype
+    )
 
 
 def distinct(*shape, dtype=f32):
@@ -61,20 +63,59 @@ def case(op, *args, id=None, tol=None, values=True, **kwargs):  # noqa: A002 - p
 
 def _unary_cases():
     domains = {
-        "abs": (-2, 2), "acos": (-0.99, 0.99), "acosh": (1.0, 30.0), "asin": (-0.99, 0.99),
-        "asinh": (-30, 30), "atan": (-5, 5), "atanh": (-0.99, 0.99), "ceil": (-5, 5), "cos": (-5, 5),
-        "cosh": (-5, 5), "erf": (-3, 3), "exp": (-5, 5), "exp2": (-5, 5), "expm1": (-2, 2),
-        "floor": (-5, 5), "log": (0.01, 10), "log10": (0.01, 10), "log1p": (-0.9, 5), "log2": (0.01, 10),
-        "neg": (-2, 2), "reciprocal": (0.5, 4), "round": (-5, 5), "rsqrt": (0.01, 10), "sigmoid": (-8, 8),
-        "sign": (-2, 2), "sin": (-5, 5), "sinh": (-5, 5), "sqrt": (0, 10), "tan": (-1.4, 1.4),
-        "tanh": (-4, 4), "trunc": (-5, 5),
+        "abs": (-2, 2),
+        "acos": (-0.99, 0.99),
+        "acosh": (1.0, 30.0),
+        "asin": (-0.99, 0.99),
+        "asinh": (-30, 30),
+        "atan": (-5, 5),
+        "atanh": (-0.99, 0.99),
+        "ceil": (-5, 5),
+        "cos": (-5, 5),
+        "cosh": (-5, 5),
+        "erf": (-3, 3),
+        "exp": (-5, 5),
+        "exp2": (-5, 5),
+        "expm1": (-2, 2),
+        "floor": (-5, 5),
+        "log": (0.01, 10),
+        "log10": (0.01, 10),
+        "log1p": (-0.9, 5),
+        "log2": (0.01, 10),
+        "neg": (-2, 2),
+        "reciprocal": (0.5, 4),
+        "round": (-5, 5),
+        "rsqrt": (0.01, 10),
+        "sigmoid": (-8, 8),
+        "sign": (-2, 2),
+        "sin": (-5, 5),
+        "sinh": (-5, 5),
+        "sqrt": (0, 10),
+        "tan": (-1.4, 1.4),
+        "tanh": (-4, 4),
+        "trunc": (-5, 5),
     }
     for name, (low, high) in domains.items():
         op = getattr(aten, name).default
         for dtype in (f32, bf16):
             yield case(op, t(3, 5, dtype=dtype, low=low, high=high), id=f"{name}-{dtype}")
-    for name in ("abs", "neg", "sign", "floor", "trunc", "sin", "exp", "sqrt", "sigmoid", "reciprocal"):
-        yield case(getattr(aten, name).default, t(7, dtype=i64, low=0 if name == "sqrt" else -5, high=5), id=f"{name}-int")
+    for name in (
+        "abs",
+        "neg",
+        "sign",
+        "floor",
+        "trunc",
+        "sin",
+        "exp",
+        "sqrt",
+        "sigmoid",
+        "reciprocal",
+    ):
+        yield case(
+            getattr(aten, name).default,
+            t(7, dtype=i64, low=0 if name == "sqrt" else -5, high=5),
+            id=f"{name}-int",
+        )
     yield case(aten.asinh.default, torch.tensor([1e-6, -3e-4, 1e20, -1e30]), id="asinh-extremes")
     yield case(aten.acosh.default, torch.tensor([1.0, 1.0001, 1e20]), id="acosh-extremes")
     yield case(aten.sinh.default, torch.tensor([1e-6, -3e-4, 0.0]), id="sinh-tiny")
@@ -86,7 +127,9 @@ def _binary_cases():
     for op in (aten.mul.Tensor, aten.maximum.default, aten.minimum.default, aten.atan2.default):
         yield case(op, a, b)
     yield case(aten.add.Tensor, a, t(5), alpha=2.5, id="add-alpha-broadcast")
-    yield case(aten.add.Tensor, t(4, dtype=i32, low=-9, high=9), t(4, dtype=i64), id="add-int-promote")
+    yield case(
+        aten.add.Tensor, t(4, dtype=i32, low=-9, high=9), t(4, dtype=i64), id="add-int-promote"
+    )
     yield case(aten.add.Tensor, t(3, dtype=bf16), torch.tensor(0.1), id="add-bf16-0d-f32")
     yield case(aten.add.Scalar, t(4, dtype=i64), 1.5, id="add-int-scalar-float")
     yield case(aten.add.Tensor, t(4, dtype=boolean), t(4, dtype=boolean), id="add-bool")
@@ -95,10 +138,21 @@ def _binary_cases():
     yield case(aten.sub.Scalar, t(4, dtype=bf16), 0.1, id="sub-bf16-scalar")
     yield case(aten.mul.Scalar, t(4, dtype=bf16), 0.1, id="mul-bf16-scalar")
     yield case(aten.div.Tensor, a, b)
-    yield case(aten.div.Tensor, t(6, dtype=i64, low=-9, high=9), t(6, dtype=i64, low=1, high=4), id="div-int-true")
+    yield case(
+        aten.div.Tensor,
+        t(6, dtype=i64, low=-9, high=9),
+        t(6, dtype=i64, low=1, high=4),
+        id="div-int-true",
+    )
     for mode in ("trunc", "floor"):
         num = torch.tensor([-7, -6, -1, 0, 1, 6, 7])
-        yield case(aten.div.Tensor_mode, num, torch.tensor([2, -3, 2, 5, -2, 4, 7]), rounding_mode=mode, id=f"div-int-{mode}")
+        yield case(
+            aten.div.Tensor_mode,
+            num,
+            torch.tensor([2, -3, 2, 5, -2, 4, 7]),
+            rounding_mode=mode,
+            id=f"div-int-{mode}",
+        )
         yield case(aten.div.Tensor_mode, a * 4, b, rounding_mode=mode, id=f"div-float-{mode}")
         yield case(aten.div.Scalar_mode, num, -2, rounding_mode=mode, id=f"div-scalar-{mode}")
     yield case(aten.div.Scalar, t(4, dtype=bf16), 3.0, id="div-bf16-scalar")
@@ -109,7 +163,12 @@ def _binary_cases():
     yield case(aten.pow.Scalar, 2.0, a)
     for op in (aten.remainder.Tensor, aten.fmod.Tensor):
         yield case(op, a * 3, torch.tensor([1.5, -1.5, 2.0, -0.7, 0.3]))
-        yield case(op, torch.tensor([-7, -6, 5, 7]), torch.tensor([3, -4, -3, 2]), id=f"{op._schema.name[6:]}-int")
+        yield case(
+            op,
+            torch.tensor([-7, -6, 5, 7]),
+            torch.tensor([3, -4, -3, 2]),
+            id=f"{op._schema.name[6:]}-int",
+        )
     yield case(aten.remainder.Scalar, a, -1.5)
     yield case(aten.fmod.Scalar, torch.tensor([-1e-8, -5.0, 5.0]), 3.0, id="fmod-tiny")
     x, y = t(6, dtype=i32, low=-50, high=50), t(6, dtype=i32, low=-50, high=50)
@@ -121,7 +180,12 @@ def _binary_cases():
     yield case(aten.maximum.default, special(), torch.zeros(8), id="maximum-nan")
     for op in (aten.fmax.default, aten.fmin.default, aten.hypot.default):
         yield case(op, special(), special().flip(0))
-    yield case(aten.hypot.default, torch.tensor([3e30, 0.0, -4.0]), torch.tensor([4e30, 0.0, 3.0]), id="hypot-large")
+    yield case(
+        aten.hypot.default,
+        torch.tensor([3e30, 0.0, -4.0]),
+        torch.tensor([4e30, 0.0, 3.0]),
+        id="hypot-large",
+    )
     yield case(aten.fmax.default, t(5, dtype=i64), t(5, dtype=i64), id="fmax-int")
 
 
@@ -142,7 +206,13 @@ def _predicate_cases():
     yield case(aten.isinf.default, special())
     yield case(aten.isinf.default, t(4, dtype=i64), id="isinf-int")
     yield case(aten.where.self, p, t(6), t(6, dtype=i64), id="where-promote")
-    yield case(aten.where.self, t(3, 1, dtype=boolean), t(3, 4, dtype=bf16), torch.tensor(-math.inf), id="where-broadcast")
+    yield case(
+        aten.where.self,
+        t(3, 1, dtype=boolean),
+        t(3, 4, dtype=bf16),
+        torch.tensor(-math.inf),
+        id="where-broadcast",
+    )
     yield case(aten.clamp.default, a, -0.5, 1.0)
     yield case(aten.clamp.default, a, None, 0.25, id="clamp-max")
     yield case(aten.clamp.default, special(), -1.0, id="clamp-min-nan")
@@ -157,7 +227,9 @@ EXACT = (0, 0)
 
 def _awkward(dtype):
     """Python scalars a half dtype cannot hold: rounding them to the dtype first, or not, shows."""
-    tie = 1 + 2.0 ** (-11 if dtype == f16 else -8) + 2.0**-40  # an f64 -> half cast is rounded twice
+    tie = (
+        1 + 2.0 ** (-11 if dtype == f16 else -8) + 2.0**-40
+    )  # an f64 -> half cast is rounded twice
     return [0.1, 1 / 3, 1.1, 1e-3, -0.7, 65500.0, 1e-7, -2.5e4, tie]
 
 
@@ -166,54 +238,153 @@ def _scalar_cases():
     ``nkipy_ops_base.opmath`` for the rule). 64 elements: whole vectors of torch's loops, whose
     scalar tails round ``alpha·other`` differently (documented there)."""
     for dtype in (f16, bf16):
-        x, y, pos = t(64, dtype=dtype, low=-4, high=4), t(64, dtype=dtype, low=-4, high=4), t(64, dtype=dtype, low=0.01, high=4)
+        x, y, pos = (
+            t(64, dtype=dtype, low=-4, high=4),
+            t(64, dtype=dtype, low=-4, high=4),
+            t(64, dtype=dtype, low=0.01, high=4),
+        )
         name = str(dtype)[6:]
         for s in _awkward(dtype):
             sid = f"{name}-{s:.6g}"
-            for op in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor, aten.remainder.Scalar,
-                       aten.fmod.Scalar, aten.lt.Scalar, aten.eq.Scalar):
-                yield case(op, x, s, id=f"{op._schema.name[6:]}.{op._overloadname}-{sid}", tol=EXACT)
+            for op in (
+                aten.add.Tensor,
+                aten.sub.Tensor,
+                aten.mul.Tensor,
+                aten.div.Tensor,
+                aten.remainder.Scalar,
+                aten.fmod.Scalar,
+                aten.lt.Scalar,
+                aten.eq.Scalar,
+            ):
+                yield case(
+                    op, x, s, id=f"{op._schema.name[6:]}.{op._overloadname}-{sid}", tol=EXACT
+                )
             for op in (aten.add.Scalar, aten.sub.Scalar, aten.mul.Scalar, aten.div.Scalar):
                 yield case(op, y, s, id=f"{op._schema.name[6:]}.Scalar-{sid}", tol=EXACT)
             for op in (aten.add.Tensor, aten.sub.Tensor):
                 yield case(op, x, y, alpha=s, id=f"{op._schema.name[6:]}-alpha-{sid}", tol=EXACT)
-            yield case(aten.add.Tensor, x, torch.tensor(s, dtype=torch.float64), id=f"add-0d-f64-{sid}", tol=EXACT)
+            yield case(
+                aten.add.Tensor,
+                x,
+                torch.tensor(s, dtype=torch.float64),
+                id=f"add-0d-f64-{sid}",
+                tol=EXACT,
+            )
             yield case(aten.mul.Tensor, x, torch.tensor(s), id=f"mul-0d-f32-{sid}", tol=EXACT)
             yield case(aten.mul.Tensor, torch.tensor(s), x, id=f"mul-0d-f32-first-{sid}", tol=EXACT)
-            yield case(aten.div.Tensor, torch.tensor(s), pos, id=f"div-0d-f32-first-{sid}", tol=EXACT)
+            yield case(
+                aten.div.Tensor, torch.tensor(s), pos, id=f"div-0d-f32-first-{sid}", tol=EXACT
+            )
             for mode in ("trunc", "floor"):
-                yield case(aten.div.Tensor_mode, x * 100, s, rounding_mode=mode, id=f"div-{mode}-{sid}", tol=EXACT)
-            yield case(aten.pow.Tensor_Scalar, pos, s if abs(s) < 100 else 7.3, id=f"pow.Tensor_Scalar-{sid}", tol=EXACT)
+                yield case(
+                    aten.div.Tensor_mode,
+                    x * 100,
+                    s,
+                    rounding_mode=mode,
+                    id=f"div-{mode}-{sid}",
+                    tol=EXACT,
+                )
+            yield case(
+                aten.pow.Tensor_Scalar,
+                pos,
+                s if abs(s) < 100 else 7.3,
+                id=f"pow.Tensor_Scalar-{sid}",
+                tol=EXACT,
+            )
             yield case(aten.clamp.default, x, s, None, id=f"clamp-min-{sid}", tol=EXACT)
             yield case(aten.clamp.default, x, -abs(s), abs(s), id=f"clamp-{sid}", tol=EXACT)
-            yield case(aten.where.self, x > 0, y, torch.tensor(s, dtype=torch.float64), id=f"where-0d-f64-{sid}", tol=EXACT)
+            yield case(
+                aten.where.self,
+                x > 0,
+                y,
+                torch.tensor(s, dtype=torch.float64),
+                id=f"where-0d-f64-{sid}",
+                tol=EXACT,
+            )
             yield case(aten.hardtanh.default, x, -abs(s), abs(s), id=f"hardtanh-{sid}", tol=EXACT)
             yield case(aten.leaky_relu.default, x, s, id=f"leaky_relu-{sid}", tol=EXACT)
-            yield case(aten.addmm.default, y[:5], x[:12].reshape(3, 4), y[:20].reshape(4, 5), beta=s, alpha=-s,
-                       id=f"addmm-scaled-{sid}", tol=EXACT)
+            yield case(
+                aten.addmm.default,
+                y[:5],
+                x[:12].reshape(3, 4),
+                y[:20].reshape(4, 5),
+                beta=s,
+                alpha=-s,
+                id=f"addmm-scaled-{sid}",
+                tol=EXACT,
+            )
             yield case(aten.full.default, [3], s, dtype=dtype, id=f"full-{sid}", tol=EXACT)
             yield case(aten.fill.Scalar, x[:3], s, id=f"fill-{sid}", tol=EXACT)
-            yield case(aten.scalar_tensor.default, s, dtype=dtype, id=f"scalar_tensor-{sid}", tol=EXACT)
+            yield case(
+                aten.scalar_tensor.default, s, dtype=dtype, id=f"scalar_tensor-{sid}", tol=EXACT
+            )
             yield case(aten.constant_pad_nd.default, x[:4], [1, 2], s, id=f"pad-{sid}", tol=EXACT)
-            yield case(aten.scatter.value, x[:6].reshape(2, 3), 0, torch.tensor([[1, 0, 1]]), s, id=f"scatter-value-{sid}", tol=EXACT)
-            edges = torch.tensor([-s, 0.0, s * 0.9999, s, s * 1.0001], dtype=torch.float64).to(dtype).sort().values
+            yield case(
+                aten.scatter.value,
+                x[:6].reshape(2, 3),
+                0,
+                torch.tensor([[1, 0, 1]]),
+                s,
+                id=f"scatter-value-{sid}",
+                tol=EXACT,
+            )
+            edges = (
+                torch.tensor([-s, 0.0, s * 0.9999, s, s * 1.0001], dtype=torch.float64)
+                .to(dtype)
+                .sort()
+                .values
+            )
             yield case(aten.bucketize.Scalar, s, edges, id=f"bucketize-scalar-{sid}")
-            yield case(aten.searchsorted.Scalar, edges, s, right=True, id=f"searchsorted-scalar-{sid}")
+            yield case(
+                aten.searchsorted.Scalar, edges, s, right=True, id=f"searchsorted-scalar-{sid}"
+            )
         for mode in ("trunc", "floor"):  # by a tensor, the quotient is rounded to the dtype first
             num, den = t(256, dtype=dtype, low=-300, high=300), t(256, dtype=dtype, low=-3, high=3)
-            yield case(aten.div.Tensor_mode, num, den, rounding_mode=mode, id=f"div-{mode}-tensor-{name}", tol=EXACT)
+            yield case(
+                aten.div.Tensor_mode,
+                num,
+                den,
+                rounding_mode=mode,
+                id=f"div-{mode}-tensor-{name}",
+                tol=EXACT,
+            )
         for s in (0.1, 1 / 3, 1.1, 1e-3, 2.5):
             yield case(aten.elu.default, x, s, 1.1, 1 / 3, id=f"elu-{name}-{s:.6g}", tol=EXACT)
-            yield case(aten.pow.Scalar, s, t(64, dtype=dtype, low=-8, high=8), id=f"pow.Scalar-{name}-{s:.6g}", tol=EXACT)
+            yield case(
+                aten.pow.Scalar,
+                s,
+                t(64, dtype=dtype, low=-8, high=8),
+                id=f"pow.Scalar-{name}-{s:.6g}",
+                tol=EXACT,
+            )
         # eps is read at f32 (opmath.py); the kernels order their arithmetic differently from ours
         # (layer norm reduces otherwise, batch norm folds into x·a + b), hence the tolerance
         for s in (1e-3, 0.1, 1 / 3):
-            yield case(aten.native_layer_norm.default, t(4, 8, dtype=dtype), [8], None, None, s, id=f"layer_norm-eps-{name}-{s:.6g}")
-            yield case(aten._native_batch_norm_legit_no_training.default, t(4, 3, 4, dtype=dtype), None, None,
-                       t(3, dtype=dtype), t(3, dtype=dtype, low=0.5, high=2), 0.1, s, id=f"batch_norm-eps-{name}-{s:.6g}")
+            yield case(
+                aten.native_layer_norm.default,
+                t(4, 8, dtype=dtype),
+                [8],
+                None,
+                None,
+                s,
+                id=f"layer_norm-eps-{name}-{s:.6g}",
+            )
+            yield case(
+                aten._native_batch_norm_legit_no_training.default,
+                t(4, 3, 4, dtype=dtype),
+                None,
+                None,
+                t(3, dtype=dtype),
+                t(3, dtype=dtype, low=0.5, high=2),
+                0.1,
+                s,
+                id=f"batch_norm-eps-{name}-{s:.6g}",
+            )
     every_f16 = torch.arange(0, 0x7C00, dtype=torch.int16).view(f16)
     exponents = every_f16[every_f16 < 50]
-    yield case(aten.pow.Scalar, 1.1, exponents, id="pow.Scalar-1.1-every-f16-exponent-below-50", tol=EXACT)
+    yield case(
+        aten.pow.Scalar, 1.1, exponents, id="pow.Scalar-1.1-every-f16-exponent-below-50", tol=EXACT
+    )
 
 
 def _creation_cases():
@@ -235,7 +406,15 @@ def _creation_cases():
     yield case(aten.arange.start_step, 5, -4, -2, dtype=f32, id="arange-negative-step")
     yield case(aten.arange.start_step, 0.0, 1.0, 0.1, id="arange-fractional")
     yield case(aten.arange.start_step, 0, 64, 2, dtype=bf16, id="arange-bf16")
-    yield case(prims.iota.default, 5, start=3, step=-2, dtype=i64, device=torch.device("cpu"), requires_grad=False)
+    yield case(
+        prims.iota.default,
+        5,
+        start=3,
+        step=-2,
+        dtype=i64,
+        device=torch.device("cpu"),
+        requires_grad=False,
+    )
     yield case(aten._to_copy.default, t(4, low=-3, high=3), dtype=i64, id="to_copy-f32-i64")
     yield case(aten._to_copy.default, t(4), dtype=bf16, id="to_copy-f32-bf16")
     yield case(aten._to_copy.default, special(), dtype=boolean, id="to_copy-f32-bool")
@@ -267,16 +446,29 @@ def _shape_cases():
     yield case(aten.constant_pad_nd.default, x, [1, 2, 0, 1], 0.5)
     yield case(aten.constant_pad_nd.default, x, [-1, 2, 1, -2], id="pad-negative")
     for offset, d1, d2 in ((0, 0, 1), (1, 1, 2), (-2, 2, 1), (5, 0, 1)):
-        yield case(aten.diagonal.default, t(3, 4, 5), offset, d1, d2, id=f"diagonal{offset}_{d1}{d2}")
+        yield case(
+            aten.diagonal.default, t(3, 4, 5), offset, d1, d2, id=f"diagonal{offset}_{d1}{d2}"
+        )
     for mode in ("reflection", "replication"):
         for rank, padding in ((1, [2, 1]), (2, [1, 2, 0, 3]), (3, [1, 0, 2, 1, 1, 1])):
-            op, backward = getattr(aten, f"{mode}_pad{rank}d").default, getattr(aten, f"{mode}_pad{rank}d_backward").default
+            op, backward = (
+                getattr(aten, f"{mode}_pad{rank}d").default,
+                getattr(aten, f"{mode}_pad{rank}d_backward").default,
+            )
             xp = t(2, *range(4, 4 + rank))
             yield case(op, xp, padding)
             yield case(backward, t(*op(xp, padding).shape), xp, padding)
     for offset, d1, d2 in ((0, 0, 1), (1, 2, 1), (-1, 0, 2)):
         src = torch.diagonal(t(3, 4, 5), offset, d1, d2).clone()
-        yield case(aten.diagonal_scatter.default, t(3, 4, 5), src, offset, d1, d2, id=f"diagonal_scatter{offset}_{d1}{d2}")
+        yield case(
+            aten.diagonal_scatter.default,
+            t(3, 4, 5),
+            src,
+            offset,
+            d1,
+            d2,
+            id=f"diagonal_scatter{offset}_{d1}{d2}",
+        )
     yield case(aten.slice_scatter.default, x, t(2, 3, 2), 2, 1, 3)
     yield case(aten.slice_scatter.default, x, t(2, 2, 4), 1, 0, None, 2, id="slice_scatter-step")
     yield case(aten.slice_scatter.default, x, t(2, 3, 4, dtype=i64), 0, id="slice_scatter-all-cast")
@@ -286,10 +478,25 @@ def _shape_cases():
 def _linalg_cases():
     for dtype in (f32, bf16):
         yield case(aten.mm.default, t(3, 4, dtype=dtype), t(4, 5, dtype=dtype), id=f"mm-{dtype}")
-        yield case(aten.bmm.default, t(2, 3, 4, dtype=dtype), t(2, 4, 5, dtype=dtype), id=f"bmm-{dtype}")
-        yield case(aten.addmm.default, t(5, dtype=dtype), t(3, 4, dtype=dtype), t(4, 5, dtype=dtype), id=f"addmm-{dtype}")
+        yield case(
+            aten.bmm.default, t(2, 3, 4, dtype=dtype), t(2, 4, 5, dtype=dtype), id=f"bmm-{dtype}"
+        )
+        yield case(
+            aten.addmm.default,
+            t(5, dtype=dtype),
+            t(3, 4, dtype=dtype),
+            t(4, 5, dtype=dtype),
+            id=f"addmm-{dtype}",
+        )
     yield case(aten.addmm.default, t(3, 5), t(3, 4), t(4, 5), beta=0.5, alpha=2, id="addmm-scaled")
-    yield case(aten.addmm.default, torch.full((5,), math.nan), t(3, 4), t(4, 5), beta=0, id="addmm-beta0-nan")
+    yield case(
+        aten.addmm.default,
+        torch.full((5,), math.nan),
+        t(3, 4),
+        t(4, 5),
+        beta=0,
+        id="addmm-beta0-nan",
+    )
     yield case(aten.mm.default, t(3, 4, dtype=i64), t(4, 2, dtype=i64), id="mm-int")
     yield case(aten.dot.default, t(6), t(6))
     yield case(aten.mv.default, t(3, 6), t(6))
@@ -299,10 +506,19 @@ def _linalg_cases():
     for p in (2.0, 1.0, 0.0, 3.0, 0.5, math.inf):
         dist = aten._cdist_forward(x1, x2, p, None)
         yield case(aten._cdist_forward.default, x1, x2, p, None, id=f"cdist-{p}")
-        yield case(aten._cdist_backward.default, t(2, 4, 5), x1, x2, p, dist, id=f"cdist_backward-{p}")
+        yield case(
+            aten._cdist_backward.default, t(2, 4, 5), x1, x2, p, dist, id=f"cdist_backward-{p}"
+        )
         rows = torch.cat([x1[0], x1[0, :1]])  # a repeated row
         yield case(aten._pdist_forward.default, rows, p, id=f"pdist-{p}")
-        yield case(aten._pdist_backward.default, t(10), rows, p, aten._pdist_forward(rows, p), id=f"pdist_backward-{p}")
+        yield case(
+            aten._pdist_backward.default,
+            t(10),
+            rows,
+            p,
+            aten._pdist_forward(rows, p),
+            id=f"pdist_backward-{p}",
+        )
 
 
 def _reduction_cases():
@@ -326,7 +542,12 @@ def _reduction_cases():
     yield case(aten.min.default, t(4, dtype=i64))
     yield case(aten.max.dim, distinct(3, 4), 1, True)
     yield case(aten.min.dim, distinct(3, 4), 0)
-    yield case(aten.max.dim, torch.tensor([[1.0, 3.0, 3.0], [math.nan, 2.0, math.nan]]), 1, id="max-ties-nan")
+    yield case(
+        aten.max.dim,
+        torch.tensor([[1.0, 3.0, 3.0], [math.nan, 2.0, math.nan]]),
+        1,
+        id="max-ties-nan",
+    )
     yield case(aten.argmax.default, distinct(3, 4), 1)
     yield case(aten.argmax.default, distinct(3, 4), None, True, id="argmax-all-keepdim")
     yield case(aten.argmin.default, distinct(3, 4))
@@ -338,15 +559,31 @@ def _reduction_cases():
     yield case(aten.var.correction, t(4, 6, dtype=bf16), [1], id="var-bf16")
     yield case(aten.var.dim, x, [0, 2], False)
     yield case(aten.var_mean.correction, x, [1], correction=0)
-    yield case(aten.var_mean.correction, t(4, 6, dtype=bf16), None, keepdim=True, id="var_mean-bf16-all")
+    yield case(
+        aten.var_mean.correction, t(4, 6, dtype=bf16), None, keepdim=True, id="var_mean-bf16-all"
+    )
     yield case(aten.cumsum.default, x, 1)
     yield case(aten.cumsum.default, t(6, dtype=i32), 0, id="cumsum-int-widens")
     yield case(aten.cumsum.default, t(4, 6, dtype=bf16), -1, id="cumsum-bf16")
     yield case(aten.cumsum.default, torch.tensor(3.0), 0, id="cumsum-0d")
     yield case(aten.cumprod.default, t(3, 4, low=0.5, high=1.5), 0)
     for ord_ in (2, 1, 0, 3.5, math.inf, -math.inf):
-        yield case(aten.linalg_vector_norm.default, t(3, 4) * (t(3, 4) > 0), ord_, [1], id=f"vector_norm-{ord_}")
-    yield case(aten.linalg_vector_norm.default, t(3, 4, dtype=bf16), 2, None, True, dtype=f32, id="vector_norm-bf16-f32")
+        yield case(
+            aten.linalg_vector_norm.default,
+            t(3, 4) * (t(3, 4) > 0),
+            ord_,
+            [1],
+            id=f"vector_norm-{ord_}",
+        )
+    yield case(
+        aten.linalg_vector_norm.default,
+        t(3, 4, dtype=bf16),
+        2,
+        None,
+        True,
+        dtype=f32,
+        id="vector_norm-bf16-f32",
+    )
 
 
 def _nn_cases():
@@ -355,11 +592,24 @@ def _nn_cases():
         xd = x.to(dtype)
         yield case(aten._softmax.default, xd, -1, False, id=f"softmax-{dtype}")
         yield case(aten._log_softmax.default, xd, 1, False, id=f"log_softmax-{dtype}")
-    yield case(aten._softmax.default, torch.tensor([[0.0, -math.inf], [-math.inf, -math.inf]]), 1, False, id="softmax-masked")
+    yield case(
+        aten._softmax.default,
+        torch.tensor([[0.0, -math.inf], [-math.inf, -math.inf]]),
+        1,
+        False,
+        id="softmax-masked",
+    )
     out = torch.softmax(x, -1)
     yield case(aten._softmax_backward_data.default, t(2, 3, 6), out, -1, f32)
     yield case(aten._log_softmax_backward_data.default, t(2, 3, 6), torch.log_softmax(x, 1), 1, f32)
-    yield case(aten._softmax_backward_data.default, t(3, 6, dtype=bf16), out[0].to(bf16), -1, bf16, id="softmax_backward-bf16")
+    yield case(
+        aten._softmax_backward_data.default,
+        t(3, 6, dtype=bf16),
+        out[0].to(bf16),
+        -1,
+        bf16,
+        id="softmax_backward-bf16",
+    )
     yield case(aten.relu.default, special())
     yield case(aten.relu.default, t(5, dtype=i64, low=-5, high=5), id="relu-int")
     yield case(aten.hardtanh.default, x, -0.5, 2.0)
@@ -367,27 +617,81 @@ def _nn_cases():
     yield case(aten.elu.default, x, 1.5, 2.0, 0.5)
     for approximate in ("none", "tanh"):
         for dtype in (f32, bf16):
-            yield case(aten.gelu.default, x.to(dtype), approximate=approximate, id=f"gelu-{approximate}-{dtype}")
+            yield case(
+                aten.gelu.default,
+                x.to(dtype),
+                approximate=approximate,
+                id=f"gelu-{approximate}-{dtype}",
+            )
     yield case(aten.native_layer_norm.default, x, [6], t(6), t(6), 1e-5)
-    yield case(aten.native_layer_norm.default, x, [3, 6], None, None, 1e-5, id="layer_norm-2d-plain")
-    yield case(aten.native_layer_norm.default, x.to(bf16), [6], t(6, dtype=bf16), None, 1e-5, id="layer_norm-bf16")
+    yield case(
+        aten.native_layer_norm.default, x, [3, 6], None, None, 1e-5, id="layer_norm-2d-plain"
+    )
+    yield case(
+        aten.native_layer_norm.default,
+        x.to(bf16),
+        [6],
+        t(6, dtype=bf16),
+        None,
+        1e-5,
+        id="layer_norm-bf16",
+    )
     yield case(aten.native_group_norm.default, t(2, 4, 3, 2), t(4), t(4), 2, 4, 6, 2, 1e-5)
-    for dtype, weight, mask in ((f32, t(3, 6), [True, True, True]), (bf16, None, [True, False, False])):
+    for dtype, weight, mask in (
+        (f32, t(3, 6), [True, True, True]),
+        (bf16, None, [True, False, False]),
+    ):
         xl = t(2, 5, 3, 6, dtype=dtype)
         w = None if weight is None else weight.to(dtype)
         _, mean, rstd = aten.native_layer_norm(xl, [3, 6], w, None, 1e-5)
-        yield case(aten.native_layer_norm_backward.default, t(2, 5, 3, 6, dtype=dtype), xl, [3, 6], mean, rstd, w, w, mask,
-                   id=f"layer_norm_backward-{dtype}")
+        yield case(
+            aten.native_layer_norm_backward.default,
+            t(2, 5, 3, 6, dtype=dtype),
+            xl,
+            [3, 6],
+            mean,
+            rstd,
+            w,
+            w,
+            mask,
+            id=f"layer_norm_backward-{dtype}",
+        )
     xg = t(2, 4, 3, 2)
     _, mean, rstd = aten.native_group_norm(xg, t(4), t(4), 2, 4, 6, 2, 1e-5)
-    yield case(aten.native_group_norm_backward.default, t(2, 4, 3, 2), xg, mean, rstd, t(4), 2, 4, 6, 2, [True, True, True])
-    yield case(aten.native_group_norm_backward.default, t(2, 4, 3, 2), xg, mean, rstd, None, 2, 4, 6, 2, [True, False, False],
-               id="group_norm_backward-no-weight")
+    yield case(
+        aten.native_group_norm_backward.default,
+        t(2, 4, 3, 2),
+        xg,
+        mean,
+        rstd,
+        t(4),
+        2,
+        4,
+        6,
+        2,
+        [True, True, True],
+    )
+    yield case(
+        aten.native_group_norm_backward.default,
+        t(2, 4, 3, 2),
+        xg,
+        mean,
+        rstd,
+        None,
+        2,
+        4,
+        6,
+        2,
+        [True, False, False],
+        id="group_norm_backward-no-weight",
+    )
     bn = (t(4, 3, 5), t(3), t(3), t(3), t(3, low=0.5, high=2))
     yield case(aten._native_batch_norm_legit_no_training.default, *bn, 0.1, 1e-5)
     yield case(aten._native_batch_norm_legit.default, *bn, False, 0.1, 1e-5)
     yield case(aten._native_batch_norm_legit.no_stats, bn[0], bn[1], bn[2], True, 0.1, 1e-5)
-    yield case(aten._native_batch_norm_legit_functional.default, *bn[:3], bn[3], bn[4], True, 0.1, 1e-5)
+    yield case(
+        aten._native_batch_norm_legit_functional.default, *bn[:3], bn[3], bn[4], True, 0.1, 1e-5
+    )
     yield case(aten.native_dropout.default, x, 0.5, False)
     yield case(aten.native_dropout.default, x, 0.0, True, id="native_dropout-p0")
     yield case(aten.native_dropout.default, x, 1.0, True, id="native_dropout-p1")
@@ -403,64 +707,185 @@ def _nn_cases():
     yield case(sdpa, q, *kv, is_causal=True, id="sdpa-grouped-query")
     sdpa_bw = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
     out, lse = sdpa(q, *kv, is_causal=True)
-    yield case(sdpa_bw, t(2, 2, 5, 4), q, *kv, out, lse, 0.0, True, id="sdpa_backward-grouped-query")
+    yield case(
+        sdpa_bw, t(2, 2, 5, 4), q, *kv, out, lse, 0.0, True, id="sdpa_backward-grouped-query"
+    )
     for causal, mask in ((False, None), (True, None), (False, t(5, 7)), (False, masked_row)):
         out, lse = sdpa(q, k, v, is_causal=causal, attn_mask=mask)
-        yield case(sdpa_bw, t(2, 2, 5, 4), q, k, v, out, lse, 0.0, causal, attn_mask=mask,
-                   id=f"sdpa_backward-causal{causal}-mask{mask is not None}")
+        yield case(
+            sdpa_bw,
+            t(2, 2, 5, 4),
+            q,
+            k,
+            v,
+            out,
+            lse,
+            0.0,
+            causal,
+            attn_mask=mask,
+            id=f"sdpa_backward-causal{causal}-mask{mask is not None}",
+        )
 
 
 def _conv_cases():
     conv, conv_bw = aten.convolution.default, aten.convolution_backward.default
     geometries = {  # x, weight, stride, padding, dilation, transposed, output_padding, groups
-        "2d-grouped-strided": (t(2, 4, 7, 8), t(6, 2, 3, 2), [2, 1], [1, 0], [1, 2], False, [0, 0], 2),
+        "2d-grouped-strided": (
+            t(2, 4, 7, 8),
+            t(6, 2, 3, 2),
+            [2, 1],
+            [1, 0],
+            [1, 2],
+            False,
+            [0, 0],
+            2,
+        ),
         "1d-dilated": (t(2, 3, 9), t(5, 3, 3), [1], [2], [2], False, [0], 1),
-        "3d": (t(1, 2, 4, 5, 3), t(3, 2, 2, 3, 1), [1, 2, 1], [0, 1, 0], [1, 1, 1], False, [0, 0, 0], 1),
+        "3d": (
+            t(1, 2, 4, 5, 3),
+            t(3, 2, 2, 3, 1),
+            [1, 2, 1],
+            [0, 1, 0],
+            [1, 1, 1],
+            False,
+            [0, 0, 0],
+            1,
+        ),
         "2d-transposed": (t(2, 4, 5, 4), t(4, 3, 3, 3), [2, 2], [1, 1], [1, 1], True, [1, 0], 2),
     }
     for name, (x, w, *geometry) in geometries.items():
         bias = t(w.shape[1] * geometry[-1] if geometry[3] else w.shape[0])
         yield case(conv, x, w, bias, *geometry, id=f"convolution-{name}")
         grad = t(*conv(x, w, bias, *geometry).shape)
-        yield case(conv_bw, grad, x, w, [bias.numel()], *geometry, [True, True, True], id=f"convolution_backward-{name}")
+        yield case(
+            conv_bw,
+            grad,
+            x,
+            w,
+            [bias.numel()],
+            *geometry,
+            [True, True, True],
+            id=f"convolution_backward-{name}",
+        )
     x, w = t(2, 3, 6, 6, dtype=bf16), t(4, 3, 3, 3, dtype=bf16)
-    yield case(conv, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, id="convolution-bf16-nobias")
-    yield case(conv_bw, t(2, 4, 6, 6, dtype=bf16), x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, False, False],
-               id="convolution_backward-bf16-input-only")
+    yield case(
+        conv, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, id="convolution-bf16-nobias"
+    )
+    yield case(
+        conv_bw,
+        t(2, 4, 6, 6, dtype=bf16),
+        x,
+        w,
+        None,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        False,
+        [0, 0],
+        1,
+        [True, False, False],
+        id="convolution_backward-bf16-input-only",
+    )
 
 
 def _pooling_cases():
     x = t(2, 3, 7, 6)
-    for ceil_mode, include_pad, override in ((False, True, None), (True, False, None), (True, True, 5)):
+    for ceil_mode, include_pad, override in (
+        (False, True, None),
+        (True, False, None),
+        (True, True, 5),
+    ):
         geometry = ([3, 2], [2, 2], [1, 1], ceil_mode, include_pad, override)
         name = f"ceil{ceil_mode}-pad{include_pad}-div{override}"
         yield case(aten.avg_pool2d.default, x, *geometry, id=f"avg_pool2d-{name}")
         grad = t(*torch.ops.aten.avg_pool2d(x, *geometry).shape)
-        yield case(aten.avg_pool2d_backward.default, grad, x, *geometry, id=f"avg_pool2d_backward-{name}")
-    yield case(aten.avg_pool2d.default, t(3, 5, 5, dtype=bf16), [2, 2], id="avg_pool2d-unbatched-bf16")
+        yield case(
+            aten.avg_pool2d_backward.default, grad, x, *geometry, id=f"avg_pool2d_backward-{name}"
+        )
+    yield case(
+        aten.avg_pool2d.default, t(3, 5, 5, dtype=bf16), [2, 2], id="avg_pool2d-unbatched-bf16"
+    )
     x3 = t(1, 2, 5, 4, 6)
     yield case(aten.avg_pool3d.default, x3, [2, 2, 3], [1, 2, 2], [1, 0, 1])
-    yield case(aten.avg_pool3d_backward.default, t(1, 2, 6, 2, 3), x3, [2, 2, 3], [1, 2, 2], [1, 0, 1], False, True, None)
+    yield case(
+        aten.avg_pool3d_backward.default,
+        t(1, 2, 6, 2, 3),
+        x3,
+        [2, 2, 3],
+        [1, 2, 2],
+        [1, 0, 1],
+        False,
+        True,
+        None,
+    )
     for ceil_mode in (False, True):
         geometry = ([3, 3], [2, 2], [1, 1], [1, 1], ceil_mode)
         xd = distinct(2, 3, 7, 6)
         values, indices = aten.max_pool2d_with_indices(xd, *geometry)
-        yield case(aten.max_pool2d_with_indices.default, xd, *geometry, id=f"max_pool2d-ceil{ceil_mode}")
-        yield case(aten.max_pool2d_with_indices_backward.default, t(*values.shape), xd, *geometry, indices, id=f"max_pool2d_backward-ceil{ceil_mode}")
+        yield case(
+            aten.max_pool2d_with_indices.default, xd, *geometry, id=f"max_pool2d-ceil{ceil_mode}"
+        )
+        yield case(
+            aten.max_pool2d_with_indices_backward.default,
+            t(*values.shape),
+            xd,
+            *geometry,
+            indices,
+            id=f"max_pool2d_backward-ceil{ceil_mode}",
+        )
     x3 = distinct(1, 2, 5, 4, 6)
     geometry = ([2, 2, 3], [1, 2, 2], [1, 0, 1], [1, 1, 2], False)
     values, indices = aten.max_pool3d_with_indices(x3, *geometry)
     yield case(aten.max_pool3d_with_indices.default, x3, *geometry)
-    yield case(aten.max_pool3d_with_indices_backward.default, t(*values.shape), x3, *geometry, indices)
+    yield case(
+        aten.max_pool3d_with_indices_backward.default, t(*values.shape), x3, *geometry, indices
+    )
     yield case(aten.col2im.default, t(2, 3 * 6, 12), [5, 4], [2, 3], [1, 1], [1, 0], [1, 1])
-    yield case(aten.col2im.default, t(3 * 4, 8), [4, 6], [2, 2], [1, 2], [0, 0], [2, 1], id="col2im-unbatched-dilated")
+    yield case(
+        aten.col2im.default,
+        t(3 * 4, 8),
+        [4, 6],
+        [2, 2],
+        [1, 2],
+        [0, 0],
+        [2, 1],
+        id="col2im-unbatched-dilated",
+    )
     for size, scales in (([7, 10], None), (None, [2.0, 1.5]), ([3, 2], None)):
-        yield case(aten.upsample_nearest2d.vec, t(2, 3, 4, 5), size, scales, id=f"upsample_nearest2d-{size}-{scales}")
+        yield case(
+            aten.upsample_nearest2d.vec,
+            t(2, 3, 4, 5),
+            size,
+            scales,
+            id=f"upsample_nearest2d-{size}-{scales}",
+        )
         for align in (False, True):
-            yield case(aten.upsample_bilinear2d.vec, t(2, 3, 4, 5), size, align, scales, id=f"upsample_bilinear2d-{size}-{scales}-{align}")
+            yield case(
+                aten.upsample_bilinear2d.vec,
+                t(2, 3, 4, 5),
+                size,
+                align,
+                scales,
+                id=f"upsample_bilinear2d-{size}-{scales}-{align}",
+            )
     yield case(aten.upsample_nearest2d_backward.default, t(2, 3, 7, 10), [7, 10], [2, 3, 4, 5])
-    yield case(aten.upsample_bilinear2d_backward.default, t(2, 3, 8, 7), [8, 7], [2, 3, 4, 5], False, 2.0, 1.5)
-    yield case(aten.upsample_bilinear2d.vec, t(1, 2, 4, 4, dtype=bf16), [6, 6], True, None, id="upsample_bilinear2d-bf16")
+    yield case(
+        aten.upsample_bilinear2d_backward.default,
+        t(2, 3, 8, 7),
+        [8, 7],
+        [2, 3, 4, 5],
+        False,
+        2.0,
+        1.5,
+    )
+    yield case(
+        aten.upsample_bilinear2d.vec,
+        t(1, 2, 4, 4, dtype=bf16),
+        [6, 6],
+        True,
+        None,
+        id="upsample_bilinear2d-bf16",
+    )
     yield case(aten._adaptive_avg_pool2d.default, t(2, 3, 7, 5), [3, 4])
     yield case(aten.adaptive_avg_pool1d.default, t(2, 3, 7), [3])
     yield case(aten._adaptive_avg_pool3d.default, t(2, 5, 4, 6), [2, 3, 4])
@@ -481,41 +906,122 @@ def _indexing_cases():
     yield case(aten.embedding.default, t(10, 3), torch.tensor([[1, 9], [0, 1]]))
     tokens = torch.tensor([[1, 9, 1], [0, 1, 3]])
     yield case(aten.embedding_dense_backward.default, t(2, 3, 4), tokens, 10, -1, False)
-    yield case(aten.embedding_dense_backward.default, t(2, 3, 4), tokens, 10, 1, True, id="embedding_backward-padding-freq")
-    yield case(aten.embedding_dense_backward.default, t(2, 3, 4, dtype=bf16), tokens, 10, 0, False, id="embedding_backward-bf16")
+    yield case(
+        aten.embedding_dense_backward.default,
+        t(2, 3, 4),
+        tokens,
+        10,
+        1,
+        True,
+        id="embedding_backward-padding-freq",
+    )
+    yield case(
+        aten.embedding_dense_backward.default,
+        t(2, 3, 4, dtype=bf16),
+        tokens,
+        10,
+        0,
+        False,
+        id="embedding_backward-bf16",
+    )
     yield case(aten.index.Tensor, x, [idx])
     yield case(aten.index.Tensor, x, [None, torch.tensor([-1, 2, 0])], id="index-negative")
     yield case(aten.index.Tensor, x, [None, idx, torch.tensor([5, -6])], id="index-adjacent")
     yield case(aten.index.Tensor, x, [idx, None, torch.tensor([0, 5])], id="index-separated")
     for accumulate in (False, True):
-        yield case(aten.index_put.default, x, [None, torch.tensor([4, 0, 2])], t(3, 6), accumulate, id=f"index_put-{accumulate}")
-        yield case(aten.index_put.default, x, [torch.tensor([1, -1]), None, torch.tensor([0, 5])], t(5), accumulate,
-                   id=f"index_put-separated-{accumulate}")
-    yield case(aten.index_put.default, x, [torch.tensor([0, 2, 0])], torch.tensor(1.0), True, id="index_put-duplicates-accumulate")
+        yield case(
+            aten.index_put.default,
+            x,
+            [None, torch.tensor([4, 0, 2])],
+            t(3, 6),
+            accumulate,
+            id=f"index_put-{accumulate}",
+        )
+        yield case(
+            aten.index_put.default,
+            x,
+            [torch.tensor([1, -1]), None, torch.tensor([0, 5])],
+            t(5),
+            accumulate,
+            id=f"index_put-separated-{accumulate}",
+        )
+    yield case(
+        aten.index_put.default,
+        x,
+        [torch.tensor([0, 2, 0])],
+        torch.tensor(1.0),
+        True,
+        id="index_put-duplicates-accumulate",
+    )
     mask = torch.tensor([[True, False, True, False, False], [False, True, True, False, True]])
     yield case(aten.index_put.default, t(2, 5, 3), [mask], t(5, 3), id="index_put-mask-rows")
-    yield case(aten.index_put.default, t(2, 5, 3), [mask], torch.tensor(-1.0), True, id="index_put-mask-scalar-accumulate")
+    yield case(
+        aten.index_put.default,
+        t(2, 5, 3),
+        [mask],
+        torch.tensor(-1.0),
+        True,
+        id="index_put-mask-scalar-accumulate",
+    )
     yield case(aten.index_put.default, x, [None, None, t(6) > 0], t(1), id="index_put-mask-inner")
-    yield case(aten.index_select.default, torch.tensor(3.0), 0, torch.tensor([0]), id="index_select-0d-input")
+    yield case(
+        aten.index_select.default,
+        torch.tensor(3.0),
+        0,
+        torch.tensor([0]),
+        id="index_select-0d-input",
+    )
     gather_index = torch.tensor([[0, 3, 3], [2, 1, 0]])
     yield case(aten.gather.default, t(3, 4), 1, gather_index)
-    yield case(aten.gather.default, t(3, 4), 0, torch.tensor([[2, 0], [1, 1]]), id="gather-small-index")
+    yield case(
+        aten.gather.default, t(3, 4), 0, torch.tensor([[2, 0], [1, 1]]), id="gather-small-index"
+    )
     yield case(aten.scatter_add.default, t(3, 5), 1, gather_index, t(2, 4))
-    yield case(aten.scatter_add.default, t(4, 3), 0, torch.tensor([[0, 1, 0], [0, 3, 0]]), t(2, 3), id="scatter_add-dim0")
+    yield case(
+        aten.scatter_add.default,
+        t(4, 3),
+        0,
+        torch.tensor([[0, 1, 0], [0, 3, 0]]),
+        t(2, 3),
+        id="scatter_add-dim0",
+    )
     yield case(aten.scatter.src, t(3, 5), 1, torch.tensor([[0, 3, 4], [2, 1, 0]]), t(2, 4))
     yield case(aten.scatter.value, t(3, 5, dtype=i64), 0, torch.tensor([[2, 0, 1]]), 7)
     for reduce in ("sum", "mean"):
         for include_self in (True, False):
-            yield case(aten.scatter_reduce.two, t(3, 5), 1, gather_index, t(2, 3), reduce, include_self=include_self,
-                       id=f"scatter_reduce-{reduce}-{include_self}")
+            yield case(
+                aten.scatter_reduce.two,
+                t(3, 5),
+                1,
+                gather_index,
+                t(2, 3),
+                reduce,
+                include_self=include_self,
+                id=f"scatter_reduce-{reduce}-{include_self}",
+            )
     yield case(aten.masked_scatter.default, t(3, 4), t(4, dtype=boolean), t(20))
     yield case(aten.put.default, t(3, 4), torch.tensor([[0, -1], [5, 7]]), t(2, 2))
     yield case(aten.put.default, t(3, 4), torch.tensor([0, 11, 0]), t(3), True, id="put-accumulate")
-    boundaries, values = torch.tensor([0.0, 1, 1, 2]), torch.tensor([[math.nan, -1, 1], [1.5, 3, math.inf]])
+    boundaries, values = (
+        torch.tensor([0.0, 1, 1, 2]),
+        torch.tensor([[math.nan, -1, 1], [1.5, 3, math.inf]]),
+    )
     yield case(aten.bucketize.Tensor, values, boundaries)
-    yield case(aten.bucketize.Tensor, values, boundaries, right=True, out_int32=True, id="bucketize-right-int32")
+    yield case(
+        aten.bucketize.Tensor,
+        values,
+        boundaries,
+        right=True,
+        out_int32=True,
+        id="bucketize-right-int32",
+    )
     yield case(aten.bucketize.Scalar, 1, boundaries)
-    yield case(aten.searchsorted.Tensor, torch.tensor([[0.0, 1], [2, 3]]), torch.tensor([[0.5, 2], [2.5, 9]]), side="right")
+    yield case(
+        aten.searchsorted.Tensor,
+        torch.tensor([[0.0, 1], [2, 3]]),
+        torch.tensor([[0.5, 2], [2.5, 9]]),
+        side="right",
+    )
     yield case(aten.searchsorted.Scalar, boundaries, 1.0)
 
 
@@ -523,7 +1029,13 @@ def _sorting_cases():
     x = distinct(3, 6)
     yield case(aten.sort.default, x)
     yield case(aten.sort.default, x, 0, True, id="sort-descending")
-    yield case(aten.sort.stable, torch.tensor([2, 1, 2, 1, 0]), stable=True, descending=True, id="sort-stable-ties")
+    yield case(
+        aten.sort.stable,
+        torch.tensor([2, 1, 2, 1, 0]),
+        stable=True,
+        descending=True,
+        id="sort-stable-ties",
+    )
     yield case(aten.sort.default, t(7, dtype=i64, low=-9, high=9), id="sort-int")
     yield case(aten.topk.default, x, 3)
     yield case(aten.topk.default, x, 2, 0, False, id="topk-smallest")
@@ -547,7 +1059,9 @@ def _random_cases():
     yield case(aten.bernoulli.default, t(6, low=0, high=1), values=False)
     yield case(aten.bernoulli.p, t(6, dtype=torch.float64), 0.3, values=False)
     yield case(aten.bernoulli.Tensor, t(6), t(6, low=0, high=1), values=False)
-    yield case(aten.native_dropout.default, t(4, 5), 0.25, True, values=False, id="native_dropout-train")
+    yield case(
+        aten.native_dropout.default, t(4, 5), 0.25, True, values=False, id="native_dropout-train"
+    )
     yield case(aten.randint.default, 7, [5], values=False)
     yield case(aten.randint.generator, 7, [5], generator=None, values=False)
     yield case(aten.randint.low, -3, 9, [2, 3], dtype=i32, values=False)
@@ -565,33 +1079,131 @@ def _embedding_bag_cases():
         name = op._schema.name[6:]
         for mode in (0, 1, 2):
             for padding_idx in (-1, 2):
-                yield case(op, weight, indices, offsets, False, mode, False, None, False, padding_idx,
-                           id=f"{name}-mode{mode}-padding{padding_idx}")
+                yield case(
+                    op,
+                    weight,
+                    indices,
+                    offsets,
+                    False,
+                    mode,
+                    False,
+                    None,
+                    False,
+                    padding_idx,
+                    id=f"{name}-mode{mode}-padding{padding_idx}",
+                )
     op = aten._embedding_bag.default
-    yield case(op, weight, indices, offsets, False, 0, False, t(10), id="embedding_bag-per-sample-weights")
-    yield case(op, weight, indices, offsets, False, 0, False, t(10), False, 4, id="embedding_bag-per-sample-weights-padding")
-    yield case(op, weight, indices, torch.tensor([0, 3, 3, 6, 10]), False, 1, False, None, True,
-               id="embedding_bag-include-last-offset")
+    yield case(
+        op, weight, indices, offsets, False, 0, False, t(10), id="embedding_bag-per-sample-weights"
+    )
+    yield case(
+        op,
+        weight,
+        indices,
+        offsets,
+        False,
+        0,
+        False,
+        t(10),
+        False,
+        4,
+        id="embedding_bag-per-sample-weights-padding",
+    )
+    yield case(
+        op,
+        weight,
+        indices,
+        torch.tensor([0, 3, 3, 6, 10]),
+        False,
+        1,
+        False,
+        None,
+        True,
+        id="embedding_bag-include-last-offset",
+    )
     yield case(op, t(10, 3, dtype=bf16), indices, offsets, False, 1, id="embedding_bag-mean-bf16")
     yield case(op, t(10, 3, dtype=bf16), indices, offsets, False, 2, id="embedding_bag-max-bf16")
-    yield case(op, t(6, 2), torch.tensor([0, 1, 1, 0], dtype=i32), torch.tensor([0, 2], dtype=i32), False, 2,
-               id="embedding_bag-max-ties-int32")
-    for mode, padding_idx, freq, weights in ((0, -1, False, None), (0, 4, False, t(10)), (1, 2, False, None),
-                                             (1, -1, False, None), (2, -1, True, None), (2, 2, False, None)):
-        _, offset2bag, bag_size, max_indices = op(weight, indices, offsets, freq, mode, False, weights, False, padding_idx)
+    yield case(
+        op,
+        t(6, 2),
+        torch.tensor([0, 1, 1, 0], dtype=i32),
+        torch.tensor([0, 2], dtype=i32),
+        False,
+        2,
+        id="embedding_bag-max-ties-int32",
+    )
+    for mode, padding_idx, freq, weights in (
+        (0, -1, False, None),
+        (0, 4, False, t(10)),
+        (1, 2, False, None),
+        (1, -1, False, None),
+        (2, -1, True, None),
+        (2, 2, False, None),
+    ):
+        _, offset2bag, bag_size, max_indices = op(
+            weight, indices, offsets, freq, mode, False, weights, False, padding_idx
+        )
         grad = t(4, 3)
-        yield case(aten._embedding_bag_backward.default, grad, indices, offsets, offset2bag, bag_size, max_indices, 10,
-                   freq, mode, False, weights, padding_idx, id=f"embedding_bag_backward-mode{mode}-padding{padding_idx}-freq{freq}")
+        yield case(
+            aten._embedding_bag_backward.default,
+            grad,
+            indices,
+            offsets,
+            offset2bag,
+            bag_size,
+            max_indices,
+            10,
+            freq,
+            mode,
+            False,
+            weights,
+            padding_idx,
+            id=f"embedding_bag_backward-mode{mode}-padding{padding_idx}-freq{freq}",
+        )
         if offset2bag.numel():
-            yield case(aten._embedding_bag_dense_backward.default, grad, indices, offset2bag, bag_size, max_indices, 10,
-                       freq, mode, weights, padding_idx, id=f"embedding_bag_dense_backward-mode{mode}-padding{padding_idx}")
+            yield case(
+                aten._embedding_bag_dense_backward.default,
+                grad,
+                indices,
+                offset2bag,
+                bag_size,
+                max_indices,
+                10,
+                freq,
+                mode,
+                weights,
+                padding_idx,
+                id=f"embedding_bag_dense_backward-mode{mode}-padding{padding_idx}",
+            )
     _, offset2bag, bag_size, max_indices = op(t(10, 3, dtype=bf16), indices, offsets, False, 1)
-    yield case(aten._embedding_bag_backward.default, t(4, 3, dtype=bf16), indices, offsets, offset2bag, bag_size,
-               max_indices, 10, False, 1, False, None, id="embedding_bag_backward-bf16")
+    yield case(
+        aten._embedding_bag_backward.default,
+        t(4, 3, dtype=bf16),
+        indices,
+        offsets,
+        offset2bag,
+        bag_size,
+        max_indices,
+        10,
+        False,
+        1,
+        False,
+        None,
+        id="embedding_bag_backward-bf16",
+    )
     for padding_idx in (-1, 2):
         offset2bag = op(weight, indices, offsets, False, 0, False, t(10), False, padding_idx)[1]
-        yield case(aten._embedding_bag_per_sample_weights_backward.default, t(4, 3), weight, indices, offsets, offset2bag,
-                   0, padding_idx, id=f"embedding_bag_per_sample_weights_backward-padding{padding_idx}")
+        yield case(
+            aten._embedding_bag_per_sample_weights_backward.default,
+            t(4, 3),
+            weight,
+            indices,
+            offsets,
+            offset2bag,
+            0,
+            padding_idx,
+            id=f"embedding_bag_per_sample_weights_backward-padding{padding_idx}",
+        )
 
 
 def _grid_sample_cases():
@@ -600,18 +1212,68 @@ def _grid_sample_cases():
         for padding in (0, 1, 2):
             for align in (False, True):
                 name = f"mode{mode}-padding{padding}-align{align}"
-                yield case(aten.grid_sampler_2d.default, x, grid, mode, padding, align, id=f"grid_sampler_2d-{name}")
-                yield case(aten.grid_sampler_2d_backward.default, t(2, 3, 3, 6), x, grid, mode, padding, align,
-                           [True, True], tol=(1e-4, 1e-4), id=f"grid_sampler_2d_backward-{name}")
-    yield case(aten.grid_sampler_2d.default, t(1, 2, 3, 3, dtype=bf16), t(1, 2, 2, 2, dtype=bf16, low=-1, high=1), 0, 0,
-               False, id="grid_sampler_2d-bf16")
-    yield case(aten.grid_sampler_2d_backward.default, t(1, 2, 2, 2, dtype=bf16), t(1, 2, 3, 3, dtype=bf16),
-               t(1, 2, 2, 2, dtype=bf16, low=-1, high=1), 0, 0, False, [True, True], tol=(3e-2, 3e-2),
-               id="grid_sampler_2d_backward-bf16")
-    yield case(aten.grid_sampler_2d_backward.default, t(2, 3, 3, 6), x, grid, 0, 0, False, [False, True],
-               id="grid_sampler_2d_backward-grid-only")
-    yield case(aten.grid_sampler_2d.default, t(1, 1, 1, 4), t(1, 2, 3, 2, low=-2, high=2), 0, 2, True,
-               id="grid_sampler_2d-reflect-single-row")
+                yield case(
+                    aten.grid_sampler_2d.default,
+                    x,
+                    grid,
+                    mode,
+                    padding,
+                    align,
+                    id=f"grid_sampler_2d-{name}",
+                )
+                yield case(
+                    aten.grid_sampler_2d_backward.default,
+                    t(2, 3, 3, 6),
+                    x,
+                    grid,
+                    mode,
+                    padding,
+                    align,
+                    [True, True],
+                    tol=(1e-4, 1e-4),
+                    id=f"grid_sampler_2d_backward-{name}",
+                )
+    yield case(
+        aten.grid_sampler_2d.default,
+        t(1, 2, 3, 3, dtype=bf16),
+        t(1, 2, 2, 2, dtype=bf16, low=-1, high=1),
+        0,
+        0,
+        False,
+        id="grid_sampler_2d-bf16",
+    )
+    yield case(
+        aten.grid_sampler_2d_backward.default,
+        t(1, 2, 2, 2, dtype=bf16),
+        t(1, 2, 3, 3, dtype=bf16),
+        t(1, 2, 2, 2, dtype=bf16, low=-1, high=1),
+        0,
+        0,
+        False,
+        [True, True],
+        tol=(3e-2, 3e-2),
+        id="grid_sampler_2d_backward-bf16",
+    )
+    yield case(
+        aten.grid_sampler_2d_backward.default,
+        t(2, 3, 3, 6),
+        x,
+        grid,
+        0,
+        0,
+        False,
+        [False, True],
+        id="grid_sampler_2d_backward-grid-only",
+    )
+    yield case(
+        aten.grid_sampler_2d.default,
+        t(1, 1, 1, 4),
+        t(1, 2, 3, 2, low=-2, high=2),
+        0,
+        2,
+        True,
+        id="grid_sampler_2d-reflect-single-row",
+    )
 
 
 def _strided_cases():
@@ -621,11 +1283,34 @@ def _strided_cases():
     yield case(aten.as_strided.default, x, [5, 2], [0, 3], 11, id="as_strided-broadcast")
     yield case(aten.as_strided.default, t(3, 2, dtype=bf16), [6], [1], id="as_strided-flatten-bf16")
     yield case(aten.as_strided.default, x, [0, 4], [1, 1], id="as_strided-empty")
-    yield case(aten.as_strided.default, torch.arange(12.0)[2:], [2, 2], [3, 1], 4, id="as_strided-offset-view")
-    yield case(aten.as_strided_scatter.default, x, t(3, 4), [3, 4], [6, 1], 1, id="as_strided_scatter-rows")
-    yield case(aten.as_strided_scatter.default, x, t(2, 6), [2, 6], [6, 1], 6, id="as_strided_scatter-contiguous")
-    yield case(aten.as_strided_scatter.default, t(3, 4, dtype=bf16), t(4, 2, dtype=bf16), [4, 2], [1, 5],
-               id="as_strided_scatter-transposed-bf16")
+    yield case(
+        aten.as_strided.default,
+        torch.arange(12.0)[2:],
+        [2, 2],
+        [3, 1],
+        4,
+        id="as_strided-offset-view",
+    )
+    yield case(
+        aten.as_strided_scatter.default, x, t(3, 4), [3, 4], [6, 1], 1, id="as_strided_scatter-rows"
+    )
+    yield case(
+        aten.as_strided_scatter.default,
+        x,
+        t(2, 6),
+        [2, 6],
+        [6, 1],
+        6,
+        id="as_strided_scatter-contiguous",
+    )
+    yield case(
+        aten.as_strided_scatter.default,
+        t(3, 4, dtype=bf16),
+        t(4, 2, dtype=bf16),
+        [4, 2],
+        [1, 5],
+        id="as_strided_scatter-transposed-bf16",
+    )
 
 
 def _special_function_cases():
@@ -634,34 +1319,81 @@ def _special_function_cases():
         op = getattr(aten, name).default
         for dtype in (f32, bf16):
             yield case(op, t(4, 6, dtype=dtype, low=low, high=high), id=f"{name}-{dtype}")
-        yield case(op, t(4, 6, dtype=torch.float64, low=low, high=high), tol=(1e-12, 1e-12), id=f"{name}-f64")
-    poles = torch.tensor([0.0, -0.0, -1.0, -2.0, 1.0, 2.0, math.inf, -math.inf, math.nan, -2.5, 1e-30, 1e30])
+        yield case(
+            op,
+            t(4, 6, dtype=torch.float64, low=low, high=high),
+            tol=(1e-12, 1e-12),
+            id=f"{name}-f64",
+        )
+    poles = torch.tensor(
+        [0.0, -0.0, -1.0, -2.0, 1.0, 2.0, math.inf, -math.inf, math.nan, -2.5, 1e-30, 1e30]
+    )
     for n in (0, 1, 2, 3, 5):
         for dtype in (f32, bf16):
-            yield case(aten.polygamma.default, n, t(4, 6, dtype=dtype, low=-6, high=12), tol=(2e-5, 1e-5) if dtype == f32 else None,
-                       id=f"polygamma-{n}-{dtype}")
-        yield case(aten.polygamma.default, n, t(3, 4, dtype=torch.float64, low=-6, high=12), tol=(1e-10, 1e-12), id=f"polygamma-{n}-f64")
+            yield case(
+                aten.polygamma.default,
+                n,
+                t(4, 6, dtype=dtype, low=-6, high=12),
+                tol=(2e-5, 1e-5) if dtype == f32 else None,
+                id=f"polygamma-{n}-{dtype}",
+            )
+        yield case(
+            aten.polygamma.default,
+            n,
+            t(3, 4, dtype=torch.float64, low=-6, high=12),
+            tol=(1e-10, 1e-12),
+            id=f"polygamma-{n}-f64",
+        )
     yield case(aten.polygamma.default, 3, poles, id="polygamma-3-poles")
     yield case(aten.lgamma.default, poles, id="lgamma-poles")
     yield case(aten.digamma.default, poles, id="digamma-poles")
-    yield case(aten.erfc.default, torch.tensor([-math.inf, 0.0, 5.0, 9.0, math.inf, math.nan]), tol=(1e-6, 0), id="erfc-tail")
-    yield case(aten.erfinv.default, torch.tensor([-1.0, 1.0, 0.0, 1.5, math.nan, 1 - 2**-20]), id="erfinv-edges")
+    yield case(
+        aten.erfc.default,
+        torch.tensor([-math.inf, 0.0, 5.0, 9.0, math.inf, math.nan]),
+        tol=(1e-6, 0),
+        id="erfc-tail",
+    )
+    yield case(
+        aten.erfinv.default,
+        torch.tensor([-1.0, 1.0, 0.0, 1.5, math.nan, 1 - 2**-20]),
+        id="erfinv-edges",
+    )
     yield case(aten.lgamma.default, t(5, dtype=i64, low=-3, high=6), id="lgamma-int")
     yield case(aten.signbit.default, special(), id="signbit-special")
-    yield case(aten.signbit.default, torch.tensor([-0.0, math.nan, -math.nan, 1.0], dtype=bf16), id="signbit-bf16")
+    yield case(
+        aten.signbit.default,
+        torch.tensor([-0.0, math.nan, -math.nan, 1.0], dtype=bf16),
+        id="signbit-bf16",
+    )
     yield case(aten.signbit.default, t(6, dtype=i64, low=-3, high=3), id="signbit-int")
     yield case(aten.copysign.Tensor, special(), special().flip(0).neg(), id="copysign-special")
     yield case(aten.copysign.Tensor, t(4, 5, dtype=bf16), t(5))
-    yield case(aten.copysign.Scalar, t(6, dtype=i64, low=-3, high=3), -0.0, id="copysign-int-negative-zero")
+    yield case(
+        aten.copysign.Scalar, t(6, dtype=i64, low=-3, high=3), -0.0, id="copysign-int-negative-zero"
+    )
     a, b = t(3, 4), t(4, low=0.5, high=2)
     yield case(aten.atan2.out, a, b, out=torch.empty(3, 4))
-    yield case(aten.atan2.out, a, b, out=torch.empty(0, dtype=torch.float64), tol=(1e-6, 1e-6),
-               id="atan2-out-resized-f64")
-    yield case(aten.atan2.out, t(3, dtype=bf16), t(3, dtype=bf16), out=torch.empty(3, dtype=bf16), id="atan2-out-bf16")
+    yield case(
+        aten.atan2.out,
+        a,
+        b,
+        out=torch.empty(0, dtype=torch.float64),
+        tol=(1e-6, 1e-6),
+        id="atan2-out-resized-f64",
+    )
+    yield case(
+        aten.atan2.out,
+        t(3, dtype=bf16),
+        t(3, dtype=bf16),
+        out=torch.empty(3, dtype=bf16),
+        id="atan2-out-bf16",
+    )
 
 
 def _scan_cases():
-    ties = torch.tensor([[1.0, 3, 3, 2, 5, 5], [math.nan, 0, 4, math.nan, 9, 1], [2, 1, 1, 0, 0, 7]])
+    ties = torch.tensor(
+        [[1.0, 3, 3, 2, 5, 5], [math.nan, 0, 4, math.nan, 9, 1], [2, 1, 1, 0, 0, 7]]
+    )
     for name in ("cummax", "cummin"):
         op = getattr(aten, name).default
         yield case(op, ties, 1, id=f"{name}-ties-nan")
@@ -669,7 +1401,12 @@ def _scan_cases():
         yield case(op, t(3, 5, dtype=bf16), -1, id=f"{name}-bf16")
         yield case(op, torch.tensor(2.0), 0, id=f"{name}-0d")
     yield case(aten.logcumsumexp.default, t(3, 9, low=-30, high=30), 1)
-    yield case(aten.logcumsumexp.default, torch.tensor([-100.0, 0.0, 100.0, -math.inf, math.inf, 3.0]), 0, id="logcumsumexp-extremes")
+    yield case(
+        aten.logcumsumexp.default,
+        torch.tensor([-100.0, 0.0, 100.0, -math.inf, math.inf, 3.0]),
+        0,
+        id="logcumsumexp-extremes",
+    )
     yield case(aten.logcumsumexp.default, t(5, 2, dtype=bf16), 0, id="logcumsumexp-bf16")
 
 
@@ -681,10 +1418,17 @@ def _order_statistic_cases():
     with_nan = torch.tensor([[3.0, math.nan, 1.0, math.nan], [4.0, 2.0, 8.0, 6.0], [math.nan] * 4])
     for name in ("median", "nanmedian"):
         # an all-NaN row's nanmedian index is whatever torch's nth_element leaves: not compared
-        yield case(getattr(aten, name).dim, with_nan if name == "median" else with_nan[:2], 1, id=f"{name}-nan")
+        yield case(
+            getattr(aten, name).dim,
+            with_nan if name == "median" else with_nan[:2],
+            1,
+            id=f"{name}-nan",
+        )
         yield case(getattr(aten, name).dim, x, 0, True, id=f"{name}-keepdim")
         yield case(getattr(aten, name).default, distinct(4, 5), id=f"{name}-all")
-        yield case(getattr(aten, name).default, torch.tensor([2.0, math.nan, 1.0]), id=f"{name}-all-nan")
+        yield case(
+            getattr(aten, name).default, torch.tensor([2.0, math.nan, 1.0]), id=f"{name}-all-nan"
+        )
     yield case(aten.median.dim, distinct(2, 6, dtype=i64), -1, id="median-int")
     yield case(aten.median.default, distinct(5, dtype=bf16), id="median-bf16")
 
@@ -693,41 +1437,141 @@ def _reducing_scatter_cases():
     index = torch.tensor([[0, 3, 3, 1], [2, 1, 0, 3]])
     for reduce in ("amax", "amin", "prod"):
         for include_self in (True, False):
-            yield case(aten.scatter_reduce.two, t(3, 5), 1, index, t(2, 4), reduce, include_self=include_self,
-                       id=f"scatter_reduce-{reduce}-{include_self}")
-        yield case(aten.index_reduce.default, t(5, 3), 0, torch.tensor([4, 0, 4, 1]), t(4, 3), reduce,
-                   include_self=False, id=f"index_reduce-{reduce}")
-    yield case(aten.scatter_reduce.two, t(4, dtype=i64, low=-5, high=5), 0, torch.tensor([0, 0, 3]),
-               t(3, dtype=i64, low=-5, high=5), "amin", include_self=False, id="scatter_reduce-amin-int")
-    yield case(aten.scatter_reduce.two, t(2, 4, dtype=bf16), 0, index[:, :3] % 2, t(2, 3, dtype=bf16), "amax",
-               id="scatter_reduce-amax-bf16")
-    yield case(aten.scatter_reduce.two, special(), 0, torch.tensor([0, 2, 2, 7]), torch.tensor([1.0, 5.0, math.nan, -1.0]),
-               "amax", id="scatter_reduce-amax-nan")
+            yield case(
+                aten.scatter_reduce.two,
+                t(3, 5),
+                1,
+                index,
+                t(2, 4),
+                reduce,
+                include_self=include_self,
+                id=f"scatter_reduce-{reduce}-{include_self}",
+            )
+        yield case(
+            aten.index_reduce.default,
+            t(5, 3),
+            0,
+            torch.tensor([4, 0, 4, 1]),
+            t(4, 3),
+            reduce,
+            include_self=False,
+            id=f"index_reduce-{reduce}",
+        )
+    yield case(
+        aten.scatter_reduce.two,
+        t(4, dtype=i64, low=-5, high=5),
+        0,
+        torch.tensor([0, 0, 3]),
+        t(3, dtype=i64, low=-5, high=5),
+        "amin",
+        include_self=False,
+        id="scatter_reduce-amin-int",
+    )
+    yield case(
+        aten.scatter_reduce.two,
+        t(2, 4, dtype=bf16),
+        0,
+        index[:, :3] % 2,
+        t(2, 3, dtype=bf16),
+        "amax",
+        id="scatter_reduce-amax-bf16",
+    )
+    yield case(
+        aten.scatter_reduce.two,
+        special(),
+        0,
+        torch.tensor([0, 2, 2, 7]),
+        torch.tensor([1.0, 5.0, math.nan, -1.0]),
+        "amax",
+        id="scatter_reduce-amax-nan",
+    )
     for reduce in ("add", "multiply"):
-        yield case(aten.scatter.reduce, t(3, 5), 1, index, t(2, 4), reduce=reduce, id=f"scatter-reduce-{reduce}")
-        yield case(aten.scatter.value_reduce, t(3, 5, dtype=bf16), 0, index[:, :3] % 3, 1.5, reduce=reduce,
-                   id=f"scatter-value-reduce-{reduce}-bf16")
+        yield case(
+            aten.scatter.reduce,
+            t(3, 5),
+            1,
+            index,
+            t(2, 4),
+            reduce=reduce,
+            id=f"scatter-reduce-{reduce}",
+        )
+        yield case(
+            aten.scatter.value_reduce,
+            t(3, 5, dtype=bf16),
+            0,
+            index[:, :3] % 3,
+            1.5,
+            reduce=reduce,
+            id=f"scatter-value-reduce-{reduce}-bf16",
+        )
     for include_self in (True, False):
-        yield case(aten.index_reduce.default, t(3, 4, 2), 1, torch.tensor([3, 0, 3]), t(3, 3, 2), "mean",
-                   include_self=include_self, id=f"index_reduce-mean-{include_self}")
-    yield case(aten.index_reduce.default, t(4, dtype=i64, low=0, high=9), 0, torch.tensor([1, 1, 2]),
-               t(3, dtype=i64, low=0, high=9), "mean", id="index_reduce-mean-int")
-    yield case(aten.index_reduce.default, t(4, 2, dtype=bf16), 0, torch.tensor([3, 3]), t(2, 2, dtype=bf16), "prod",
-               id="index_reduce-prod-bf16")
+        yield case(
+            aten.index_reduce.default,
+            t(3, 4, 2),
+            1,
+            torch.tensor([3, 0, 3]),
+            t(3, 3, 2),
+            "mean",
+            include_self=include_self,
+            id=f"index_reduce-mean-{include_self}",
+        )
+    yield case(
+        aten.index_reduce.default,
+        t(4, dtype=i64, low=0, high=9),
+        0,
+        torch.tensor([1, 1, 2]),
+        t(3, dtype=i64, low=0, high=9),
+        "mean",
+        id="index_reduce-mean-int",
+    )
+    yield case(
+        aten.index_reduce.default,
+        t(4, 2, dtype=bf16),
+        0,
+        torch.tensor([3, 3]),
+        t(2, 2, dtype=bf16),
+        "prod",
+        id="index_reduce-prod-bf16",
+    )
     sequence = torch.tensor([[3.0, 0.0, 2.0, 1.0], [9.0, 4.0, 6.0, 5.0]])
-    yield case(aten.searchsorted.Tensor, sequence, torch.tensor([[0.5, 2.0], [7.0, 3.0]]), sorter=sequence.argsort(-1),
-               id="searchsorted-sorter")
+    yield case(
+        aten.searchsorted.Tensor,
+        sequence,
+        torch.tensor([[0.5, 2.0], [7.0, 3.0]]),
+        sorter=sequence.argsort(-1),
+        id="searchsorted-sorter",
+    )
 
 
 CASES = [
-    *_unary_cases(), *_binary_cases(), *_predicate_cases(), *_scalar_cases(), *_creation_cases(), *_shape_cases(),
-    *_linalg_cases(), *_reduction_cases(), *_nn_cases(), *_conv_cases(), *_pooling_cases(), *_indexing_cases(),
-    *_sorting_cases(), *_random_cases(), *_special_function_cases(), *_scan_cases(), *_order_statistic_cases(),
-    *_reducing_scatter_cases(), *_strided_cases(), *_embedding_bag_cases(),
+    *_unary_cases(),
+    *_binary_cases(),
+    *_predicate_cases(),
+    *_scalar_cases(),
+    *_creation_cases(),
+    *_shape_cases(),
+    *_linalg_cases(),
+    *_reduction_cases(),
+    *_nn_cases(),
+    *_conv_cases(),
+    *_pooling_cases(),
+    *_indexing_cases(),
+    *_sorting_cases(),
+    *_random_cases(),
+    *_special_function_cases(),
+    *_scan_cases(),
+    *_order_statistic_cases(),
+    *_reducing_scatter_cases(),
+    *_strided_cases(),
+    *_embedding_bag_cases(),
     *_grid_sample_cases(),
 ]
 
-TOLERANCE = {torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (1e-3, 1e-3), torch.float32: (1e-5, 1e-5)}
+TOLERANCE = {
+    torch.bfloat16: (1.6e-2, 1e-2),
+    torch.float16: (1e-3, 1e-3),
+    torch.float32: (1e-5, 1e-5),
+}
 
 
 def _outputs(value):
@@ -735,7 +1579,10 @@ def _outputs(value):
 
 
 def _types(expected):
-    types = [None if e is None else TensorType(tuple(e.shape), DType.from_torch(e.dtype)) for e in _outputs(expected)]
+    types = [
+        None if e is None else TensorType(tuple(e.shape), DType.from_torch(e.dtype))
+        for e in _outputs(expected)
+    ]
     return tuple(types) if isinstance(expected, tuple) else types[0]
 
 
@@ -750,7 +1597,9 @@ def _check(got, expected, tol, values, exact):
         assert (tuple(g.shape), g.dtype) == (tuple(e.shape), e.dtype)
         if values:
             rtol, atol = tol or TOLERANCE.get(e.dtype, (0, 0))
-            assert_close_to_eager(g, e, rtol=rtol, atol=atol, exact=lambda i=i: _outputs(exact())[i])
+            assert_close_to_eager(
+                g, e, rtol=rtol, atol=atol, exact=lambda i=i: _outputs(exact())[i]
+            )
 
 
 def _numpy(value):
@@ -762,13 +1611,17 @@ KEY = 7
 
 
 def _stream(op):
-    return RandomStream(np.asarray(KEY), 0) if torch.Tag.nondeterministic_seeded in op.tags else None
+    return (
+        RandomStream(np.asarray(KEY), 0) if torch.Tag.nondeterministic_seeded in op.tags else None
+    )
 
 
 def _traced(op, rule, args, kwargs, expected):
     """Lower the op as a one-node FX graph, the way the compiler lowers a fused subgraph, and
     run the kernel's generated NumPy source."""
-    if _stream(op) is not None:  # the key is a kernel input, as ``nkipy_core.compiler.rng`` arranges
+    if (
+        _stream(op) is not None
+    ):  # the key is a kernel input, as ``nkipy_core.compiler.rng`` arranges
         kwargs = {**kwargs, RNG_KWARG: (torch.tensor(KEY), 0)}
     graph = torch.fx.Graph()
     inputs = []
@@ -794,7 +1647,10 @@ def _traced(op, rule, args, kwargs, expected):
     with np.errstate(all="ignore"):  # as the cpu runtime runs kernels: inf and nan are values
         outputs = codegen.load(codegen.generate(kernel))(*(torch_to_numpy(i) for i in inputs))
     # a transposed output comes in its memory order; the kernel's call permutes it back
-    results = iter(r if o is None else np.transpose(r, np.argsort(o)) for r, o in zip(outputs, output_orders(gm)))
+    results = iter(
+        r if o is None else np.transpose(r, np.argsort(o))
+        for r, o in zip(outputs, output_orders(gm))
+    )
     if isinstance(expected, tuple):
         return tuple(None if e is None else next(results) for e in expected)
     return next(results)
@@ -806,8 +1662,11 @@ def test_rule_matches_torch(op, args, kwargs, tol, values):
     if isinstance(expected, list):
         expected = tuple(expected)
     (rule,) = REGISTRY.rules_for(op)
-    ctx = LoweringContext(op, "case", _types(expected), rng=_stream(op), layouts=tuple(Layout.of(a) for a in args))
+    ctx = LoweringContext(
+        op, "case", _types(expected), rng=_stream(op), layouts=tuple(Layout.of(a) for a in args)
+    )
     np_args, np_kwargs = tree_map(_numpy, (args, kwargs))
+
     def exact():
         return op(*upcast(args), **upcast(kwargs))
 
@@ -825,19 +1684,70 @@ def _rule(op):
     return rule.fn
 
 
-@pytest.mark.parametrize(("op", "args", "kwargs", "reason"), [
-    pytest.param(aten.as_strided.default, (t(4, 6).T, [3], [2]), {}, "as_strided of a non-contiguous tensor", id="as_strided-transposed"),
-    pytest.param(aten.as_strided.default, (t(4, 6)[:2], [4], [4]), {}, r"reads storage elements 0\.\.12 outside the tensor's 12",
-                 id="as_strided-beyond-the-view"),
-    pytest.param(aten.as_strided_scatter.default, (t(4, 6), t(3, 3), [3, 3], [1, 1]), {}, "overlapping strides",
-                 id="as_strided_scatter-overlapping"),
-    pytest.param(aten._embedding_bag_backward.default,
-                 (t(2, 3), torch.tensor([0, 1, 1]), torch.tensor([0, 2]), torch.tensor([0, 0, 1]), torch.tensor([2, 1]),
-                  torch.tensor([2, 1]), 4, True, 0, False, None), {}, "scale_grad_by_freq", id="embedding_bag_backward-freq"),
-    pytest.param(aten._embedding_bag_backward.default,
-                 (t(2, 3), torch.tensor([0, 1, 1]), torch.tensor([0, 2]), torch.tensor([0, 0, 1]), torch.tensor([2, 1]),
-                  torch.tensor([2, 1]), 4, False, 0, True, None), {}, "sparse=True", id="embedding_bag_backward-sparse"),
-])
+@pytest.mark.parametrize(
+    ("op", "args", "kwargs", "reason"),
+    [
+        pytest.param(
+            aten.as_strided.default,
+            (t(4, 6).T, [3], [2]),
+            {},
+            "as_strided of a non-contiguous tensor",
+            id="as_strided-transposed",
+        ),
+        pytest.param(
+            aten.as_strided.default,
+            (t(4, 6)[:2], [4], [4]),
+            {},
+            r"reads storage elements 0\.\.12 outside the tensor's 12",
+            id="as_strided-beyond-the-view",
+        ),
+        pytest.param(
+            aten.as_strided_scatter.default,
+            (t(4, 6), t(3, 3), [3, 3], [1, 1]),
+            {},
+            "overlapping strides",
+            id="as_strided_scatter-overlapping",
+        ),
+        pytest.param(
+            aten._embedding_bag_backward.default,
+            (
+                t(2, 3),
+                torch.tensor([0, 1, 1]),
+                torch.tensor([0, 2]),
+                torch.tensor([0, 0, 1]),
+                torch.tensor([2, 1]),
+                torch.tensor([2, 1]),
+                4,
+                True,
+                0,
+                False,
+                None,
+            ),
+            {},
+            "scale_grad_by_freq",
+            id="embedding_bag_backward-freq",
+        ),
+        pytest.param(
+            aten._embedding_bag_backward.default,
+            (
+                t(2, 3),
+                torch.tensor([0, 1, 1]),
+                torch.tensor([0, 2]),
+                torch.tensor([0, 0, 1]),
+                torch.tensor([2, 1]),
+                torch.tensor([2, 1]),
+                4,
+                False,
+                0,
+                True,
+                None,
+            ),
+            {},
+            "sparse=True",
+            id="embedding_bag_backward-sparse",
+        ),
+    ],
+)
 def test_rule_declines_with_its_reason(op, args, kwargs, reason):
     """What a rule cannot lower exactly it declines (the node then runs on CPU, named in the
     fallback warning) instead of computing something else."""

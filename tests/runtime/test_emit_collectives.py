@@ -16,8 +16,9 @@ from xla_oracle import assert_same
 
 pytest.importorskip("jax", reason="the xla oracle needs the nkipy-runtime[xla] extra (jax, jaxlib)")
 
-from nkipy_runtime.stablehlo import emit_module  # noqa: E402
 from xla_replicas import ReplicaPool  # noqa: E402
+
+from nkipy_runtime.stablehlo import emit_module  # noqa: E402
 
 #: replica groups: the whole world, the world listed out of order, and two groups of two
 #: whose ranks interleave and are listed in descending order in one group
@@ -44,8 +45,14 @@ def test_replicas_agree_with_oracle(pool, case, groups):
     xs = operands(shape, world)
     kernel = one_op(prim, [xs[0]], groups=groups, **params)
     got = pool.run(emit_module(kernel), [[x] for x in xs])
-    for rank, (outs, want) in enumerate(zip(got, expected(prim, xs, groups, **params), strict=True)):
-        assert outs[0].dtype == want.dtype and outs[0].shape == want.shape, (rank, outs[0].shape, want.shape)
+    for rank, (outs, want) in enumerate(
+        zip(got, expected(prim, xs, groups, **params), strict=True)
+    ):
+        assert outs[0].dtype == want.dtype and outs[0].shape == want.shape, (
+            rank,
+            outs[0].shape,
+            want.shape,
+        )
         np.testing.assert_array_equal(outs[0], want, err_msg=f"replica {rank}")
 
 
@@ -76,7 +83,10 @@ def test_single_replica_groups_match_cpu_runtime(case):
 def test_broadcast_keeps_bits(pool):
     """A broadcast moves data, so -0.0 and NaN payloads arrive unchanged."""
     groups = ((0, 1),)
-    xs = [np.array([-0.0, np.nan, 1.0], dtype=np.float32), np.array([0.0, 2.0, -np.inf], dtype=np.float32)]
+    xs = [
+        np.array([-0.0, np.nan, 1.0], dtype=np.float32),
+        np.array([0.0, 2.0, -np.inf], dtype=np.float32),
+    ]
     xs[0].view(np.uint32)[1] |= 0x1234  # a NaN payload
     kernel = one_op("collective_broadcast", [xs[0]], source=0, groups=groups)
     got = pool.run(emit_module(kernel), [[x] for x in xs])

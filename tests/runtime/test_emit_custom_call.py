@@ -10,7 +10,9 @@ import pytest
 from nkipy_core import knp
 from nkipy_core.ir import DType, KernelBuilder, TensorType
 
-pytest.importorskip("jax", reason="the HLO conversion needs the nkipy-runtime[xla] extra (jax, jaxlib)")
+pytest.importorskip(
+    "jax", reason="the HLO conversion needs the nkipy-runtime[xla] extra (jax, jaxlib)"
+)
 
 from nkipy_runtime import xla_bridge  # noqa: E402
 from nkipy_runtime.stablehlo import emit_module  # noqa: E402
@@ -21,8 +23,14 @@ def test_the_hlo_holds_the_custom_call_with_its_target_and_config():
     b = KernelBuilder("k")
     x, y = b.param(TensorType((4, 8), DType.f32)), b.param(TensorType((8,), DType.bf16))
     with b.building("test"):
-        out = knp.custom_call([x, y], target="AwsNeuronCustomNativeKernel", config=config,
-                              host="custom_call_hosts:scaled_add", shape=(4, 8), dtype=np.float32)
+        out = knp.custom_call(
+            [x, y],
+            target="AwsNeuronCustomNativeKernel",
+            config=config,
+            host="custom_call_hosts:scaled_add",
+            shape=(4, 8),
+            dtype=np.float32,
+        )
         out = out * 2
     module = xla_bridge.to_hlo(emit_module(b.finish([out])))
     line = next(ln for ln in module.text.splitlines() if "custom-call(" in ln)

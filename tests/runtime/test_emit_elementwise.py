@@ -7,19 +7,32 @@ approximations, not the C library NumPy calls, so they may differ in the last bi
 
 import numpy as np
 import pytest
+from op_kernels import ALL_DTYPES, one_op, sample
+from xla_oracle import assert_same
 
 from nkipy_core.ir import DType, Kernel, KernelBuilder, TensorType
 from nkipy_core.ir.primitives import infer
-
-from op_kernels import ALL_DTYPES, one_op, sample
-from xla_oracle import assert_same
 
 #: relative tolerance per transcendental primitive, in units of the f32 epsilon (1.2e-7); f16
 #: and bf16 compute in f32 and round once, so they agree unless a result sits at a rounding
 #: boundary of the narrow type (one of its ulps: 2**-10 and 2**-7).
 TRANSCENDENTAL_ULPS = {
-    "exp": 2, "log": 2, "log1p": 2, "expm1": 2, "sqrt": 1, "rsqrt": 2, "sin": 2, "cos": 2, "tan": 4,
-    "tanh": 4, "atan": 2, "logistic": 4, "erf": 4, "erfc": 16, "pow": 4, "atan2": 2,
+    "exp": 2,
+    "log": 2,
+    "log1p": 2,
+    "expm1": 2,
+    "sqrt": 1,
+    "rsqrt": 2,
+    "sin": 2,
+    "cos": 2,
+    "tan": 4,
+    "tanh": 4,
+    "atan": 2,
+    "logistic": 4,
+    "erf": 4,
+    "erfc": 16,
+    "pow": 4,
+    "atan2": 2,
 }  # erfc: relative error grows in its deep tail (1e-17 and below), where it is tiny
 HALF_ULP = {DType.f16: 2**-10, DType.bf16: 2**-7, DType.f32: 0.0, DType.f64: 0.0}
 
@@ -45,12 +58,58 @@ def _accepts(prim: str, arity: int, dtype: DType) -> bool:
     return True
 
 
-UNARY = ["exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "atan", "logistic",
-         "erf", "erfc", "floor", "ceil", "round", "isnan", "isinf", "signbit", "neg", "abs", "sign", "not",
-         "bitwise_not"]
-BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "fmod", "floor_divide",
-          "atan2", "and", "or", "xor", "bitwise_and", "bitwise_or", "bitwise_xor",
-          "eq", "ne", "lt", "le", "gt", "ge"]
+UNARY = [
+    "exp",
+    "log",
+    "log1p",
+    "expm1",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tan",
+    "tanh",
+    "atan",
+    "logistic",
+    "erf",
+    "erfc",
+    "floor",
+    "ceil",
+    "round",
+    "isnan",
+    "isinf",
+    "signbit",
+    "neg",
+    "abs",
+    "sign",
+    "not",
+    "bitwise_not",
+]
+BINARY = [
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "pow",
+    "maximum",
+    "minimum",
+    "remainder",
+    "fmod",
+    "floor_divide",
+    "atan2",
+    "and",
+    "or",
+    "xor",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+]
 
 
 def _dtypes(prim: str, arity: int) -> list[DType]:
@@ -75,11 +134,15 @@ def _first_dtype(names, arity):
     return [(p, _dtypes(p, arity)[0]) for p in names]
 
 
-@pytest.mark.parametrize(("prim", "dtype"), _first_dtype(UNARY, 1) + _first_dtype(BINARY, 2), ids=str)
+@pytest.mark.parametrize(
+    ("prim", "dtype"), _first_dtype(UNARY, 1) + _first_dtype(BINARY, 2), ids=str
+)
 def test_scalar_and_empty(prim, dtype):
     shapes = [(), (0, 3)]
-    kernel, inputs = _sweep(prim, [[sample(dtype, s)] if prim in UNARY else _binary_inputs(prim, dtype, s)
-                                   for s in shapes])
+    kernel, inputs = _sweep(
+        prim,
+        [[sample(dtype, s)] if prim in UNARY else _binary_inputs(prim, dtype, s) for s in shapes],
+    )
     assert_same(kernel, inputs, rtol=_rtol(prim, dtype))
 
 
@@ -125,12 +188,16 @@ def test_binary(prim):
 def test_float_division_by_zero_and_signs(prim, dtype):
     """Every pairing of signed zeros, infinities, NaN and signed finite values, the divisor
     zero included: NumPy's float remainder/floor_divide define each of them."""
-    values = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 7.5, -7.5, 2.0, -3.0], dtype.numpy)
+    values = np.array(
+        [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 7.5, -7.5, 2.0, -3.0], dtype.numpy
+    )
     x, y = (a.reshape(-1).copy() for a in np.meshgrid(values, values))
     assert_same(one_op(prim, [x, y]), [x, y])
 
 
-@pytest.mark.parametrize("dtype", [d for d in ALL_DTYPES if d is not DType.bool and not d.is_float], ids=str)
+@pytest.mark.parametrize(
+    "dtype", [d for d in ALL_DTYPES if d is not DType.bool and not d.is_float], ids=str
+)
 def test_integer_division_signs(dtype):
     """Integer remainder and floor_divide round toward negative infinity, as Python's do."""
     values = np.array([-9, -7, -1, 1, 3, 7, 9, 100])
@@ -167,7 +234,9 @@ def test_convert(src):
         return
     special = [d for d in ALL_DTYPES if d.is_float or d is DType.bool]
     assert_same(_converts(x, special), [x])
-    finite = np.nan_to_num(x.astype(np.float64), nan=1.0, posinf=99.5, neginf=-99.5).astype(src.numpy)
+    finite = np.nan_to_num(x.astype(np.float64), nan=1.0, posinf=99.5, neginf=-99.5).astype(
+        src.numpy
+    )
     signed = [d for d in ALL_DTYPES if d.is_integer and d not in unsigned]
     assert_same(_converts(finite, signed), [finite])
     magnitude = np.abs(finite)

@@ -8,11 +8,10 @@ and round once on both sides.
 
 import numpy as np
 import pytest
-
-from nkipy_core.ir import DType
-
 from op_kernels import ALL_DTYPES, one_op, sample
 from xla_oracle import assert_same, assert_same_bits
+
+from nkipy_core.ir import DType
 
 INDEX_DTYPES = (DType.i8, DType.i16, DType.i32, DType.i64, DType.u8, DType.u32, DType.u64)
 NUMERIC = tuple(d for d in ALL_DTYPES if d is not DType.bool)
@@ -53,8 +52,13 @@ def test_take_every_dtype(dtype):
 
 
 #: (operand shape, indices shape, axis); index values are drawn in [-n, n) along the axis
-ALONG_CASES = [((2, 3, 4), (2, 3, 4), 2), ((2, 3, 4), (2, 5, 4), 1), ((4, 3), (2, 3), 0), ((5,), (7,), 0),
-               ((2, 3), (2, 0), 1)]
+ALONG_CASES = [
+    ((2, 3, 4), (2, 3, 4), 2),
+    ((2, 3, 4), (2, 5, 4), 1),
+    ((4, 3), (2, 3), 0),
+    ((5,), (7,), 0),
+    ((2, 3), (2, 0), 1),
+]
 
 
 @pytest.mark.parametrize("index_dtype", [DType.i8, DType.i32, DType.i64, DType.u8], ids=str)
@@ -76,7 +80,7 @@ def test_take_along_axis_every_dtype(dtype):
 SCATTER_CASES = [
     ((5,), [0, 4, -1, 0, 2, 0], (6,), 0),
     ((2, 3, 4), [2, -3, 2], (2, 3, 4), 1),
-    ((2, 3, 4), [1, 1], (1, 3, 2), 2),   # updates broadcast along size-1 dims, as ufunc.at does
+    ((2, 3, 4), [1, 1], (1, 3, 2), 2),  # updates broadcast along size-1 dims, as ufunc.at does
     ((3, 2), np.zeros((0,), int), (0, 2), 0),
 ]
 
@@ -84,14 +88,21 @@ SCATTER_CASES = [
 @pytest.mark.parametrize("dtype", NUMERIC + (DType.bool,), ids=str)
 @pytest.mark.parametrize(("shape", "indices", "upd_shape", "axis"), SCATTER_CASES, ids=str)
 def test_scatter_add(shape, indices, upd_shape, axis, dtype):
-    inputs = [sample(dtype, shape, 0, low=-20, high=20), _indices(indices, DType.i64, shape[axis]),
-              sample(dtype, upd_shape, 1, low=-20, high=20)]
+    inputs = [
+        sample(dtype, shape, 0, low=-20, high=20),
+        _indices(indices, DType.i64, shape[axis]),
+        sample(dtype, upd_shape, 1, low=-20, high=20),
+    ]
     assert_same(one_op("scatter_add", inputs, axis=axis), inputs)
 
 
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
 def test_scatter_add_index_dtypes(index_dtype):
-    inputs = [sample(DType.i32, (4, 3)), _indices([3, -4, 3, 1], index_dtype, 4), sample(DType.i32, (4, 3), 1)]
+    inputs = [
+        sample(DType.i32, (4, 3)),
+        _indices([3, -4, 3, 1], index_dtype, 4),
+        sample(DType.i32, (4, 3), 1),
+    ]
     assert_same(one_op("scatter_add", inputs, axis=0), inputs)
 
 
@@ -101,9 +112,14 @@ def test_scatter_add_index_dtypes(index_dtype):
 def test_scatter_reduce(shape, indices, upd_shape, axis, dtype, kind):
     """Float samples hold NaN, +-inf and both zeros, so max/min show NaN propagating from the
     operand and from an update, and which zero a tie keeps."""
-    low, high = (-3, 4) if kind == "prod" else (-100, 100)  # products of small factors stay in range
-    inputs = [sample(dtype, shape, 0, low=low, high=high), _indices(indices, DType.i32, shape[axis]),
-              sample(dtype, upd_shape, 1, low=low, high=high)]
+    low, high = (
+        (-3, 4) if kind == "prod" else (-100, 100)
+    )  # products of small factors stay in range
+    inputs = [
+        sample(dtype, shape, 0, low=low, high=high),
+        _indices(indices, DType.i32, shape[axis]),
+        sample(dtype, upd_shape, 1, low=low, high=high),
+    ]
     kernel = one_op("scatter_reduce", inputs, axis=axis, kind=kind)
     if kind == "prod":
         assert_same(kernel, inputs)

@@ -1,16 +1,14 @@
 """A whole emitted module converted to HLO: the ops' origins survive as HLO metadata, which is
 how profiles of the compiled kernel point back at the ATen ops that built it."""
 
+import attrs
 import numpy as np
 import pytest
-
-import attrs
+from xla_oracle import assert_same
 
 from nkipy_core.ir import PRIMITIVES, DType, KernelBuilder, TensorType
-
 from nkipy_runtime import xla_bridge
 from nkipy_runtime.stablehlo import EmissionError, emit_module, missing
-from xla_oracle import assert_same
 
 
 def test_origins_become_hlo_metadata():
@@ -30,7 +28,9 @@ def test_origins_become_hlo_metadata():
         assert b"\x12" + bytes([len(origin)]) + origin.encode() in hlo.proto
         assert origin.replace(".", "_") in hlo.text
     inputs = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([2, -1])]
-    assert_same(kernel, inputs, rtol=2 * np.finfo(np.float32).eps)  # exp: XLA's polynomial, not libm
+    assert_same(
+        kernel, inputs, rtol=2 * np.finfo(np.float32).eps
+    )  # exp: XLA's polynomial, not libm
 
 
 def test_every_primitive_of_the_core_has_an_emitter():
@@ -40,7 +40,9 @@ def test_every_primitive_of_the_core_has_an_emitter():
 def test_a_primitive_without_an_emitter_is_named_by_missing_and_refused(monkeypatch):
     """A primitive added to the core without an emitter here fails this suite and refuses to
     emit, naming itself, instead of reaching neuronx-cc as something else."""
-    monkeypatch.setitem(PRIMITIVES, "frobnicate", attrs.evolve(PRIMITIVES["neg"], name="frobnicate"))
+    monkeypatch.setitem(
+        PRIMITIVES, "frobnicate", attrs.evolve(PRIMITIVES["neg"], name="frobnicate")
+    )
     assert missing() == ["frobnicate"]
     kb = KernelBuilder("new")
     kernel = kb.finish([kb.emit("frobnicate", [kb.param(TensorType((2,), DType.f32))], {})])

@@ -36,7 +36,9 @@ def _cases_kernel(prim: str, cases: list[tuple[list[TensorType], dict]]):
     return kb.finish(outputs)
 
 
-def _check_one_operand(prim: str, dtype: DType, cases: list[tuple[tuple[int, ...], dict]], data, rtol: float = 0.0):
+def _check_one_operand(
+    prim: str, dtype: DType, cases: list[tuple[tuple[int, ...], dict]], data, rtol: float = 0.0
+):
     """Every ``(shape, params)`` case of a one-operand primitive on ``data(shape, dtype, seed)``."""
     kernel = _cases_kernel(prim, [([TensorType(shape, dtype)], params) for shape, params in cases])
     assert_same(kernel, [data(shape, dtype, i) for i, (shape, _) in enumerate(cases)], rtol=rtol)
@@ -85,7 +87,9 @@ DOT_SHAPES = [
 
 @pytest.mark.parametrize("dtype", NUMERIC, ids=str)
 def test_dot(dtype):
-    kernel = _cases_kernel("dot", [([TensorType(sa, dtype), TensorType(sb, dtype)], {}) for sa, sb in DOT_SHAPES])
+    kernel = _cases_kernel(
+        "dot", [([TensorType(sa, dtype), TensorType(sb, dtype)], {}) for sa, sb in DOT_SHAPES]
+    )
     inputs = [_smooth(s, dtype, i) for i, pair in enumerate(DOT_SHAPES) for s in pair]
     assert_same(kernel, inputs, rtol=_rtol(dtype))
 
@@ -112,10 +116,13 @@ REDUCE_CASES = [
 
 
 def _reduce_cases(kinds: tuple[str, ...]) -> list[tuple[tuple[int, ...], dict]]:
-    return [(shape, {"kind": kind, "axes": axes, "keepdims": keepdims})
-            for kind in kinds for shape, axes, keepdims in REDUCE_CASES
-            # an empty axis is ill-typed for max/min: NumPy's max has no identity
-            if kind not in ("max", "min") or all(shape[a] for a in axes)]
+    return [
+        (shape, {"kind": kind, "axes": axes, "keepdims": keepdims})
+        for kind in kinds
+        for shape, axes, keepdims in REDUCE_CASES
+        # an empty axis is ill-typed for max/min: NumPy's max has no identity
+        if kind not in ("max", "min") or all(shape[a] for a in axes)
+    ]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -130,21 +137,35 @@ def test_reduce_max_min_any_all(dtype):
 
 @pytest.mark.parametrize("dtype", [DType.f32, DType.bf16], ids=str)
 def test_reduce_max_min_propagate_nan(dtype):
-    x = np.array([[1.0, np.nan, 3.0], [-0.0, 0.0, -np.inf], [np.nan, np.nan, np.nan], [2.0, 2.0, np.inf]],
-                 dtype=dtype.numpy)
-    cases = [([TensorType(x.shape, dtype)], {"kind": kind, "axes": (1,), "keepdims": False}) for kind in ("max", "min")]
+    x = np.array(
+        [[1.0, np.nan, 3.0], [-0.0, 0.0, -np.inf], [np.nan, np.nan, np.nan], [2.0, 2.0, np.inf]],
+        dtype=dtype.numpy,
+    )
+    cases = [
+        ([TensorType(x.shape, dtype)], {"kind": kind, "axes": (1,), "keepdims": False})
+        for kind in ("max", "min")
+    ]
     assert_same(_cases_kernel("reduce", cases), [x, x])
 
 
 # -- argreduce -------------------------------------------------------------------------------
 
-ARG_CASES = [((3, 7), 1, False), ((7, 3), 0, True), ((9,), 0, False), ((2, 5, 3), 1, True), ((1,), 0, True)]
+ARG_CASES = [
+    ((3, 7), 1, False),
+    ((7, 3), 0, True),
+    ((9,), 0, False),
+    ((2, 5, 3), 1, True),
+    ((1,), 0, True),
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_argreduce(dtype):
-    cases = [(shape, {"kind": kind, "axis": axis, "keepdims": keepdims})
-             for kind in ("argmax", "argmin") for shape, axis, keepdims in ARG_CASES]
+    cases = [
+        (shape, {"kind": kind, "axis": axis, "keepdims": keepdims})
+        for kind in ("argmax", "argmin")
+        for shape, axis, keepdims in ARG_CASES
+    ]
     _check_one_operand("argreduce", dtype, cases, _special)
 
 
@@ -152,17 +173,34 @@ def test_argreduce(dtype):
 def test_argreduce_first_nan_and_first_tie(dtype):
     """NaN wins over infinities and is reported at its first position; equal values (-0.0 and
     0.0 among them) report the first; the extreme at the last position is found."""
-    x = np.array([[np.inf, 1.0, np.nan, 2.0, np.nan], [-np.inf, 5.0, -0.0, 5.0, -np.inf],
-                  [0.0, -0.0, 0.0, -0.0, 0.0], [1.0, 1.0, 1.0, 1.0, 9.0], [-9.0, 1.0, 1.0, 1.0, -9.0]],
-                 dtype=dtype.numpy)
-    cases = [([TensorType(x.shape, dtype)], {"kind": kind, "axis": 1, "keepdims": False})
-             for kind in ("argmax", "argmin")]
+    x = np.array(
+        [
+            [np.inf, 1.0, np.nan, 2.0, np.nan],
+            [-np.inf, 5.0, -0.0, 5.0, -np.inf],
+            [0.0, -0.0, 0.0, -0.0, 0.0],
+            [1.0, 1.0, 1.0, 1.0, 9.0],
+            [-9.0, 1.0, 1.0, 1.0, -9.0],
+        ],
+        dtype=dtype.numpy,
+    )
+    cases = [
+        ([TensorType(x.shape, dtype)], {"kind": kind, "axis": 1, "keepdims": False})
+        for kind in ("argmax", "argmin")
+    ]
     assert_same(_cases_kernel("argreduce", cases), [x, x])
 
 
 # -- cumulative ------------------------------------------------------------------------------
 
-SCAN_CASES = [((3, 7), 1), ((7, 3), 0), ((9,), 0), ((2, 4, 3), 1), ((1,), 0), ((2, 0, 3), 1), ((2, 3, 0), 0)]
+SCAN_CASES = [
+    ((3, 7), 1),
+    ((7, 3), 0),
+    ((9,), 0),
+    ((2, 4, 3), 1),
+    ((1,), 0),
+    ((2, 0, 3), 1),
+    ((2, 3, 0), 0),
+]
 
 
 def _scan_cases(kinds: tuple[str, ...]) -> list[tuple[tuple[int, ...], dict]]:
@@ -171,7 +209,9 @@ def _scan_cases(kinds: tuple[str, ...]) -> list[tuple[tuple[int, ...], dict]]:
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_cumsum_cumprod(dtype):
-    _check_one_operand("cumulative", dtype, _scan_cases(("cumsum", "cumprod")), _smooth, _rtol(dtype))
+    _check_one_operand(
+        "cumulative", dtype, _scan_cases(("cumsum", "cumprod")), _smooth, _rtol(dtype)
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -180,8 +220,14 @@ def test_cummax_cummin(dtype):
 
 
 def test_cumulative_nan_stays():
-    x = np.array([[1.0, np.nan, 3.0, -np.inf], [-np.inf, 2.0, np.inf, np.nan], [-0.0, 0.0, -1.0, 4.0]], np.float32)
-    cases = [([TensorType(x.shape, DType.f32)], {"kind": kind, "axis": 1}) for kind in ("cumsum", "cummax", "cummin")]
+    x = np.array(
+        [[1.0, np.nan, 3.0, -np.inf], [-np.inf, 2.0, np.inf, np.nan], [-0.0, 0.0, -1.0, 4.0]],
+        np.float32,
+    )
+    cases = [
+        ([TensorType(x.shape, DType.f32)], {"kind": kind, "axis": 1})
+        for kind in ("cumsum", "cummax", "cummin")
+    ]
     assert_same(_cases_kernel("cumulative", cases), [x, x, x])
 
 
@@ -204,8 +250,12 @@ def test_sort(dtype):
     # NumPy rejects -x on booleans, so the reference has no descending bool sort:
     # test_sort_bool_descending checks that case against NumPy's sort of ~x instead
     directions = (False,) if dtype is DType.bool else (False, True)
-    cases = [(shape, {"axis": axis, "descending": descending, "indices": indices})
-             for descending in directions for indices in (False, True) for shape, axis in SORT_CASES]
+    cases = [
+        (shape, {"axis": axis, "descending": descending, "indices": indices})
+        for descending in directions
+        for indices in (False, True)
+        for shape, axis in SORT_CASES
+    ]
     _check_one_operand("sort", dtype, cases, _sort_data)
 
 
@@ -215,5 +265,10 @@ def test_sort_bool_descending(indices):
     x = _special((4, 9), DType.bool)
     order = np.argsort(~x, axis=1, kind="stable")
     want = order if indices else np.take_along_axis(x, order, axis=1)
-    got, = run_on_xla(_kernel("sort", [TensorType(x.shape, DType.bool)], axis=1, descending=True, indices=indices), [x])
+    (got,) = run_on_xla(
+        _kernel(
+            "sort", [TensorType(x.shape, DType.bool)], axis=1, descending=True, indices=indices
+        ),
+        [x],
+    )
     np.testing.assert_array_equal(got, want)

@@ -7,11 +7,10 @@ bf16 bits must come through unchanged, for every element type of the IR.
 import ml_dtypes
 import numpy as np
 import pytest
-
-from nkipy_core.ir import ConstantData, DType
-
 from op_kernels import ALL_DTYPES, one_op, sample
 from xla_oracle import assert_same_bits, run_on_xla
+
+from nkipy_core.ir import ConstantData, DType
 
 #: (primitive, operand shapes, params); operands are sampled in the dtype under test
 CASES = [
@@ -57,25 +56,31 @@ def test_iota_counts_past_exact_range(dtype):
     assert_same_bits(one_op("iota", [], shape=(n,), dtype=dtype, axis=0), [])
 
 
-@pytest.mark.parametrize("value", [
-    np.array([0.0, -0.0, np.nan, -np.nan, np.inf, -np.inf, 1e-45], np.float32),
-    np.full((3, 2), -0.0, np.float64),                      # a splat of -0.0 stays negative
-    np.array([0.0, -0.0], np.float32),                      # equal under ==, not a splat
-    np.full((4,), np.nan, np.float16),                      # a NaN splat
-    np.array([1.5, np.nan, -0.0, 3e38], ml_dtypes.bfloat16),
-    np.array(-7, np.int8),
-    np.array([0, 255, 7], np.uint8),
-    np.array([2**63 - 1, -(2**63)], np.int64),
-    np.array([2**64 - 1, 0], np.uint64),
-    np.array([[True, False], [False, True]]),
-    np.array(True),
-    np.full((3,), False),
-    np.zeros((0,), np.float32),
-    np.zeros((0, 3), np.int32),
-    np.zeros((2, 0), np.bool_),
-    np.random.default_rng(0).standard_normal((64, 33)).astype(np.float32),  # a blob in kernel.py
-    np.random.default_rng(1).random((20, 30)) < 0.5,
-], ids=lambda v: f"{v.dtype}{list(v.shape)}")
+@pytest.mark.parametrize(
+    "value",
+    [
+        np.array([0.0, -0.0, np.nan, -np.nan, np.inf, -np.inf, 1e-45], np.float32),
+        np.full((3, 2), -0.0, np.float64),  # a splat of -0.0 stays negative
+        np.array([0.0, -0.0], np.float32),  # equal under ==, not a splat
+        np.full((4,), np.nan, np.float16),  # a NaN splat
+        np.array([1.5, np.nan, -0.0, 3e38], ml_dtypes.bfloat16),
+        np.array(-7, np.int8),
+        np.array([0, 255, 7], np.uint8),
+        np.array([2**63 - 1, -(2**63)], np.int64),
+        np.array([2**64 - 1, 0], np.uint64),
+        np.array([[True, False], [False, True]]),
+        np.array(True),
+        np.full((3,), False),
+        np.zeros((0,), np.float32),
+        np.zeros((0, 3), np.int32),
+        np.zeros((2, 0), np.bool_),
+        np.random.default_rng(0)
+        .standard_normal((64, 33))
+        .astype(np.float32),  # a blob in kernel.py
+        np.random.default_rng(1).random((20, 30)) < 0.5,
+    ],
+    ids=lambda v: f"{v.dtype}{list(v.shape)}",
+)
 def test_constant_keeps_exact_bits(value):
     """Compared with the constant's own bytes, not with the cpu runtime: kernel.py writes small
     float constants as decimal literals, which drop a NaN's sign and bf16's ``-0.0``."""

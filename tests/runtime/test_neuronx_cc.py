@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from nkipy_core import ConfigurationError, RuntimeUnavailableError, kernel_boundary, knp
-from nkipy_core.observe import progress
 from nkipy_core.cache.kernel_cache import STATS, KernelCache
 from nkipy_core.ir import DType, KernelBuilder, TensorType
+from nkipy_core.observe import progress
 from nkipy_runtime import neuronx_cc, nrt_runtime, xla_bridge
 from nkipy_runtime.stablehlo import emit_module
 
@@ -35,7 +35,10 @@ def standin(tmp_path, monkeypatch):
 
 def _hlo() -> bytes:
     builder = KernelBuilder("k")
-    x, y = builder.param(TensorType((4, 3), DType.f32)), builder.param(TensorType((4, 3), DType.f32))
+    x, y = (
+        builder.param(TensorType((4, 3), DType.f32)),
+        builder.param(TensorType((4, 3), DType.f32)),
+    )
     with builder.building("test"):
         kernel = builder.finish([knp.sin(x) * y])
     return xla_bridge.to_hlo(emit_module(kernel)).proto
@@ -45,13 +48,18 @@ def test_command_line_is_the_documented_one_plus_extra_args(standin):
     """The stand-in rejects any other argv; it writes the SHA-256 of the .pb it was given."""
     proto = _hlo()
     build = neuronx_cc.compile_neff(
-        proto, target="trn2", extra_args="--model-type transformer --auto-cast 'matmult'", timeout=30
+        proto,
+        target="trn2",
+        extra_args="--model-type transformer --auto-cast 'matmult'",
+        timeout=30,
     )
     assert build.command[1:4] == ("compile", "--framework", "XLA")
     assert build.command[4].endswith("hlo_module.pb") and build.command[5:7] == ("--target", "trn2")
     neff = json.loads(build.neff)
     assert neff == {
-        "stand_in": True, "input_sha256": hashlib.sha256(proto).hexdigest(), "target": "trn2",
+        "stand_in": True,
+        "input_sha256": hashlib.sha256(proto).hexdigest(),
+        "target": "trn2",
         "extra": ["--model-type", "transformer", "--auto-cast", "matmult"],
     }
     assert "stand-in neuronx-cc: compiling" in build.log
@@ -72,13 +80,20 @@ def test_missing_compiler_is_a_clear_error(tmp_path, monkeypatch):
         neuronx_cc.compile_neff(b"x", target="trn1", timeout=5)
     ok, reason = nrt_runtime.NrtRuntime().can_compile()
     assert not ok
-    assert reason.startswith("missing: neuronx-cc is not on PATH (nor named by NKIPY_NEURONX_CC): install")
+    assert reason.startswith(
+        "missing: neuronx-cc is not on PATH (nor named by NKIPY_NEURONX_CC): install"
+    )
 
 
 @pytest.mark.parametrize(
     ("product", "target"),
-    [("trn1.32xlarge", "trn1"), ("trn1n.32xlarge", "trn1"), ("trn2.48xlarge", "trn2"), ("trn3.48xlarge", "trn3"),
-     ("m5.xlarge", None)],
+    [
+        ("trn1.32xlarge", "trn1"),
+        ("trn1n.32xlarge", "trn1"),
+        ("trn2.48xlarge", "trn2"),
+        ("trn3.48xlarge", "trn3"),
+        ("m5.xlarge", None),
+    ],
 )
 def test_target_is_detected_from_the_instance_type(tmp_path, monkeypatch, product, target):
     dmi = tmp_path / "product_name"
@@ -93,10 +108,14 @@ def test_configured_target_wins_and_no_target_is_an_error(tmp_path, monkeypatch)
     monkeypatch.setattr(neuronx_cc, "DMI_PRODUCT_NAME", dmi)
     assert neuronx_cc.resolve_target("trn1") == "trn1"
     assert neuronx_cc.resolve_target(None) == "trn2"
-    with pytest.raises(ConfigurationError, match=r"unknown neuronx-cc target 'inf1'; use one of \['trn1'"):
+    with pytest.raises(
+        ConfigurationError, match=r"unknown neuronx-cc target 'inf1'; use one of \['trn1'"
+    ):
         neuronx_cc.resolve_target("inf1")
     monkeypatch.setattr(neuronx_cc, "DMI_PRODUCT_NAME", tmp_path / "absent")
-    with pytest.raises(ConfigurationError, match="Set init_nkipy_backend\\(target=...\\) or NKIPY_TARGET"):
+    with pytest.raises(
+        ConfigurationError, match="Set init_nkipy_backend\\(target=...\\) or NKIPY_TARGET"
+    ):
         neuronx_cc.resolve_target(None)
 
 
@@ -108,8 +127,12 @@ def test_failure_raises_with_command_and_log_tail(standin, monkeypatch):
     error = caught.value
     assert error.returncode == 1
     assert error.command[-1] == "-O1" and shlex.join(error.command) in str(error)
-    assert "failed with exit code 1" in str(error) and "ERROR: stand-in compile failure" in str(error)
-    assert "stand-in log line 29" in error.log_tail and "stand-in log line 0\n" not in error.log_tail
+    assert "failed with exit code 1" in str(error) and "ERROR: stand-in compile failure" in str(
+        error
+    )
+    assert (
+        "stand-in log line 29" in error.log_tail and "stand-in log line 0\n" not in error.log_tail
+    )
     assert "stand-in log line 0\n" in error.log_path.read_text()  # the full log is kept
     assert (error.log_path.parent / "hlo_module.pb").read_bytes() == proto  # so is the input
 
@@ -157,7 +180,10 @@ def test_artifacts_land_in_the_cache_entry(standin):
             ["kernel.stablehlo.mlir", "hlo_module.pb", "hlo.txt", "kernel.neff", "neuronx-cc.log"]
         )
         proto = (artifacts / "hlo_module.pb").read_bytes()
-        assert json.loads((artifacts / "kernel.neff").read_bytes())["input_sha256"] == hashlib.sha256(proto).hexdigest()
+        assert (
+            json.loads((artifacts / "kernel.neff").read_bytes())["input_sha256"]
+            == hashlib.sha256(proto).hexdigest()
+        )
         assert "stand-in neuronx-cc: compiling" in (artifacts / "neuronx-cc.log").read_text()
 
 
@@ -175,7 +201,10 @@ def test_target_is_part_of_the_cache_key(standin):
     _precompile_for_nrt("trn1")
     torch._dynamo.reset()
     _precompile_for_nrt("trn2")
-    assert sorted(c["argv"][5] for c in neuronx_cc_standin.calls(standin)) == ["trn1"] * 3 + ["trn2"] * 3
+    assert (
+        sorted(c["argv"][5] for c in neuronx_cc_standin.calls(standin))
+        == ["trn1"] * 3 + ["trn2"] * 3
+    )
     assert len(_nrt_entries()) == 6
 
 
@@ -189,7 +218,9 @@ def test_independent_kernels_compile_in_parallel_with_progress(standin, monkeypa
     spans = sorted((c["start"], c["end"]) for c in neuronx_cc_standin.calls(standin))
     assert len(spans) == 3
     assert spans[1][0] < spans[0][1], f"the first two compiles did not overlap: {spans}"
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("nkipy: compiling")]
+    lines = [
+        line for line in capsys.readouterr().err.splitlines() if line.startswith("nkipy: compiling")
+    ]
     assert lines[0].startswith("nkipy: compiling 3 kernel(s) for nrt: 0/3 done")
     assert lines[-1].startswith("nkipy: compiling 3 kernel(s) for nrt: 3/3 done")
 

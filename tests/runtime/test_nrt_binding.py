@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
-import subprocess
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 import pytest
 from fresh_python import python
 from nrt_standin_neff import NRT_DTYPE, neff
+
 from nkipy_core.errors import DeviceError
 from nkipy_core.ir.types import DType, TensorType
 from nkipy_core.runtime.base import DeviceArray
@@ -53,8 +53,11 @@ def standin(standin_path):
             return lib.standin_calls(name.encode())
 
         def last(self) -> tuple[str, list[int], list[str]]:
-            return (lib.standin_last_call().decode(), [lib.standin_last_int(i) for i in range(3)],
-                    [lib.standin_last_str(i).decode() for i in range(2)])
+            return (
+                lib.standin_last_call().decode(),
+                [lib.standin_last_int(i) for i in range(3)],
+                [lib.standin_last_str(i).decode() for i in range(2)],
+            )
 
         def fail_next(self, call: str, status: int) -> None:
             lib.standin_fail_next(call.encode(), status)
@@ -117,7 +120,9 @@ def test_missing_or_broken_library_is_a_typed_error_naming_the_fix(monkeypatch, 
         NrtLibrary.open()
     broken = tmp_path / "libnrt.so"
     broken.write_text("not a shared object")
-    with pytest.raises(LibnrtNotFoundError, match=f"cannot load libnrt from '{broken}'.*NKIPY_LIBNRT"):
+    with pytest.raises(
+        LibnrtNotFoundError, match=f"cannot load libnrt from '{broken}'.*NKIPY_LIBNRT"
+    ):
         NrtLibrary(str(broken))
 
 
@@ -156,7 +161,9 @@ def test_init_once_with_rank_cores_and_close_at_exit(standin_path, tmp_path, env
     nrt_close runs at interpreter exit (the stand-in appends both to a log file)."""
     log = tmp_path / "calls.log"
     clean = {"NEURON_RT_VISIBLE_CORES": None, "LOCAL_RANK": None, "LOCAL_WORLD_SIZE": None}
-    done = python(INIT_SCRIPT, NKIPY_LIBNRT=standin_path, NRT_STANDIN_LOG=str(log), **{**clean, **env})
+    done = python(
+        INIT_SCRIPT, NKIPY_LIBNRT=standin_path, NRT_STANDIN_LOG=str(log), **{**clean, **env}
+    )
     assert done.returncode == 0, done.stderr
     call, framework, fw_version, fal_version = done.stdout.strip().split("|")
     assert (call, int(framework)) == ("nrt_init", library.FRAMEWORK_TYPE_NO_FW)
@@ -165,13 +172,19 @@ def test_init_once_with_rank_cores_and_close_at_exit(standin_path, tmp_path, env
 
 
 def test_status_codes_become_typed_errors_with_their_names(nrt, standin):
-    for status, name in [(9, "NRT_LOAD_NOT_ENOUGH_NC"), (10, "NRT_UNSUPPORTED_NEFF_VERSION"), (777, "NRT_UNKNOWN")]:
+    for status, name in [
+        (9, "NRT_LOAD_NOT_ENOUGH_NC"),
+        (10, "NRT_UNSUPPORTED_NEFF_VERSION"),
+        (777, "NRT_UNKNOWN"),
+    ]:
         standin.fail_next("nrt_load", status)
         image = neff("copy")
         with pytest.raises(NrtError) as info:
             nrt.load(image, 0)
         assert (info.value.call, info.value.status, info.value.name) == ("nrt_load", status, name)
-        assert str(info.value).startswith(f"nrt_load failed ({len(image)}-byte NEFF on core 0): {name} ({status}): ")
+        assert str(info.value).startswith(
+            f"nrt_load failed ({len(image)}-byte NEFF on core 0): {name} ({status}): "
+        )
     assert isinstance(info.value, RuntimeError)
     assert "NEURON_RT_VISIBLE_CORES" in str(NrtError("nrt_load", 9))
 
@@ -194,7 +207,9 @@ def test_status_codes_become_typed_errors_with_their_names(nrt, standin):
 )
 def test_every_call_checks_its_status(nrt, standin, call, status, name):
     tensor = nrt.allocate(16, 0, "t")
-    model = nrt.load(neff("copy", ("input", "a", DType.f32, (4,)), ("output", "b", DType.f32, (4,))), 0)
+    model = nrt.load(
+        neff("copy", ("input", "a", DType.f32, (4,)), ("output", "b", DType.f32, (4,))), 0
+    )
     buf = np.zeros(4, np.float32)
     actions = {
         "nrt_tensor_allocate": lambda: nrt.allocate(8, 0, "x"),
@@ -214,8 +229,13 @@ def test_every_call_checks_its_status(nrt, standin, call, status, name):
     with pytest.raises(NrtError, match=f"^{call} failed.*: {name} \\({status}\\): ") as info:
         actions[call]()
     assert info.value.name == name
-    if call in ("nrt_execute", "nrt_add_tensor_to_tensor_set"):  # a set made is destroyed all the same
-        assert standin.calls("nrt_destroy_tensor_set") == sets_destroyed + (2 if call == "nrt_execute" else 1)
+    if call in (
+        "nrt_execute",
+        "nrt_add_tensor_to_tensor_set",
+    ):  # a set made is destroyed all the same
+        assert standin.calls("nrt_destroy_tensor_set") == sets_destroyed + (
+            2 if call == "nrt_execute" else 1
+        )
     nrt.unload(model)
     nrt.free(tensor)
 
@@ -223,7 +243,10 @@ def test_every_call_checks_its_status(nrt, standin, call, status, name):
 def test_a_failed_init_is_a_typed_error(nrt, standin, standin_path, monkeypatch):
     monkeypatch.setenv(cores.VISIBLE_CORES, "0")
     fresh = NrtLibrary(standin_path)  # not the process's library: its init would be the second
-    for call, status, name in [("nrt_get_total_nc_count", 1, "NRT_FAILURE"), ("nrt_init", 4, "NRT_RESOURCE")]:
+    for call, status, name in [
+        ("nrt_get_total_nc_count", 1, "NRT_FAILURE"),
+        ("nrt_init", 4, "NRT_RESOURCE"),
+    ]:
         standin.fail_next(call, status)
         with pytest.raises(NrtError, match=f"^{call} failed: {name} \\({status}\\)"):
             fresh.init()
@@ -232,7 +255,9 @@ def test_a_failed_init_is_a_typed_error(nrt, standin, standin_path, monkeypatch)
 
 def test_out_of_bounds_transfer_is_refused(nrt):
     tensor = nrt.allocate(8, 0, "small")
-    with pytest.raises(NrtError, match="nrt_tensor_write failed \\(16 bytes at offset 4\\): NRT_INVALID"):
+    with pytest.raises(
+        NrtError, match="nrt_tensor_write failed \\(16 bytes at offset 4\\): NRT_INVALID"
+    ):
         nrt.write(tensor, np.zeros(4, np.float32), 4)
     nrt.free(tensor)
 
@@ -243,7 +268,11 @@ def test_out_of_bounds_transfer_is_refused(nrt):
 def test_tensor_calls_pass_sizes_offsets_names_and_pointers(nrt, standin):
     live = standin.live()
     tensor = nrt.allocate(40, 1, "weights")
-    assert standin.last() == ("nrt_tensor_allocate", [library.PLACEMENT_DEVICE, 1, 40], ["weights", ""])
+    assert standin.last() == (
+        "nrt_tensor_allocate",
+        [library.PLACEMENT_DEVICE, 1, 40],
+        ["weights", ""],
+    )
     data = np.arange(6, dtype=np.int32)
     nrt.write(tensor, data, 12)
     assert standin.last()[:2] == ("nrt_tensor_write", [12, data.nbytes, 0])
@@ -274,8 +303,13 @@ def test_host_arrays_must_be_contiguous(nrt):
 
 
 def test_load_and_tensor_info_marshalling(nrt, standin):
-    image = neff("copy", ("input", "in_a", DType.bf16, (2, 3, 4)), ("input", "in_b", DType.i64, (5,)),
-                 ("output", "out_a", DType.bf16, (2, 3, 4)), ("output", "out_b", DType.i64, (5,)))
+    image = neff(
+        "copy",
+        ("input", "in_a", DType.bf16, (2, 3, 4)),
+        ("input", "in_b", DType.i64, (5,)),
+        ("output", "out_a", DType.bf16, (2, 3, 4)),
+        ("output", "out_b", DType.i64, (5,)),
+    )
     model = nrt.load(image, 1)
     assert standin.last()[:2] == ("nrt_load", [len(image), 1, -1])
     infos = nrt.tensor_info(model)
@@ -301,7 +335,9 @@ def test_parse_visible_cores(text, expected):
     assert cores.parse_visible_cores(cores.format_visible_cores(expected)) == expected
 
 
-@pytest.mark.parametrize("text, message", [("a", "not a core list"), ("3-1", "empty or negative"), ("1,1", "twice")])
+@pytest.mark.parametrize(
+    "text, message", [("a", "not a core list"), ("3-1", "empty or negative"), ("1,1", "twice")]
+)
 def test_malformed_visible_cores_say_how_to_write_them(text, message):
     with pytest.raises(cores.CoreMappingError, match=message):
         cores.parse_visible_cores(text)
@@ -314,7 +350,9 @@ def test_local_ranks_share_the_cores_in_equal_blocks():
 
 
 def test_fewer_cores_than_local_ranks_is_a_clear_error():
-    with pytest.raises(cores.CoreMappingError, match="4 local ranks but only 2 visible NeuronCore.*nproc-per-node"):
+    with pytest.raises(
+        cores.CoreMappingError, match="4 local ranks but only 2 visible NeuronCore.*nproc-per-node"
+    ):
         cores.assign_visible_cores(2, {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4"})
     with pytest.raises(cores.CoreMappingError, match="LOCAL_RANK=2 is outside LOCAL_WORLD_SIZE=2"):
         cores.assign_visible_cores(8, {"LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"})
@@ -342,8 +380,10 @@ def test_buffer_hooks_round_trip_and_count(device, standin, dtype):
     assert standin.last()[:2] == ("nrt_tensor_write", [0, values.nbytes, 0])
     assert same_bits(device.to_host(array), values)
     assert device.stats.transfers() == {
-        "host_to_device": 1, "host_to_device_bytes": values.nbytes,
-        "device_to_host": 1, "device_to_host_bytes": values.nbytes,
+        "host_to_device": 1,
+        "host_to_device_bytes": values.nbytes,
+        "device_to_host": 1,
+        "device_to_host_bytes": values.nbytes,
     }
     device.free(array.buffer)
     assert device.stats.allocated == 0 and standin.live() == live
@@ -398,8 +438,13 @@ def test_copy_between_views(device, standin, shape, src_strides, dst_strides, de
     dtype = DType.f32
     n = int(np.prod(shape))
     source_values = host(dtype, (4 * n,), seed=3)  # room for every view below
-    src_buffer, dst_buffer = device.allocate(source_values.nbytes), device.allocate(source_values.nbytes)
-    device.to_device(source_values, DeviceArray.contiguous(src_buffer, TensorType(source_values.shape, dtype)))
+    src_buffer, dst_buffer = (
+        device.allocate(source_values.nbytes),
+        device.allocate(source_values.nbytes),
+    )
+    device.to_device(
+        source_values, DeviceArray.contiguous(src_buffer, TensorType(source_values.shape, dtype))
+    )
     src = DeviceArray(src_buffer, dtype, shape, src_strides, 2)
     dst = DeviceArray(dst_buffer, dtype, shape, dst_strides, 0)
     copies, transfers = standin.calls("nrt_tensor_copy"), device.stats.transfers()
@@ -410,7 +455,9 @@ def test_copy_between_views(device, standin, shape, src_strides, dst_strides, de
     assert device.stats.host_to_device - transfers["host_to_device"] == via_host
     assert device.stats.device_to_host - transfers["device_to_host"] == via_host
     step = source_values.itemsize
-    reference = np.lib.stride_tricks.as_strided(source_values[2:], shape, tuple(st * step for st in src_strides))
+    reference = np.lib.stride_tricks.as_strided(
+        source_values[2:], shape, tuple(st * step for st in src_strides)
+    )
     assert same_bits(device.to_host(dst), np.ascontiguousarray(reference))
     device.free(src_buffer)
     device.free(dst_buffer)
@@ -420,8 +467,13 @@ def test_run_binds_whole_sliced_and_strided_inputs(device, standin):
     """Three inputs of the stand-in's f32 "add" NEFF: a whole buffer, a contiguous view (bound as
     an NRT slice) and a strided view (staged into a new tensor on the device)."""
     f32 = DType.f32
-    image = neff("add", ("input", "a", f32, (2, 3)), ("input", "b", f32, (2, 3)), ("input", "c", f32, (2, 3)),
-                 ("output", "sum", f32, (2, 3)))
+    image = neff(
+        "add",
+        ("input", "a", f32, (2, 3)),
+        ("input", "b", f32, (2, 3)),
+        ("input", "c", f32, (2, 3)),
+        ("output", "sum", f32, (2, 3)),
+    )
     a, big = host(f32, (2, 3), seed=4), host(f32, (4, 6), seed=5)
     a_dev = DeviceArray.contiguous(device.allocate(a.nbytes), TensorType((2, 3), f32))
     big_buffer = device.allocate(big.nbytes)
@@ -473,12 +525,16 @@ def test_run_refuses_a_neff_that_does_not_match(device, standin):
     with pytest.raises(NeffBindingError, match=r"1 input\(s\) \[a \(16 B\)\] but was given 2"):
         device.run(image, [a, a], [TensorType((4,), f32)])
     live = standin.live()
-    with pytest.raises(NeffBindingError, match=r"output\(s\) \[s \(16 B\)\] but was given 1 of \[32\]"):
+    with pytest.raises(
+        NeffBindingError, match=r"output\(s\) \[s \(16 B\)\] but was given 1 of \[32\]"
+    ):
         device.run(image, [a], [TensorType((8,), f32)])
     standin.fail_next("nrt_execute", 1002)
     with pytest.raises(NrtError, match="NRT_EXEC_BAD_INPUT"):
         device.run(image, [a], [TensorType((4,), f32)])
-    assert standin.live() == live and device.stats.allocated == 16  # the failed run freed its output
+    assert (
+        standin.live() == live and device.stats.allocated == 16
+    )  # the failed run freed its output
     device.free(a.buffer)
 
 
@@ -505,8 +561,15 @@ def bare_machine(monkeypatch, tmp_path):
 def test_missing_names_each_piece_and_how_to_get_it(bare_machine, monkeypatch, standin_path):
     compiler, lib, devices = probe.missing()
     assert compiler.startswith("neuronx-cc is not on PATH") and "pip install neuronx-cc" in compiler
-    assert lib.startswith("libnrt.so was not found") and "aws-neuronx-runtime-lib" in lib and "NKIPY_LIBNRT" in lib
-    assert devices.startswith(f"no Neuron devices ({bare_machine / 'dev'}/neuron*)") and "aws-neuronx-dkms" in devices
+    assert (
+        lib.startswith("libnrt.so was not found")
+        and "aws-neuronx-runtime-lib" in lib
+        and "NKIPY_LIBNRT" in lib
+    )
+    assert (
+        devices.startswith(f"no Neuron devices ({bare_machine / 'dev'}/neuron*)")
+        and "aws-neuronx-dkms" in devices
+    )
     assert not probe.hardware_present()
 
     cc = bare_machine / "bin" / "neuronx-cc"
@@ -537,4 +600,7 @@ def test_the_hardware_probe_imports_nothing_but_itself():
         "hardware_present()\n"
         "print(sorted(m for m in set(sys.modules) - before if m.startswith(('nkipy_runtime', 'jax', 'attrs'))))\n"
     )
-    assert loaded.stdout.strip() == "['nkipy_runtime', 'nkipy_runtime.nrt', 'nkipy_runtime.nrt.locate', 'nkipy_runtime.nrt.probe']"
+    assert (
+        loaded.stdout.strip()
+        == "['nkipy_runtime', 'nkipy_runtime.nrt', 'nkipy_runtime.nrt.locate', 'nkipy_runtime.nrt.probe']"
+    )

@@ -11,18 +11,18 @@ real compiler accepts this HLO and the real runtime runs the NEFF is verified on
 
 import os
 
+import neuronx_cc_standin
 import numpy as np
 import pytest
 import torch
-
-import neuronx_cc_standin
-from nkipy_core import cache_stats, init_nkipy_backend
-from nkipy_core.ir import DType
-from nkipy_runtime.nrt import locate, probe
-from nkipy_runtime.hlo_files import HLO_PROTO, HLO_TEXT, STABLEHLO
-from nkipy_runtime.nrt_runtime import LOG, NEFF, NrtRuntime
 from fresh_python import python
 from nrt_standin_neff import neff
+
+from nkipy_core import cache_stats, init_nkipy_backend
+from nkipy_core.ir import DType
+from nkipy_runtime.hlo_files import HLO_PROTO, HLO_TEXT, STABLEHLO
+from nkipy_runtime.nrt import locate, probe
+from nkipy_runtime.nrt_runtime import LOG, NEFF, NrtRuntime
 
 
 @pytest.fixture
@@ -35,8 +35,14 @@ def neuron_machine(tmp_path, monkeypatch, standin_path):
     (devices / "neuron0").touch()
     image = tmp_path / "add.neff"
     f32 = DType.f32
-    image.write_bytes(neff("add", ("input", "input0", f32, (4, 8)), ("input", "input1", f32, (4, 8)),
-                           ("output", "output0", f32, (4, 8))))
+    image.write_bytes(
+        neff(
+            "add",
+            ("input", "input0", f32, (4, 8)),
+            ("input", "input1", f32, (4, 8)),
+            ("output", "output0", f32, (4, 8)),
+        )
+    )
     monkeypatch.setenv("NKIPY_NEURONX_CC", str(compiler))
     monkeypatch.setenv(locate.LIBRARY_ENV, standin_path)
     monkeypatch.setenv("STANDIN_NEFF", str(image))
@@ -45,7 +51,9 @@ def neuron_machine(tmp_path, monkeypatch, standin_path):
     return calls
 
 
-def test_nrt_is_available_only_with_compiler_library_and_devices(neuron_machine, monkeypatch, tmp_path):
+def test_nrt_is_available_only_with_compiler_library_and_devices(
+    neuron_machine, monkeypatch, tmp_path
+):
     assert NrtRuntime().available() == (True, "")
     monkeypatch.setattr(probe, "DEVICE_DIR", str(tmp_path / "nowhere"))
     ok, reason = NrtRuntime().available()
@@ -84,14 +92,25 @@ except Exception as exc:
 """
 
 
-def test_more_local_ranks_than_cores_fail_in_init_process_group(neuron_machine, tmp_path, standin_path):
+def test_more_local_ranks_than_cores_fail_in_init_process_group(
+    neuron_machine, tmp_path, standin_path
+):
     """torchrun with 2 local ranks on a host with 1 NeuronCore: the ``nkipy`` process group opens
     the device when it is made, so the error names the fix before any rank waits for a peer."""
     done = python(
-        CROWDED_HOST, str(tmp_path / "dev"), NKIPY_RUNTIME="nrt", NRT_STANDIN_CORES="1", LOCAL_RANK="0",
-        LOCAL_WORLD_SIZE="2", NEURON_RT_VISIBLE_CORES=None, NKIPY_NEURONX_CC=os.environ["NKIPY_NEURONX_CC"],
-        **{locate.LIBRARY_ENV: standin_path}, timeout=120,
+        CROWDED_HOST,
+        str(tmp_path / "dev"),
+        NKIPY_RUNTIME="nrt",
+        NRT_STANDIN_CORES="1",
+        LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE="2",
+        NEURON_RT_VISIBLE_CORES=None,
+        NKIPY_NEURONX_CC=os.environ["NKIPY_NEURONX_CC"],
+        **{locate.LIBRARY_ENV: standin_path},
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("CoreMappingError 2 local ranks but only 1 visible NeuronCore(s)"), done.stdout
+    assert done.stdout.startswith(
+        "CoreMappingError 2 local ranks but only 1 visible NeuronCore(s)"
+    ), done.stdout
     assert "torchrun --nproc-per-node" in done.stdout

@@ -22,7 +22,7 @@ from nkipy_core.cache.kernel_cache import STATS
 from nkipy_core.compiler.kernel_call import KernelCall
 from nkipy_runtime import neuronx_cc, nrt_runtime
 
-MODEL = textwrap.dedent('''
+MODEL = textwrap.dedent("""
     import torch
     from nkipy_core import kernel_boundary
 
@@ -30,14 +30,14 @@ MODEL = textwrap.dedent('''
         a = kernel_boundary(torch.sin(x) * y)
         b = kernel_boundary(torch.exp(a) - y)
         return torch.tanh(b) * a
-''')
+""")
 
-SCRIPT = MODEL + textwrap.dedent('''
+SCRIPT = MODEL + textwrap.dedent("""
     x, y = torch.randn(4, 3), torch.randn(4, 3)
     out = torch.compile(model, backend="nkipy")(x, y)
     torch.testing.assert_close(out, model(x, y))
     print("script finished")
-''')
+""")
 
 
 @pytest.fixture
@@ -53,42 +53,69 @@ def script(tmp_path, monkeypatch):
 def _summary(out: str) -> dict[str, str]:
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("kernels"))
-    return dict(zip(["kernels", "compiled", "cached", "failed", "seconds"], lines[header + 2].split()))
+    return dict(
+        zip(["kernels", "compiled", "cached", "failed", "seconds"], lines[header + 2].split())
+    )
 
 
 def _precompile(capsys, tmp_path, script):
-    return run(capsys, "precompile", "--target", "trn1", "--cache", str(tmp_path / "cache"), "--",
-               sys.executable, str(script))
+    return run(
+        capsys,
+        "precompile",
+        "--target",
+        "trn1",
+        "--cache",
+        str(tmp_path / "cache"),
+        "--",
+        sys.executable,
+        str(script),
+    )
 
 
 class _NoDevice(Exception):
     """Raised where the nrt runtime would first touch a Neuron device."""
 
 
-def test_precompile_then_a_host_process_neither_lowers_nor_compiles(capfd, tmp_path, script, monkeypatch, graphs):
+def test_precompile_then_a_host_process_neither_lowers_nor_compiles(
+    capfd, tmp_path, script, monkeypatch, graphs
+):
     path, calls = script
     code, out, _ = _precompile(capfd, tmp_path, path)
     assert code == 0, out
     assert "script finished" in out
     summary = _summary(out)
-    assert (summary["kernels"], summary["compiled"], summary["cached"], summary["failed"]) == ("3", "3", "0", "0")
+    assert (summary["kernels"], summary["compiled"], summary["cached"], summary["failed"]) == (
+        "3",
+        "3",
+        "0",
+        "0",
+    )
     assert len(neuronx_cc_standin.calls(calls)) == 3
 
     code, out, _ = _precompile(capfd, tmp_path, path)  # a second run: all cached
     assert code == 0
     summary = _summary(out)
-    assert (summary["kernels"], summary["compiled"], summary["cached"], summary["failed"]) == ("3", "0", "3", "0")
+    assert (summary["kernels"], summary["compiled"], summary["cached"], summary["failed"]) == (
+        "3",
+        "0",
+        "3",
+        "0",
+    )
     assert len(neuronx_cc_standin.calls(calls)) == 3
 
     # the Trainium host, as far as this machine can play it: nrt selected, same program, same cache
     monkeypatch.setattr(nrt_runtime.NrtRuntime, "available", lambda self: (True, ""))
-    monkeypatch.setattr(nrt_runtime.NrtRuntime, "_device_handle", lambda self: (_ for _ in ()).throw(_NoDevice()))
+    monkeypatch.setattr(
+        nrt_runtime.NrtRuntime, "_device_handle", lambda self: (_ for _ in ()).throw(_NoDevice())
+    )
     namespace: dict = {}
     exec(MODEL, namespace)
     before = dict(STATS)
     options = {"runtime": "nrt", "target": "trn1", "nkipy_cache": str(tmp_path / "cache")}
     with pytest.raises(_NoDevice):
-        torch.compile(namespace["model"], backend="nkipy", options=options)(torch.randn(4, 3), torch.randn(4, 3))
+        torch.compile(namespace["model"], backend="nkipy", options=options)(
+            torch.randn(4, 3), torch.randn(4, 3)
+        )
     (compiled,) = graphs
     kernels = [m for m in compiled.children() if isinstance(m, KernelCall)]
     assert len(kernels) == 3 and {k.runtime.name for k in kernels} == {"nrt"}
@@ -98,7 +125,9 @@ def test_precompile_then_a_host_process_neither_lowers_nor_compiles(capfd, tmp_p
     assert len(neuronx_cc_standin.calls(calls)) == 3
 
 
-def test_failed_kernels_are_counted_and_the_script_still_finishes(capfd, tmp_path, script, monkeypatch):
+def test_failed_kernels_are_counted_and_the_script_still_finishes(
+    capfd, tmp_path, script, monkeypatch
+):
     path, _ = script
     monkeypatch.setenv("STANDIN_MODE", "fail")
     code, out, _ = _precompile(capfd, tmp_path, path)
@@ -132,13 +161,15 @@ def test_the_kernels_precompiled_for_nrt_are_planned_for_nrt(capfd, tmp_path, mo
     path, _ = neuronx_cc_standin.install(tmp_path / "bin")
     monkeypatch.setenv(neuronx_cc.COMPILER_ENV, str(path))
     script = tmp_path / "softmax.py"
-    script.write_text(textwrap.dedent('''
+    script.write_text(
+        textwrap.dedent("""
         import torch
         x = torch.randn(4, 8)
         out = torch.compile(lambda x: torch.softmax(x, -1) * 2, backend="nkipy", options={"runtime": "cpu"})(x)
         torch.testing.assert_close(out, torch.softmax(x, -1) * 2)
         print("script finished")
-    '''))
+    """)
+    )
     code, out, _ = _precompile(capfd, tmp_path, script)
     assert code == 0 and "script finished" in out, out
     cache = tmp_path / "cache"

@@ -9,9 +9,8 @@ wrote it.
 
 from __future__ import annotations
 
-import pytest
-
 import compiled_collectives_worker
+import pytest
 from compiled_collectives_worker import CASES
 from torchrun import rank_results
 
@@ -28,5 +27,11 @@ def test_collectives_stay_outside_xla_kernels_and_match_eager(results, case):
         outcome = by_case[case]
         assert isinstance(outcome, dict), f"rank {rank}:\n{outcome}"
         assert outcome["kernels"] >= 1, f"rank {rank}: the rest of the graph is not a kernel"
-        declined = [w for w in outcome["fallbacks"] if "the xla runtime runs no collectives inside kernels" in w]
-        assert declined, f"rank {rank}: no warning says why the collective left the kernel: {outcome['fallbacks']}"
+        declined = [
+            w
+            for w in outcome["fallbacks"]
+            if "the xla runtime runs no collectives inside kernels" in w
+        ]
+        assert declined, (
+            f"rank {rank}: no warning says why the collective left the kernel: {outcome['fallbacks']}"
+        )

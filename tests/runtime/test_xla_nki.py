@@ -10,7 +10,9 @@ import torch
 
 import nkipy_core
 
-pytest.importorskip("jax", reason="the xla runtime needs the nkipy-runtime[xla] extra (jax, jaxlib)")
+pytest.importorskip(
+    "jax", reason="the xla runtime needs the nkipy-runtime[xla] extra (jax, jaxlib)"
+)
 
 from nki_tutorial import tensor_add_kernel  # noqa: E402
 
@@ -36,7 +38,9 @@ def _on_xla(fn, *args):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = torch.compile(fn, backend="nkipy", fullgraph=True, options={"runtime": "xla"})(*args)
-    return out, [str(w.message) for w in caught if issubclass(w.category, nkipy_core.FallbackWarning)]
+    return out, [
+        str(w.message) for w in caught if issubclass(w.category, nkipy_core.FallbackWarning)
+    ]
 
 
 def test_an_nki_op_runs_between_kernels_with_the_reason():
@@ -45,7 +49,10 @@ def test_an_nki_op_runs_between_kernels_with_the_reason():
     torch.testing.assert_close(out, a * b * (a + b))
     assert len(fallbacks) == 1
     assert "xlatest::add.default" in fallbacks[0]
-    assert "the xla runtime runs no custom calls to AwsNeuronCustomNativeKernel inside kernels" in fallbacks[0]
+    assert (
+        "the xla runtime runs no custom calls to AwsNeuronCustomNativeKernel inside kernels"
+        in fallbacks[0]
+    )
 
 
 def test_softmax_and_rmsnorm_stay_with_the_base_rules():

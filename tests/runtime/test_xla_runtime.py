@@ -13,12 +13,24 @@ import torch
 
 from nkipy_core import cache_stats, init_nkipy_backend
 from nkipy_core.ir import DType, KernelBuilder, TensorType
-from nkipy_core.runtime.base import CompileOptions, DeviceArray, contiguous_strides
+from nkipy_core.runtime.base import CompileOptions, DeviceArray
 from nkipy_runtime.hlo_files import HLO_PROTO, HLO_TEXT, STABLEHLO
 from nkipy_runtime.xla_runtime import XlaRuntime
 
-DTYPES = [DType.bool, DType.i8, DType.i16, DType.i32, DType.i64, DType.u8, DType.u32, DType.u64,
-          DType.f16, DType.bf16, DType.f32, DType.f64]
+DTYPES = [
+    DType.bool,
+    DType.i8,
+    DType.i16,
+    DType.i32,
+    DType.i64,
+    DType.u8,
+    DType.u32,
+    DType.u64,
+    DType.f16,
+    DType.bf16,
+    DType.f32,
+    DType.f64,
+]
 
 
 def sample(dtype: DType, shape, seed=0) -> np.ndarray:
@@ -110,7 +122,11 @@ def test_kernels_run_on_device_buffers_and_return_device_buffers(dtype):
     exe = rt.compile(add_kernel(dtype), CompileOptions())
     x, y = sample(dtype, (2, 3)), sample(dtype, (2, 3), seed=1)
     with np.errstate(over="ignore"):
-        expected = (x.astype(np.float32) + y.astype(np.float32)).astype(dtype.numpy) if dtype.is_half else x + y
+        expected = (
+            (x.astype(np.float32) + y.astype(np.float32)).astype(dtype.numpy)
+            if dtype.is_half
+            else x + y
+        )
     before = rt.stats.transfers()
     out, same = rt.run(exe, [put(rt, x, dtype), put(rt, y, dtype)])
     assert rt.stats.host_to_device == before["host_to_device"] + 2 and rt.stats.device_to_host == 0
@@ -142,7 +158,9 @@ def test_compile_produces_the_hlo_artifacts_and_load_reuses_them():
     np.testing.assert_array_equal(rt.to_host(out), x + x)
 
 
-def test_compiled_graph_on_xla_writes_hlo_into_the_cache_and_a_warm_process_does_not_lower(tmp_path):
+def test_compiled_graph_on_xla_writes_hlo_into_the_cache_and_a_warm_process_does_not_lower(
+    tmp_path,
+):
     init_nkipy_backend(runtime="xla", nkipy_cache=tmp_path / "cache")
     f = torch.compile(lambda a, b: torch.exp(a) * b - b, backend="nkipy")
     a, b = torch.randn(4, 5), torch.randn(4, 5)
@@ -175,7 +193,9 @@ def test_without_jax_the_runtime_says_what_to_install():
         "from nkipy_runtime.xla_runtime import XlaRuntime\n"
         "print(XlaRuntime().available())\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert "(False, " in result.stdout and "pip install 'nkipy-runtime[xla]'" in result.stdout
 
 
@@ -185,7 +205,14 @@ def test_doctor_says_what_xla_runs_on(capsys):
 
     code, out, _ = nkipy_cli.run(capsys, "doctor")
     assert code == 0
-    assert nkipy_cli.line_of(out, "xla ")[:6] == ["xla", "-10", "nkipy-runtime", version("nkipy-runtime"), "no", "yes"]
+    assert nkipy_cli.line_of(out, "xla ")[:6] == [
+        "xla",
+        "-10",
+        "nkipy-runtime",
+        version("nkipy-runtime"),
+        "no",
+        "yes",
+    ]
     assert f"Runtime 'xla': jax {jax.__version__}, jaxlib {jaxlib.__version__}, device cpu:0" in out
 
 

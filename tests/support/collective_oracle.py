@@ -16,7 +16,9 @@ import numpy as np
 _REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
 
 
-def expected(prim: str, operands: Sequence[np.ndarray], groups: tuple, **params: Any) -> list[np.ndarray]:
+def expected(
+    prim: str, operands: Sequence[np.ndarray], groups: tuple, **params: Any
+) -> list[np.ndarray]:
     """Rank r's result of ``prim`` when rank r's operand is ``operands[r]``."""
     results = []
     for rank, x in enumerate(operands):
@@ -24,7 +26,11 @@ def expected(prim: str, operands: Sequence[np.ndarray], groups: tuple, **params:
         mine, members = group.index(rank), [operands[m] for m in group]
         if prim in ("all_reduce", "reduce_scatter"):
             reduced = _REDUCE[params["op"]](np.stack(members), axis=0).astype(x.dtype)
-            out = reduced if prim == "all_reduce" else np.split(reduced, len(group), params["axis"])[mine]
+            out = (
+                reduced
+                if prim == "all_reduce"
+                else np.split(reduced, len(group), params["axis"])[mine]
+            )
         elif prim == "all_gather":
             out = np.concatenate(members, axis=params["axis"])
         elif prim == "all_to_all":

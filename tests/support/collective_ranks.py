@@ -31,7 +31,9 @@ def _kernel(prim: str, shape: tuple[int, ...], params: dict[str, Any], groups: t
     return kb.finish([out])
 
 
-def _torch_direct(prim: str, x: np.ndarray, params: dict[str, Any], groups: tuple) -> np.ndarray | None:
+def _torch_direct(
+    prim: str, x: np.ndarray, params: dict[str, Any], groups: tuple
+) -> np.ndarray | None:
     """torch.distributed's own result for a whole-world group listed in rank order, where it has
     the collective (gloo has no reduce_scatter or all_to_all on CPU)."""
     import torch
@@ -41,8 +43,15 @@ def _torch_direct(prim: str, x: np.ndarray, params: dict[str, Any], groups: tupl
         return None
     t = torch.from_numpy(x.copy())
     if prim == "all_reduce":
-        dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
-                               "min": dist.ReduceOp.MIN}[params["op"]])
+        dist.all_reduce(
+            t,
+            op={
+                "sum": dist.ReduceOp.SUM,
+                "prod": dist.ReduceOp.PRODUCT,
+                "max": dist.ReduceOp.MAX,
+                "min": dist.ReduceOp.MIN,
+            }[params["op"]],
+        )
         return t.numpy()
     if prim == "all_gather":
         parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
@@ -69,8 +78,13 @@ def _rank_outputs(rank: int, world: int, store: str, groups_list: list) -> list:
     from nkipy_core.runtime.base import CompileOptions
     from nkipy_core.runtime.cpu import CpuRuntime
 
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=TIMEOUT // 3))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{store}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=TIMEOUT // 3),
+    )
     try:
         runtime = CpuRuntime()
         outputs = []
@@ -92,7 +106,10 @@ def run_ranks(world: int, store: str, groups_list: list) -> dict[int, list]:
     """Each rank's ``(cpu runtime output, torch.distributed output or None)`` per groups and case."""
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, store, groups_list, results)) for r in range(world)]
+    procs = [
+        ctx.Process(target=_rank_main, args=(r, world, store, groups_list, results))
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     reports = {}

@@ -68,14 +68,26 @@ def broadcast(x):
     return funcol.broadcast(x + 5, 1, dist.group.WORLD)
 
 
-CASES = {f.__name__: f for f in (all_reduce_sum, all_reduce_max, all_reduce_avg, all_gather, reduce_scatter,
-                                  all_to_all, broadcast)}
+CASES = {
+    f.__name__: f
+    for f in (
+        all_reduce_sum,
+        all_reduce_max,
+        all_reduce_avg,
+        all_gather,
+        reduce_scatter,
+        all_to_all,
+        broadcast,
+    )
+}
 
 
 def main() -> None:
     runtime, out_dir, names = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
     dist.init_process_group("nkipy")
-    init_nkipy_backend(runtime=runtime, nkipy_cache=tempfile.mkdtemp(prefix=f"nkipy-rank{dist.get_rank()}-"))
+    init_nkipy_backend(
+        runtime=runtime, nkipy_cache=tempfile.mkdtemp(prefix=f"nkipy-rank{dist.get_rank()}-")
+    )
     results: dict[str, object] = {}
     for name in names:
         torch.manual_seed(dist.get_rank())
@@ -85,10 +97,17 @@ def main() -> None:
             before = nkipy_core.cache_stats["lowered_kernels"]
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                got = torch.compile(CASES[name], backend="nkipy", fullgraph=True, dynamic=False)(x.clone())
+                got = torch.compile(CASES[name], backend="nkipy", fullgraph=True, dynamic=False)(
+                    x.clone()
+                )
             torch.testing.assert_close(got, expected)
-            fallbacks = [str(w.message) for w in caught if issubclass(w.category, nkipy_core.FallbackWarning)]
-            results[name] = {"kernels": nkipy_core.cache_stats["lowered_kernels"] - before, "fallbacks": fallbacks}
+            fallbacks = [
+                str(w.message) for w in caught if issubclass(w.category, nkipy_core.FallbackWarning)
+            ]
+            results[name] = {
+                "kernels": nkipy_core.cache_stats["lowered_kernels"] - before,
+                "fallbacks": fallbacks,
+            }
         except Exception:  # noqa: BLE001 - reported to the test
             results[name] = traceback.format_exc()
         torch._dynamo.reset()

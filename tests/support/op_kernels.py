@@ -15,7 +15,9 @@ from nkipy_core.ir import DType, Kernel, KernelBuilder, TensorType
 def one_op(prim: str, inputs: Sequence[np.ndarray], **params: Any) -> Kernel:
     """A kernel computing ``prim(*inputs, **params)`` from parameters typed like ``inputs``."""
     kb = KernelBuilder(f"one_{prim}")
-    args = [kb.param(TensorType(np.shape(a), DType.from_numpy(np.asarray(a).dtype))) for a in inputs]
+    args = [
+        kb.param(TensorType(np.shape(a), DType.from_numpy(np.asarray(a).dtype))) for a in inputs
+    ]
     with kb.building(f"test.{prim}"):
         out = kb.emit(prim, args, params)
     return kb.finish([out])
@@ -27,7 +29,9 @@ ALL_DTYPES = tuple(DType)
 FLOAT_SPECIALS = (np.nan, np.inf, -np.inf, -0.0, 0.0, 0.5, -1.5, 2.5)
 
 
-def sample(dtype: DType, shape: Sequence[int], seed: int = 0, *, low: int = -100, high: int = 100) -> np.ndarray:
+def sample(
+    dtype: DType, shape: Sequence[int], seed: int = 0, *, low: int = -100, high: int = 100
+) -> np.ndarray:
     """Test data of ``dtype``: floats with the specials first, integers in ``[low, high)``
     (clipped to the type, so unsigned types get no negatives), booleans at random."""
     rng = np.random.default_rng(seed)
@@ -39,4 +43,8 @@ def sample(dtype: DType, shape: Sequence[int], seed: int = 0, *, low: int = -100
         values[: len(FLOAT_SPECIALS)] = FLOAT_SPECIALS[:size]
         return values.astype(dtype.numpy).reshape(shape)
     info = np.iinfo(dtype.numpy)
-    return rng.integers(max(low, info.min), min(high, int(info.max) + 1), size).astype(dtype.numpy).reshape(shape)
+    return (
+        rng.integers(max(low, info.min), min(high, int(info.max) + 1), size)
+        .astype(dtype.numpy)
+        .reshape(shape)
+    )

@@ -15,7 +15,15 @@ RANKS = 2
 
 def torchrun(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """``torchrun --standalone --nproc-per-node 2 ARGS``, output captured."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(RANKS), *args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(RANKS),
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
 
@@ -25,5 +33,7 @@ def rank_results(*args: str, out: Path) -> list:
     done = torchrun(*args)
     paths = [out / f"rank{rank}.json" for rank in range(RANKS)]
     if not all(path.exists() for path in paths):
-        pytest.fail(f"torchrun exited {done.returncode} without results:\n{done.stdout}\n{done.stderr}")
+        pytest.fail(
+            f"torchrun exited {done.returncode} without results:\n{done.stdout}\n{done.stderr}"
+        )
     return [json.loads(path.read_text()) for path in paths]

@@ -33,8 +33,13 @@ def run_reference(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarr
         return [np.asarray(o) for o in fn(*inputs)]
 
 
-def assert_same(kernel: Kernel, inputs: Sequence[np.ndarray], *, rtol: float | Sequence[float] = 0.0,
-                atol: float = 0.0) -> None:
+def assert_same(
+    kernel: Kernel,
+    inputs: Sequence[np.ndarray],
+    *,
+    rtol: float | Sequence[float] = 0.0,
+    atol: float = 0.0,
+) -> None:
     """XLA and the reference agree: same dtypes and shapes, values equal (NaN equal to NaN)
     within ``rtol``/``atol`` for floats, exactly otherwise. ``rtol`` may give one tolerance
     per output, for kernels that check several ops (and dtypes) in one compile."""
@@ -46,8 +51,14 @@ def assert_same(kernel: Kernel, inputs: Sequence[np.ndarray], *, rtol: float | S
         assert g.dtype == t.dtype.numpy, (where, g.dtype)
         assert g.shape == t.shape == w.shape, (where, g.shape, w.shape)
         if t.dtype.is_float:
-            np.testing.assert_allclose(g.astype(np.float64), np.asarray(w, dtype=t.dtype.numpy).astype(np.float64),
-                                       rtol=r, atol=atol, equal_nan=True, err_msg=where)
+            np.testing.assert_allclose(
+                g.astype(np.float64),
+                np.asarray(w, dtype=t.dtype.numpy).astype(np.float64),
+                rtol=r,
+                atol=atol,
+                equal_nan=True,
+                err_msg=where,
+            )
         else:
             np.testing.assert_array_equal(g, np.asarray(w).astype(t.dtype.numpy), err_msg=where)
 
@@ -59,5 +70,9 @@ def assert_same_bits(kernel: Kernel, inputs: Sequence[np.ndarray]) -> None:
     assert len(got) == len(want)
     for g, w, t in zip(got, want, kernel.output_types):
         w = np.asarray(w, dtype=t.dtype.numpy)
-        assert (g.dtype, g.shape) == (w.dtype, w.shape) == (t.dtype.numpy, t.shape), (g.dtype, g.shape, t)
+        assert (g.dtype, g.shape) == (w.dtype, w.shape) == (t.dtype.numpy, t.shape), (
+            g.dtype,
+            g.shape,
+            t,
+        )
         assert g.tobytes() == w.tobytes(), f"bits differ:\n{g!r}\n{w!r}"

@@ -22,14 +22,18 @@ TIMEOUT = 120
 
 
 def _initialize() -> None:
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={DEVICES}"
+    os.environ["XLA_FLAGS"] = (
+        f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={DEVICES}"
+    )
 
 
 def _run(stablehlo: str, inputs: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
     from nkipy_runtime import xla_bridge
 
     devices = xla_bridge.devices("cpu")[: len(inputs)]
-    assert len(devices) == len(inputs), f"the child sees {len(devices)} CPU devices, not {len(inputs)}"
+    assert len(devices) == len(inputs), (
+        f"the child sees {len(devices)} CPU devices, not {len(inputs)}"
+    )
     executable = xla_bridge.compile_replicated(stablehlo, devices)
     return xla_bridge.execute_replicated(executable, devices, inputs)
 
@@ -40,7 +44,8 @@ class ReplicaPool:
 
     def __init__(self) -> None:
         self._pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_initialize)
+            max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_initialize
+        )
 
     def run(self, stablehlo: str, inputs: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
         return self._pool.submit(_run, stablehlo, inputs).result(timeout=TIMEOUT)

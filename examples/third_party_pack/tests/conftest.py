@@ -23,7 +23,9 @@ def pytest_configure(config):
     from nkipy_ops_example import plugin
 
     if not any(s.name == "nkipy_ops_example" and s.ok for s in plugins.get().statuses):
-        plugins.register(plugin, name="nkipy_ops_example", distribution="nkipy-ops-example", version="0.1.0")
+        plugins.register(
+            plugin, name="nkipy_ops_example", distribution="nkipy-ops-example", version="0.1.0"
+        )
         plugins.reload()
         _registered_here = True
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from nkipy_ops_example.plugin import softplus
 
 from nkipy_core import FallbackWarning
-from nkipy_ops_example.plugin import softplus
 
 
 def test_rule_is_numpy_code():
@@ -30,8 +30,11 @@ def test_compiles_into_one_kernel(tmp_path):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_beta_threshold_and_half_floats(tmp_path, dtype):
-    fn = torch.compile(lambda x: F.softplus(x, beta=2.0, threshold=5.0), backend="nkipy",
-                       options={"nkipy_cache": str(tmp_path)})
+    fn = torch.compile(
+        lambda x: F.softplus(x, beta=2.0, threshold=5.0),
+        backend="nkipy",
+        options={"nkipy_cache": str(tmp_path)},
+    )
     x = (torch.randn(4, 8) * 5).to(dtype)
     torch.testing.assert_close(fn(x), F.softplus(x, beta=2.0, threshold=5.0))
 

@@ -31,15 +31,35 @@ _EXPORTS = {
     "LoweringContext": ("nkipy_core.compiler.lowering", "LoweringContext"),
     "on_cpu": ("nkipy_core.compiler.regions", "on_cpu"),
     "kernel_boundary": ("nkipy_core.compiler.regions", "kernel_boundary"),
-    **{name: ("nkipy_core.errors", name) for name in (
-        "CacheError", "CacheLockTimeoutError", "ConfigurationError", "DeviceError", "LoweringError",
-        "NkipyError", "PluginConflictError", "PluginError", "RuntimeNotFoundError",
-        "RuntimeUnavailableError", "SpecializationLimitError", "Unsupported", "UnsupportedOpsError",
-        "VerificationError",
-    )},
-    **{name: ("nkipy_core.plugin.registry", name) for name in (
-        "DecompositionRegistry", "LoweringRegistry", "Provenance", "RuleSet", "RuntimeRegistry",
-    )},
+    **{
+        name: ("nkipy_core.errors", name)
+        for name in (
+            "CacheError",
+            "CacheLockTimeoutError",
+            "ConfigurationError",
+            "DeviceError",
+            "LoweringError",
+            "NkipyError",
+            "PluginConflictError",
+            "PluginError",
+            "RuntimeNotFoundError",
+            "RuntimeUnavailableError",
+            "SpecializationLimitError",
+            "Unsupported",
+            "UnsupportedOpsError",
+            "VerificationError",
+        )
+    },
+    **{
+        name: ("nkipy_core.plugin.registry", name)
+        for name in (
+            "DecompositionRegistry",
+            "LoweringRegistry",
+            "Provenance",
+            "RuleSet",
+            "RuntimeRegistry",
+        )
+    },
 }
 
 __all__ = sorted(_EXPORTS)
@@ -68,7 +88,8 @@ def _register_device() -> None:
     except Exception as exc:  # noqa: BLE001
         warnings.warn(
             f"nkipy: the nkipy device is not available: {type(exc).__name__}: {exc}",
-            RuntimeWarning, stacklevel=3,
+            RuntimeWarning,
+            stacklevel=3,
         )
 
 

@@ -18,7 +18,7 @@ import builtins
 import functools
 import math
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,24 +27,119 @@ from nkipy_core.ir.builder import Traced, apply, constant
 from nkipy_core.ir.graph import ConstantData, Opaque
 from nkipy_core.ir.types import DType
 
-Array = Union[Traced, np.ndarray]
-Scalar = Union[bool, int, float]
-ArrayLike = Union[Array, Scalar]
+Array = Traced | np.ndarray
+Scalar = bool | int | float
+ArrayLike = Array | Scalar
 
 __all__ = [
-    "abs", "add", "all", "all_gather", "all_reduce", "all_to_all", "any", "arange", "arccos",
-    "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "argmax", "argmin",
-    "argsort", "asarray", "astype", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor",
-    "broadcast_to", "ceil", "collective_broadcast", "concatenate", "cos", "cosh", "cummax",
-    "cummin", "cumprod", "cumsum", "custom_call", "divide", "dtype_of", "equal", "erf", "erfc", "exp", "exp2",
-    "expand_dims", "expm1", "flip", "floor", "floor_divide", "fmod", "full", "greater",
-    "greater_equal", "is_traced", "isinf", "isnan", "less", "less_equal", "log", "log10",
-    "log1p", "log2", "logical_and", "logical_not", "logical_or", "logical_xor", "matmul", "max",
-    "maximum", "mean", "min", "minimum", "multiply", "negative", "not_equal", "ones", "pad",
-    "polyval", "power", "prod", "random_bits", "random_state", "reduce_scatter", "remainder",
-    "reshape", "result_type", "round", "rsqrt", "scatter_add", "scatter_reduce", "sigmoid",
-    "sign", "signbit", "sin", "sinh", "sort", "sqrt", "squeeze", "stack", "subtract", "sum",
-    "take", "take_along_axis", "tan", "tanh", "Traced", "transpose", "trunc", "where", "zeros",
+    "abs",
+    "add",
+    "all",
+    "all_gather",
+    "all_reduce",
+    "all_to_all",
+    "any",
+    "arange",
+    "arccos",
+    "arccosh",
+    "arcsin",
+    "arcsinh",
+    "arctan",
+    "arctan2",
+    "arctanh",
+    "argmax",
+    "argmin",
+    "argsort",
+    "asarray",
+    "astype",
+    "bitwise_and",
+    "bitwise_not",
+    "bitwise_or",
+    "bitwise_xor",
+    "broadcast_to",
+    "ceil",
+    "collective_broadcast",
+    "concatenate",
+    "cos",
+    "cosh",
+    "cummax",
+    "cummin",
+    "cumprod",
+    "cumsum",
+    "custom_call",
+    "divide",
+    "dtype_of",
+    "equal",
+    "erf",
+    "erfc",
+    "exp",
+    "exp2",
+    "expand_dims",
+    "expm1",
+    "flip",
+    "floor",
+    "floor_divide",
+    "fmod",
+    "full",
+    "greater",
+    "greater_equal",
+    "is_traced",
+    "isinf",
+    "isnan",
+    "less",
+    "less_equal",
+    "log",
+    "log10",
+    "log1p",
+    "log2",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "matmul",
+    "max",
+    "maximum",
+    "mean",
+    "min",
+    "minimum",
+    "multiply",
+    "negative",
+    "not_equal",
+    "ones",
+    "pad",
+    "polyval",
+    "power",
+    "prod",
+    "random_bits",
+    "random_state",
+    "reduce_scatter",
+    "remainder",
+    "reshape",
+    "result_type",
+    "round",
+    "rsqrt",
+    "scatter_add",
+    "scatter_reduce",
+    "sigmoid",
+    "sign",
+    "signbit",
+    "sin",
+    "sinh",
+    "sort",
+    "sqrt",
+    "squeeze",
+    "stack",
+    "subtract",
+    "sum",
+    "take",
+    "take_along_axis",
+    "tan",
+    "tanh",
+    "Traced",
+    "transpose",
+    "trunc",
+    "where",
+    "zeros",
 ]
 
 # -- types ------------------------------------------------------------------------------------
@@ -83,7 +178,11 @@ def result_type(*xs: ArrayLike) -> DType:
     metas = [_meta(x) for x in xs]
     acc = metas[0]
     if len(metas) == 1:
-        return DType.from_torch(acc.dtype) if isinstance(acc, torch.Tensor) else to_dtype(torch.tensor(acc).dtype)
+        return (
+            DType.from_torch(acc.dtype)
+            if isinstance(acc, torch.Tensor)
+            else to_dtype(torch.tensor(acc).dtype)
+        )
     promoted = torch.result_type(metas[0], metas[1])
     for m in metas[2:]:
         promoted = torch.result_type(torch.empty((1,), dtype=promoted, device="meta"), m)
@@ -350,7 +449,9 @@ def where(cond: ArrayLike, a: ArrayLike, b: ArrayLike) -> Array:
     dtype = result_type(a, b)
     cond, a, b = _lift([astype(cond, DType.bool), astype(a, dtype), astype(b, dtype)])
     shape = np.broadcast_shapes(_shape(cond), _shape(a), _shape(b))
-    return apply("select", [broadcast_to(cond, shape), broadcast_to(a, shape), broadcast_to(b, shape)], {})
+    return apply(
+        "select", [broadcast_to(cond, shape), broadcast_to(a, shape), broadcast_to(b, shape)], {}
+    )
 
 
 # -- shape ------------------------------------------------------------------------------------
@@ -426,7 +527,10 @@ def pad(x: ArrayLike, pad_width: Sequence[tuple[int, int]], constant_values: Sca
     """Constant padding; negative widths crop, as torch's ``constant_pad_nd`` allows."""
     x = asarray(x)
     shape = _shape(x)
-    crop = tuple(slice(-lo if lo < 0 else 0, d + hi if hi < 0 else d) for d, (lo, hi) in zip(shape, pad_width))
+    crop = tuple(
+        slice(-lo if lo < 0 else 0, d + hi if hi < 0 else d)
+        for d, (lo, hi) in zip(shape, pad_width)
+    )
     x = x[crop] if builtins.any(lo < 0 or hi < 0 for lo, hi in pad_width) else x
     low = tuple(builtins.max(lo, 0) for lo, _ in pad_width)
     high = tuple(builtins.max(hi, 0) for _, hi in pad_width)
@@ -444,7 +548,7 @@ def _getitem(x: Array, index: Any) -> Array:
     n_real = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
     if Ellipsis in index:
         at = index.index(Ellipsis)
-        index = index[:at] + (slice(None),) * (len(shape) - n_real) + index[at + 1:]
+        index = index[:at] + (slice(None),) * (len(shape) - n_real) + index[at + 1 :]
     index = index + (slice(None),) * (len(shape) - builtins.sum(1 for i in index if i is not None))
     start, limit, stride, out_shape, gathers = [], [], [], [], []
     dim = 0
@@ -472,7 +576,9 @@ def _getitem(x: Array, index: Any) -> Array:
         dim += 1
     sliced = x
     if (tuple(start), tuple(limit), tuple(stride)) != ((0,) * len(shape), shape, (1,) * len(shape)):
-        sliced = apply("slice", [x], {"start": tuple(start), "limit": tuple(limit), "stride": tuple(stride)})
+        sliced = apply(
+            "slice", [x], {"start": tuple(start), "limit": tuple(limit), "stride": tuple(stride)}
+        )
     if len(gathers) > 1:
         raise IndexError("knp indexing supports one integer-array index; use knp.take repeatedly")
     sliced = reshape(sliced, out_shape)
@@ -502,10 +608,14 @@ def scatter_add(x: ArrayLike, indices: ArrayLike, updates: ArrayLike, axis: int 
     """``x`` with ``updates`` added at 1-D ``indices`` along ``axis``; duplicates accumulate."""
     x = asarray(x)
     updates = astype(updates, dtype_of(x))
-    return apply("scatter_add", [x, asarray(indices), updates], {"axis": _axis(axis, len(_shape(x)))})
+    return apply(
+        "scatter_add", [x, asarray(indices), updates], {"axis": _axis(axis, len(_shape(x)))}
+    )
 
 
-def scatter_reduce(x: ArrayLike, indices: ArrayLike, updates: ArrayLike, kind: str, axis: int = 0) -> Array:
+def scatter_reduce(
+    x: ArrayLike, indices: ArrayLike, updates: ArrayLike, kind: str, axis: int = 0
+) -> Array:
     """``x`` with ``updates`` combined in at 1-D ``indices`` along ``axis`` by ``kind``: ``"max"``,
     ``"min"`` (NaN propagates) or ``"prod"``; a position hit several times combines them all."""
     x = asarray(x)
@@ -595,7 +705,11 @@ def _argreduce(kind: str, x: ArrayLike, axis: int | None, keepdims: bool) -> Arr
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
         keepdims = False
-    return apply("argreduce", [x], {"kind": kind, "axis": _axis(axis, len(_shape(x))), "keepdims": bool(keepdims)})
+    return apply(
+        "argreduce",
+        [x],
+        {"kind": kind, "axis": _axis(axis, len(_shape(x))), "keepdims": bool(keepdims)},
+    )
 
 
 def argmax(x: ArrayLike, axis: int | None = None, keepdims: bool = False) -> Array:
@@ -695,15 +809,23 @@ def all_reduce(x: Array, op: str, groups: Sequence[Sequence[int]]) -> Array:
 
 def all_gather(x: Array, axis: int, groups: Sequence[Sequence[int]]) -> Array:
     """The group's ``x`` concatenated along ``axis``, in the order the group lists its ranks."""
-    return apply("all_gather", [x], {"axis": _axis(axis, len(_shape(x))), "groups": _groups(groups)})
+    return apply(
+        "all_gather", [x], {"axis": _axis(axis, len(_shape(x))), "groups": _groups(groups)}
+    )
 
 
 def reduce_scatter(x: Array, op: str, axis: int, groups: Sequence[Sequence[int]]) -> Array:
     """``all_reduce`` then this rank's block along ``axis`` (block i for the group's i-th rank)."""
-    return apply("reduce_scatter", [x], {"op": op, "axis": _axis(axis, len(_shape(x))), "groups": _groups(groups)})
+    return apply(
+        "reduce_scatter",
+        [x],
+        {"op": op, "axis": _axis(axis, len(_shape(x))), "groups": _groups(groups)},
+    )
 
 
-def all_to_all(x: Array, split_axis: int, concat_axis: int, groups: Sequence[Sequence[int]]) -> Array:
+def all_to_all(
+    x: Array, split_axis: int, concat_axis: int, groups: Sequence[Sequence[int]]
+) -> Array:
     """Block i of every rank's ``x`` (split along ``split_axis``) goes to the group's i-th rank,
     which concatenates what it receives along ``concat_axis`` in group order."""
     rank = len(_shape(x))
@@ -717,7 +839,13 @@ def collective_broadcast(x: Array, source: int, groups: Sequence[Sequence[int]])
 
 
 def custom_call(
-    operands: Sequence[Array], *, target: str, config: str, host: str, shape: Sequence[int], dtype: Any
+    operands: Sequence[Array],
+    *,
+    target: str,
+    config: str,
+    host: str,
+    shape: Sequence[int],
+    dtype: Any,
 ) -> Array:
     """A kernel from elsewhere applied to ``operands``, giving one ``dtype[shape]`` result.
 
@@ -727,8 +855,13 @@ def custom_call(
     Runtimes that can run neither decline the node, which then runs as torch (see
     ``Runtime.custom_call_targets``).
     """
-    params = {"target": target, "config": Opaque(config), "host": host,
-              "shape": tuple(int(d) for d in shape), "dtype": to_dtype(dtype)}
+    params = {
+        "target": target,
+        "config": Opaque(config),
+        "host": host,
+        "shape": tuple(int(d) for d in shape),
+        "dtype": to_dtype(dtype),
+    }
     return apply("custom_call", list(operands), params)
 
 
@@ -744,22 +877,40 @@ def _reflect(fn):
 
 
 for _name, _fn in {
-    "add": add, "sub": subtract, "mul": multiply, "truediv": divide, "floordiv": floor_divide,
-    "mod": remainder, "pow": power, "matmul": matmul, "and": bitwise_and, "or": bitwise_or,
+    "add": add,
+    "sub": subtract,
+    "mul": multiply,
+    "truediv": divide,
+    "floordiv": floor_divide,
+    "mod": remainder,
+    "pow": power,
+    "matmul": matmul,
+    "and": bitwise_and,
+    "or": bitwise_or,
     "xor": bitwise_xor,
 }.items():
     setattr(Traced, f"__{_name}__", _fn)
     setattr(Traced, f"__r{_name}__", _reflect(_fn))
-for _name, _fn in {"lt": less, "le": less_equal, "gt": greater, "ge": greater_equal,
-                   "eq": equal, "ne": not_equal}.items():
+for _name, _fn in {
+    "lt": less,
+    "le": less_equal,
+    "gt": greater,
+    "ge": greater_equal,
+    "eq": equal,
+    "ne": not_equal,
+}.items():
     setattr(Traced, f"__{_name}__", _fn)
 Traced.__hash__ = object.__hash__
 Traced.__neg__ = negative
 Traced.__abs__ = abs
-Traced.__invert__ = lambda self: logical_not(self) if dtype_of(self) is DType.bool else bitwise_not(self)
+Traced.__invert__ = lambda self: (
+    logical_not(self) if dtype_of(self) is DType.bool else bitwise_not(self)
+)
 Traced.__getitem__ = _getitem
 Traced.astype = astype
-Traced.reshape = lambda self, *shape: reshape(self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)
+Traced.reshape = lambda self, *shape: reshape(
+    self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
+)
 Traced.transpose = lambda self, *axes: transpose(self, axes or None)
 Traced.T = property(lambda self: transpose(self))
 Traced.sum = sum

@@ -36,7 +36,9 @@ def _conv(x, w, stride, padding, dilation, groups):
     kernel = w.shape[2:]
     out = [windows.output_size(*g) for g in zip(x.shape[2:], kernel, stride, padding, dilation)]
     padded = knp.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
-    columns = knp.reshape(windows.im2col(padded, kernel, stride, dilation, out), (n, groups, -1, math.prod(out)))
+    columns = knp.reshape(
+        windows.im2col(padded, kernel, stride, dilation, out), (n, groups, -1, math.prod(out))
+    )
     y = knp.matmul(knp.reshape(w, (groups, w.shape[0] // groups, -1)), columns)
     return knp.reshape(y, (n, w.shape[0], *out))
 
@@ -51,7 +53,9 @@ def _conv_adjoint(y, w, canvas, stride, padding, dilation, groups):
     columns = knp.reshape(columns, (n, w.shape[1] * groups, math.prod(kernel), -1))
     padded = [c + 2 * p for c, p in zip(canvas, padding)]
     full = windows.col2im(columns, padded, kernel, stride, dilation, y.shape[2:])
-    return full[(slice(None), slice(None)) + tuple(slice(p, p + c) for p, c in zip(padding, canvas))]
+    return full[
+        (slice(None), slice(None)) + tuple(slice(p, p + c) for p, c in zip(padding, canvas))
+    ]
 
 
 def _conv_weight_grad(x, g, kernel, stride, padding, dilation, groups):
@@ -68,12 +72,16 @@ def _conv_weight_grad(x, g, kernel, stride, padding, dilation, groups):
 
 
 def _transposed_extent(size, kernel, stride, padding, dilation, output_padding):
-    return [(s - 1) * st - 2 * p + d * (k - 1) + op + 1
-            for s, k, st, p, d, op in zip(size, kernel, stride, padding, dilation, output_padding)]
+    return [
+        (s - 1) * st - 2 * p + d * (k - 1) + op + 1
+        for s, k, st, p, d, op in zip(size, kernel, stride, padding, dilation, output_padding)
+    ]
 
 
 @RULES.register(aten.convolution.default)
-def convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+def convolution(
+    ctx, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+):
     spatial = weight.ndim - 2
     stride, padding, dilation, output_padding = (
         _per_dim(v, spatial) for v in (stride, padding, dilation, output_padding)
@@ -81,7 +89,9 @@ def convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, out
     dtype = ctx.out_dtype
     x, w = upcast(x, dtype), upcast(weight, dtype)
     if transposed:
-        extent = _transposed_extent(x.shape[2:], w.shape[2:], stride, padding, dilation, output_padding)
+        extent = _transposed_extent(
+            x.shape[2:], w.shape[2:], stride, padding, dilation, output_padding
+        )
         y = _conv_adjoint(x, w, extent, stride, padding, dilation, groups)
     else:
         y = _conv(x, w, stride, padding, dilation, groups)
@@ -92,7 +102,18 @@ def convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, out
 
 @RULES.register(aten.convolution_backward.default)
 def convolution_backward(
-    ctx, grad_output, x, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
+    ctx,
+    grad_output,
+    x,
+    weight,
+    bias_sizes,
+    stride,
+    padding,
+    dilation,
+    transposed,
+    output_padding,
+    groups,
+    output_mask,
 ):
     """Input, weight and bias gradients (``None`` where ``output_mask`` is false). A transposed
     convolution is the adjoint of a convolution, so the two swap roles."""
@@ -121,9 +142,16 @@ def convolution_backward(
 def col2im(ctx, x, output_size, kernel_size, dilation, padding, stride):
     """``(N, C·prod(kernel), L)`` columns summed back into ``(N, C, *output_size)``."""
     batched = x if x.ndim == 3 else knp.expand_dims(x, 0)
-    grid = [windows.output_size(*g) for g in zip(output_size, kernel_size, stride, padding, dilation)]
-    columns = knp.reshape(upcast(batched, ctx.out_dtype), (batched.shape[0], -1, math.prod(kernel_size), math.prod(grid)))
+    grid = [
+        windows.output_size(*g) for g in zip(output_size, kernel_size, stride, padding, dilation)
+    ]
+    columns = knp.reshape(
+        upcast(batched, ctx.out_dtype),
+        (batched.shape[0], -1, math.prod(kernel_size), math.prod(grid)),
+    )
     padded = [n + 2 * p for n, p in zip(output_size, padding)]
     full = windows.col2im(columns, padded, kernel_size, stride, dilation, grid)
-    y = full[(slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in zip(padding, output_size))]
+    y = full[
+        (slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in zip(padding, output_size))
+    ]
     return knp.astype(knp.reshape(y, ctx.out.shape), ctx.out_dtype)

@@ -55,7 +55,9 @@ def _arange(ctx, start, step):
     dtype = ctx.out_dtype
     compute = compute_dtype(dtype) if dtype.is_float else knp.result_type(start, step, 1)
     i = knp.arange(ctx.out.shape[0], compute)
-    return knp.astype(knp.add(knp.multiply(i, knp.asarray(step, compute)), knp.asarray(start, compute)), dtype)
+    return knp.astype(
+        knp.add(knp.multiply(i, knp.asarray(step, compute)), knp.asarray(start, compute)), dtype
+    )
 
 
 @RULES.register(aten.arange.start_step)

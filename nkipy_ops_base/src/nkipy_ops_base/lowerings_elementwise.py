@@ -81,16 +81,36 @@ def _hypot(a, b):
 
 #: (knp function, overloads it lowers); the rule is named after the ATen op
 _UNARY = [
-    (knp.abs, aten.abs.default), (knp.arccos, aten.acos.default), (knp.arccosh, aten.acosh.default),
-    (knp.arcsin, aten.asin.default), (knp.arcsinh, aten.asinh.default), (knp.arctan, aten.atan.default),
-    (knp.arctanh, aten.atanh.default), (knp.ceil, aten.ceil.default), (knp.cos, aten.cos.default),
-    (knp.cosh, aten.cosh.default), (knp.erf, aten.erf.default), (knp.exp, aten.exp.default),
-    (knp.exp2, aten.exp2.default), (knp.expm1, aten.expm1.default), (knp.floor, aten.floor.default),
-    (knp.log, aten.log.default), (knp.log10, aten.log10.default), (knp.log1p, aten.log1p.default),
-    (knp.log2, aten.log2.default), (knp.negative, aten.neg.default), (_reciprocal, aten.reciprocal.default),
-    (knp.round, aten.round.default), (knp.rsqrt, aten.rsqrt.default), (knp.sigmoid, aten.sigmoid.default),
-    (_sign, aten.sign.default), (knp.sin, aten.sin.default), (knp.sinh, aten.sinh.default),
-    (knp.sqrt, aten.sqrt.default), (knp.tan, aten.tan.default), (knp.tanh, aten.tanh.default),
+    (knp.abs, aten.abs.default),
+    (knp.arccos, aten.acos.default),
+    (knp.arccosh, aten.acosh.default),
+    (knp.arcsin, aten.asin.default),
+    (knp.arcsinh, aten.asinh.default),
+    (knp.arctan, aten.atan.default),
+    (knp.arctanh, aten.atanh.default),
+    (knp.ceil, aten.ceil.default),
+    (knp.cos, aten.cos.default),
+    (knp.cosh, aten.cosh.default),
+    (knp.erf, aten.erf.default),
+    (knp.exp, aten.exp.default),
+    (knp.exp2, aten.exp2.default),
+    (knp.expm1, aten.expm1.default),
+    (knp.floor, aten.floor.default),
+    (knp.log, aten.log.default),
+    (knp.log10, aten.log10.default),
+    (knp.log1p, aten.log1p.default),
+    (knp.log2, aten.log2.default),
+    (knp.negative, aten.neg.default),
+    (_reciprocal, aten.reciprocal.default),
+    (knp.round, aten.round.default),
+    (knp.rsqrt, aten.rsqrt.default),
+    (knp.sigmoid, aten.sigmoid.default),
+    (_sign, aten.sign.default),
+    (knp.sin, aten.sin.default),
+    (knp.sinh, aten.sinh.default),
+    (knp.sqrt, aten.sqrt.default),
+    (knp.tan, aten.tan.default),
+    (knp.tanh, aten.tanh.default),
     (knp.trunc, aten.trunc.default),
 ]
 
@@ -166,7 +186,9 @@ def _half_floor_divide(a, b):
     borrow = knp.logical_and(knp.not_equal(mod, 0), knp.not_equal(knp.less(b, 0), knp.less(mod, 0)))
     quotient = knp.where(borrow, knp.subtract(quotient, 1), quotient)
     floored = knp.floor(quotient)
-    floored = knp.where(knp.greater(knp.subtract(quotient, floored), 0.5), knp.add(floored, 1), floored)
+    floored = knp.where(
+        knp.greater(knp.subtract(quotient, floored), 0.5), knp.add(floored, 1), floored
+    )
     plain = knp.divide(a, b)
     zero = knp.astype(knp.where(knp.less(plain, 0), -0.0, 0.0), knp.dtype_of(a))
     return knp.where(knp.equal(b, 0), plain, knp.where(knp.equal(quotient, 0), zero, floored))

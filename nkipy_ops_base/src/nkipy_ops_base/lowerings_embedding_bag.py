@@ -40,8 +40,11 @@ def _column(x):
 
 def _bag_of_each_index(offsets, n: int):
     """``offset2bag``: how many offsets are ``<= i``, minus one (offsets start at 0, ascend)."""
-    starts = knp.scatter_add(knp.zeros((n + 1,), DType.i64), knp.astype(offsets, DType.i64),
-                             knp.ones(offsets.shape, DType.i64))
+    starts = knp.scatter_add(
+        knp.zeros((n + 1,), DType.i64),
+        knp.astype(offsets, DType.i64),
+        knp.ones(offsets.shape, DType.i64),
+    )
     return knp.subtract(knp.cumsum(starts, 0)[:n], 1)
 
 
@@ -50,7 +53,9 @@ def _bag_max(rows, bag, kept, indices, bags: int):
     first such index), or 0 and 0 for a bag without kept rows."""
     n, dtype = rows.shape[0], knp.dtype_of(rows)
     candidates = rows if kept is None else knp.where(_column(kept), rows, -math.inf)
-    best = knp.scatter_reduce(knp.full((bags, rows.shape[1]), -math.inf, dtype), bag, candidates, "max")
+    best = knp.scatter_reduce(
+        knp.full((bags, rows.shape[1]), -math.inf, dtype), bag, candidates, "max"
+    )
     hit = knp.equal(rows, knp.take(best, bag, axis=0))
     if kept is not None:
         hit = knp.logical_and(hit, _column(kept))
@@ -70,8 +75,18 @@ def _fit(x, shape, dtype):
 
 
 @RULES.register(aten._embedding_bag.default, aten._embedding_bag_forward_only.default)
-def embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=_SUM, sparse=False,
-                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+def embedding_bag(
+    ctx,
+    weight,
+    indices,
+    offsets,
+    scale_grad_by_freq=False,
+    mode=_SUM,
+    sparse=False,
+    per_sample_weights=None,
+    include_last_offset=False,
+    padding_idx=-1,
+):
     out, offset2bag_type, bag_size_type, max_indices_type = ctx.out
     bags, n = out.shape[0], indices.shape[0]
     index_dtype = bag_size_type.dtype
@@ -98,17 +113,35 @@ def embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=
             sizes = knp.zeros((bags,), DType.i64)
         max_indices = _fit(sizes, max_indices_type.shape, max_indices_type.dtype)
     offset2bag = _fit(bag, offset2bag_type.shape, offset2bag_type.dtype)
-    return knp.astype(result, out.dtype), offset2bag, _fit(sizes, bag_size_type.shape, index_dtype), max_indices
+    return (
+        knp.astype(result, out.dtype),
+        offset2bag,
+        _fit(sizes, bag_size_type.shape, index_dtype),
+        max_indices,
+    )
 
 
-def _weight_gradient(ctx, grad, indices, bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode,
-                     per_sample_weights, padding_idx):
+def _weight_gradient(
+    ctx,
+    grad,
+    indices,
+    bag,
+    bag_size,
+    maximum_indices,
+    num_weights,
+    scale_grad_by_freq,
+    mode,
+    per_sample_weights,
+    padding_idx,
+):
     """The dense gradient of the weight: each kept index's row gets its bag's gradient (times
     its sample weight for ``sum``, divided by the bag size for ``mean``); for ``max``, each
     column's gradient goes to the row that gave the maximum."""
     # torch's CPU kernel does not divide by each index's own frequency (it scales rows by the
     # counts of other indices); rather than copy that, the node runs on CPU
-    require(not scale_grad_by_freq or mode == _MAX, "embedding_bag backward with scale_grad_by_freq")
+    require(
+        not scale_grad_by_freq or mode == _MAX, "embedding_bag backward with scale_grad_by_freq"
+    )
     dtype = compute_dtype(ctx.out_dtype)
     grad = knp.astype(grad, dtype)
     columns = grad.shape[1]
@@ -116,10 +149,15 @@ def _weight_gradient(ctx, grad, indices, bag, bag_size, maximum_indices, num_wei
     kept = knp.not_equal(indices, padding_idx) if padding_idx >= 0 else None
     if mode == _MAX:
         nonempty = _column(knp.greater(bag_size, 0))
-        positions = knp.add(knp.multiply(knp.astype(maximum_indices, DType.i64), columns), knp.arange(columns))
+        positions = knp.add(
+            knp.multiply(knp.astype(maximum_indices, DType.i64), columns), knp.arange(columns)
+        )
         updates = knp.where(nonempty, grad, 0)
-        flat = knp.scatter_add(knp.zeros((num_weights * columns,), dtype), knp.reshape(positions, (-1,)),
-                               knp.reshape(updates, (-1,)))
+        flat = knp.scatter_add(
+            knp.zeros((num_weights * columns,), dtype),
+            knp.reshape(positions, (-1,)),
+            knp.reshape(updates, (-1,)),
+        )
         return knp.astype(knp.reshape(flat, (num_weights, columns)), ctx.out_dtype)
     rows = knp.take(grad, bag, axis=0)
     if per_sample_weights is not None:
@@ -128,7 +166,9 @@ def _weight_gradient(ctx, grad, indices, bag, bag_size, maximum_indices, num_wei
         rows = knp.divide(rows, _column(knp.maximum(knp.take(bag_size, bag), 1)))
     if kept is not None:
         rows = knp.where(_column(kept), rows, 0)
-    return knp.astype(knp.scatter_add(knp.zeros((num_weights, columns), dtype), indices, rows), ctx.out_dtype)
+    return knp.astype(
+        knp.scatter_add(knp.zeros((num_weights, columns), dtype), indices, rows), ctx.out_dtype
+    )
 
 
 def _bags_of(offset2bag, offsets, n: int, bags: int):
@@ -138,24 +178,72 @@ def _bags_of(offset2bag, offsets, n: int, bags: int):
 
 
 @RULES.register(aten._embedding_bag_backward.default)
-def embedding_bag_backward(ctx, grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
-                           scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1):
+def embedding_bag_backward(
+    ctx,
+    grad,
+    indices,
+    offsets,
+    offset2bag,
+    bag_size,
+    maximum_indices,
+    num_weights,
+    scale_grad_by_freq,
+    mode,
+    sparse,
+    per_sample_weights,
+    padding_idx=-1,
+):
     require(not sparse, "embedding_bag with sparse=True (a sparse gradient)")
     bag = _bags_of(offset2bag, offsets, indices.shape[0], grad.shape[0])
-    return _weight_gradient(ctx, grad, indices, bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq,
-                            mode, per_sample_weights, padding_idx)
+    return _weight_gradient(
+        ctx,
+        grad,
+        indices,
+        bag,
+        bag_size,
+        maximum_indices,
+        num_weights,
+        scale_grad_by_freq,
+        mode,
+        per_sample_weights,
+        padding_idx,
+    )
 
 
 @RULES.register(aten._embedding_bag_dense_backward.default)
-def embedding_bag_dense_backward(ctx, grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
-                                 scale_grad_by_freq, mode, per_sample_weights, padding_idx=-1):
+def embedding_bag_dense_backward(
+    ctx,
+    grad,
+    indices,
+    offset2bag,
+    bag_size,
+    maximum_indices,
+    num_weights,
+    scale_grad_by_freq,
+    mode,
+    per_sample_weights,
+    padding_idx=-1,
+):
     bag = knp.astype(offset2bag, DType.i64)
-    return _weight_gradient(ctx, grad, indices, bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq,
-                            mode, per_sample_weights, padding_idx)
+    return _weight_gradient(
+        ctx,
+        grad,
+        indices,
+        bag,
+        bag_size,
+        maximum_indices,
+        num_weights,
+        scale_grad_by_freq,
+        mode,
+        per_sample_weights,
+        padding_idx,
+    )
 
 
 @RULES.register(aten._embedding_bag_per_sample_weights_backward.default)
-def embedding_bag_per_sample_weights_backward(ctx, grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
+def embedding_bag_per_sample_weights_backward(
+    ctx, grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1
+):
     """Each sample weight's gradient: its bag's gradient dotted with its weight row (0 for padding)."""
     dtype = compute_dtype(ctx.out_dtype)
     indices = knp.astype(indices, DType.i64)

@@ -83,28 +83,40 @@ def _cubic_weights(t):
     distances = (knp.add(t, 1), t, knp.subtract(1, t), knp.subtract(2, t))
     weights = [knp.polyval(p, d) for p, d in zip((far, near, near, far), distances)]
     # d/dt of each weight: the distance grows with t for the first two pixels, shrinks for the rest
-    slopes = [knp.multiply(knp.polyval(p, d), sign)
-              for p, d, sign in zip((far_slope, near_slope, near_slope, far_slope), distances, (1, 1, -1, -1))]
+    slopes = [
+        knp.multiply(knp.polyval(p, d), sign)
+        for p, d, sign in zip(
+            (far_slope, near_slope, near_slope, far_slope), distances, (1, 1, -1, -1)
+        )
+    ]
     return weights, slopes
 
 
 def _axis_taps(grid_coord, size: int, mode: int, padding_mode: int, align_corners: bool):
     """The taps along one axis, and d source / d grid for the chain rule."""
     scale = (size - 1) / 2 if align_corners else size / 2
-    coord = knp.multiply(knp.add(grid_coord, 1), scale)  # in ATen's order, which half floats round by
+    coord = knp.multiply(
+        knp.add(grid_coord, 1), scale
+    )  # in ATen's order, which half floats round by
     coord = coord if align_corners else knp.subtract(coord, 0.5)
     slope = knp.full(coord.shape, scale, knp.dtype_of(coord))
     if mode == _BICUBIC:
         base = knp.floor(coord)
         weights, slopes = _cubic_weights(knp.subtract(coord, base))
-        pixels = [_pad(knp.add(base, k - 1), slope, size, padding_mode, align_corners)[0] for k in range(4)]
+        pixels = [
+            _pad(knp.add(base, k - 1), slope, size, padding_mode, align_corners)[0]
+            for k in range(4)
+        ]
         return [_AxisTap(p, w, s) for p, w, s in zip(pixels, weights, slopes)], slope
     coord, slope = _pad(coord, slope, size, padding_mode, align_corners)
     if mode == _NEAREST:
         return [_AxisTap(knp.round(coord), 1.0, 0.0)], slope
     base = knp.floor(coord)
     after = knp.add(base, 1)
-    return [_AxisTap(base, knp.subtract(after, coord), -1.0), _AxisTap(after, knp.subtract(coord, base), 1.0)], slope
+    return [
+        _AxisTap(base, knp.subtract(after, coord), -1.0),
+        _AxisTap(after, knp.subtract(coord, base), 1.0),
+    ], slope
 
 
 class _Sampler:
@@ -114,8 +126,12 @@ class _Sampler:
         self.n, self.c, self.h, self.w = shape
         self.points = grid.shape[1] * grid.shape[2]
         flat = knp.reshape(grid, (self.n, 1, self.points, 2))
-        self.along_x, self.x_slope = _axis_taps(flat[..., 0], self.w, mode, padding_mode, align_corners)
-        self.along_y, self.y_slope = _axis_taps(flat[..., 1], self.h, mode, padding_mode, align_corners)
+        self.along_x, self.x_slope = _axis_taps(
+            flat[..., 0], self.w, mode, padding_mode, align_corners
+        )
+        self.along_y, self.y_slope = _axis_taps(
+            flat[..., 1], self.h, mode, padding_mode, align_corners
+        )
         self.taps = [(tx, ty) for ty in self.along_y for tx in self.along_x]
 
     def pixel(self, tx: _AxisTap, ty: _AxisTap):
@@ -130,7 +146,9 @@ class _Sampler:
     def read(self, image, tx: _AxisTap, ty: _AxisTap):
         """The tap's pixel of every channel, (N, C, P); zero outside the image."""
         index, inside = self.pixel(tx, ty)
-        values = knp.take_along_axis(image, knp.broadcast_to(index, (self.n, self.c, self.points)), 2)
+        values = knp.take_along_axis(
+            image, knp.broadcast_to(index, (self.n, self.c, self.points)), 2
+        )
         return knp.where(inside, values, 0)
 
 
@@ -153,8 +171,14 @@ def _grid_gradient(sampler, image, grad):
     xs, ys = list(enumerate(sampler.along_x)), list(enumerate(sampler.along_y))
     values = {(i, j): sampler.read(image, tx, ty) for j, ty in ys for i, tx in xs}
     # differences of pixels first, then weights: ATen's grouping, so that half floats round alike
-    dx = _sum(knp.multiply(_sum(knp.multiply(values[i, j], tx.slope) for i, tx in xs), ty.weight) for j, ty in ys)
-    dy = _sum(knp.multiply(_sum(knp.multiply(values[i, j], ty.slope) for j, ty in ys), tx.weight) for i, tx in xs)
+    dx = _sum(
+        knp.multiply(_sum(knp.multiply(values[i, j], tx.slope) for i, tx in xs), ty.weight)
+        for j, ty in ys
+    )
+    dy = _sum(
+        knp.multiply(_sum(knp.multiply(values[i, j], ty.slope) for j, ty in ys), tx.weight)
+        for i, tx in xs
+    )
     shape = (sampler.n, sampler.points)
     gx = knp.multiply(knp.sum(knp.multiply(dx, grad), 1), knp.reshape(sampler.x_slope, shape))
     gy = knp.multiply(knp.sum(knp.multiply(dy, grad), 1), knp.reshape(sampler.y_slope, shape))
@@ -164,19 +188,27 @@ def _grid_gradient(sampler, image, grad):
 @RULES.register(aten.grid_sampler_2d.default)
 def grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
     dtype = ctx.out_dtype
-    sampler = _Sampler(x.shape, knp.astype(grid, dtype), interpolation_mode, padding_mode, align_corners)
+    sampler = _Sampler(
+        x.shape, knp.astype(grid, dtype), interpolation_mode, padding_mode, align_corners
+    )
     image = _image(x, dtype)
-    out = _sum(knp.multiply(sampler.read(image, tx, ty), knp.multiply(tx.weight, ty.weight))
-               for tx, ty in sampler.taps)
+    out = _sum(
+        knp.multiply(sampler.read(image, tx, ty), knp.multiply(tx.weight, ty.weight))
+        for tx, ty in sampler.taps
+    )
     return knp.astype(knp.reshape(out, ctx.out.shape), ctx.out_dtype)
 
 
 @RULES.register(aten.grid_sampler_2d_backward.default)
-def grid_sampler_2d_backward(ctx, grad_output, x, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+def grid_sampler_2d_backward(
+    ctx, grad_output, x, grid, interpolation_mode, padding_mode, align_corners, output_mask
+):
     """``(grad_input, grad_grid)``; either is skipped (``None``) when ``output_mask`` says so."""
     input_type, grid_type = ctx.out
     dtype = knp.dtype_of(x)
-    sampler = _Sampler(x.shape, knp.astype(grid, dtype), interpolation_mode, padding_mode, align_corners)
+    sampler = _Sampler(
+        x.shape, knp.astype(grid, dtype), interpolation_mode, padding_mode, align_corners
+    )
     n, c, points = sampler.n, sampler.c, sampler.points
     grad = knp.reshape(knp.astype(grad_output, dtype), (n, c, points))
     grad_input = grad_grid = None

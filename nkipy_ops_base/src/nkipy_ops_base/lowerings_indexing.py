@@ -29,7 +29,7 @@ aten = torch.ops.aten
 
 
 def _strides(shape) -> list[int]:
-    return [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    return [math.prod(shape[i + 1 :]) for i in range(len(shape))]
 
 
 def _wrap(index, size: int):
@@ -48,7 +48,9 @@ def _rank_in_mask(flat_mask, limit: int):
 def _overwrite(x, flat_index, values):
     """``x`` (1-D or leading-axis) with ``values`` written at ``flat_index`` along axis 0."""
     placed = knp.scatter_add(knp.zeros(x.shape, knp.dtype_of(x)), flat_index, values)
-    hits = knp.scatter_add(knp.zeros((x.shape[0],), DType.i32), flat_index, knp.full(flat_index.shape, 1, DType.i32))
+    hits = knp.scatter_add(
+        knp.zeros((x.shape[0],), DType.i32), flat_index, knp.full(flat_index.shape, 1, DType.i32)
+    )
     written = knp.reshape(knp.greater(hits, 0), (x.shape[0],) + (1,) * (x.ndim - 1))
     return knp.where(written, placed, x)
 
@@ -69,7 +71,9 @@ def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sp
 
 
 @RULES.register(aten.embedding_dense_backward.default)
-def embedding_dense_backward(ctx, grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+def embedding_dense_backward(
+    ctx, grad_output, indices, num_weights, padding_idx, scale_grad_by_freq
+):
     """Rows of the gradient added to the weight rows they were read from; the ``padding_idx``
     row gets none, and with ``scale_grad_by_freq`` each is divided by its index's frequency."""
     flat = knp.reshape(knp.astype(indices, DType.i64), (-1,))
@@ -77,7 +81,9 @@ def embedding_dense_backward(ctx, grad_output, indices, num_weights, padding_idx
     if padding_idx >= 0:
         grad = knp.where(knp.expand_dims(knp.equal(flat, padding_idx), -1), 0, grad)
     if scale_grad_by_freq:
-        counts = knp.scatter_add(knp.zeros((num_weights,), DType.i64), flat, knp.ones(flat.shape, DType.i64))
+        counts = knp.scatter_add(
+            knp.zeros((num_weights,), DType.i64), flat, knp.ones(flat.shape, DType.i64)
+        )
         grad = knp.divide(grad, knp.expand_dims(knp.take(counts, flat), -1))
     grad = knp.astype(grad, ctx.out_dtype)
     return knp.scatter_add(knp.zeros(ctx.out.shape, ctx.out_dtype), flat, grad)
@@ -94,8 +100,10 @@ class _Advanced:
         indices = list(indices) + [None] * (x.ndim - len(indices))
         self.advanced = [d for d, i in enumerate(indices) if i is not None]
         self.rest = [d for d, i in enumerate(indices) if i is None]
-        require(all(knp.dtype_of(indices[d]).is_integer for d in self.advanced),
-                "boolean-mask indexing has a data-dependent shape")
+        require(
+            all(knp.dtype_of(indices[d]).is_integer for d in self.advanced),
+            "boolean-mask indexing has a data-dependent shape",
+        )
         self.batch = tuple(np.broadcast_shapes(*(indices[d].shape for d in self.advanced)))
         self.sizes = [x.shape[d] for d in self.advanced]
         self.rest_shape = [x.shape[d] for d in self.rest]
@@ -109,7 +117,11 @@ class _Advanced:
         contiguous = self.advanced == list(range(self.advanced[0], self.advanced[-1] + 1))
         self.position = self.advanced[0] if contiguous else 0
         nb, nr = len(self.batch), len(self.rest)
-        self.to_result = [*range(nb, nb + self.position), *range(nb), *range(nb + self.position, nb + nr)]
+        self.to_result = [
+            *range(nb, nb + self.position),
+            *range(nb),
+            *range(nb + self.position, nb + nr),
+        ]
 
     def gather(self):
         taken = knp.take(self.merged, self.flat, axis=0)
@@ -117,9 +129,15 @@ class _Advanced:
 
     def scatter(self, values, accumulate: bool):
         """The whole tensor with ``values`` put at the indexed positions."""
-        result_shape = [*self.rest_shape[: self.position], *self.batch, *self.rest_shape[self.position:]]
+        result_shape = [
+            *self.rest_shape[: self.position],
+            *self.batch,
+            *self.rest_shape[self.position :],
+        ]
         values = knp.broadcast_to(knp.astype(values, knp.dtype_of(self.merged)), result_shape)
-        values = knp.reshape(knp.transpose(values, inverse_permutation(self.to_result)), [-1, *self.rest_shape])
+        values = knp.reshape(
+            knp.transpose(values, inverse_permutation(self.to_result)), [-1, *self.rest_shape]
+        )
         if accumulate:
             merged = knp.scatter_add(self.merged, self.flat, values)
         else:
@@ -136,12 +154,16 @@ def index(ctx, x, indices):
 def _masked_put(x, dim: int, mask, values, accumulate: bool):
     """``x[..., mask, ...] = values`` for a boolean ``mask`` over dims ``dim …``: the selected
     positions take consecutive ``values`` rows in row-major order (or one broadcast row)."""
-    rest = x.shape[dim + mask.ndim:]
+    rest = x.shape[dim + mask.ndim :]
     rank = dim + 1 + len(rest)
-    values = knp.reshape(knp.astype(values, knp.dtype_of(x)), (1,) * (rank - values.ndim) + tuple(values.shape))
+    values = knp.reshape(
+        knp.astype(values, knp.dtype_of(x)), (1,) * (rank - values.ndim) + tuple(values.shape)
+    )
     flat_mask = knp.reshape(mask, (-1,))
     position = _rank_in_mask(flat_mask, values.shape[dim])
-    rows = knp.broadcast_to(knp.take(values, position, axis=dim), (*x.shape[:dim], flat_mask.shape[0], *rest))
+    rows = knp.broadcast_to(
+        knp.take(values, position, axis=dim), (*x.shape[:dim], flat_mask.shape[0], *rest)
+    )
     rows = knp.reshape(rows, x.shape)
     selected = knp.reshape(mask, (1,) * dim + tuple(mask.shape) + (1,) * len(rest))
     if accumulate:
@@ -180,7 +202,9 @@ def _linear_positions(shape, dim: int, index):
         if a == dim:
             coord = index
         else:
-            coord = knp.reshape(knp.arange(index.shape[a]), [n if b == a else 1 for b, n in enumerate(index.shape)])
+            coord = knp.reshape(
+                knp.arange(index.shape[a]), [n if b == a else 1 for b, n in enumerate(index.shape)]
+            )
         flat = knp.add(flat, knp.multiply(coord, stride))
     return knp.reshape(knp.broadcast_to(flat, index.shape), (-1,))
 
@@ -217,12 +241,18 @@ def scatter_reduce(ctx, x, dim, index, src, reduce, *, include_self=True):
     require(x.ndim > 0, "scatter into a 0-d tensor")
     if reduce in _COMBINE:
         return _scatter_combine(x, dim, index, src, reduce, include_self)
-    base = x if include_self else _scatter(x, dim, index, knp.zeros(index.shape, knp.dtype_of(x)), "set")
+    base = (
+        x
+        if include_self
+        else _scatter(x, dim, index, knp.zeros(index.shape, knp.dtype_of(x)), "set")
+    )
     total = _scatter(base, dim, index, src, "add")
     if reduce == "sum":
         return total
     ones = knp.ones(index.shape, knp.dtype_of(x))
-    count = _scatter(knp.full(x.shape, 1 if include_self else 0, knp.dtype_of(x)), dim, index, ones, "add")
+    count = _scatter(
+        knp.full(x.shape, 1 if include_self else 0, knp.dtype_of(x)), dim, index, ones, "add"
+    )
     return _mean(total, count)
 
 
@@ -272,7 +302,9 @@ def _scatter_combine(x, dim: int, index, src, reduce: str, include_self: bool):
     positions = _linear_positions(x.shape, dim, knp.astype(index, DType.i64))
     source = _leading(src, index.shape) if is_array(src) else src
     updates = knp.reshape(knp.broadcast_to(knp.astype(source, knp.dtype_of(x)), index.shape), (-1,))
-    return knp.reshape(_combine(knp.reshape(x, (-1,)), positions, updates, reduce, include_self, 0), x.shape)
+    return knp.reshape(
+        _combine(knp.reshape(x, (-1,)), positions, updates, reduce, include_self, 0), x.shape
+    )
 
 
 @RULES.register(aten.scatter.reduce, aten.scatter.value_reduce)
@@ -299,8 +331,12 @@ def index_reduce(ctx, x, dim, index, source, reduce, *, include_self=True):
         base = x if include_self else knp.where(hit, knp.zeros((), knp.dtype_of(x)), x)
         total = knp.scatter_add(base, index, source, axis=dim)
         ones = knp.ones(index.shape, DType.i64)
-        count = knp.scatter_add(knp.full((x.shape[dim],), 1 if include_self else 0, DType.i64), index, ones)
-        out = _mean(total, knp.reshape(count, [x.shape[dim] if a == dim else 1 for a in range(x.ndim)]))
+        count = knp.scatter_add(
+            knp.full((x.shape[dim],), 1 if include_self else 0, DType.i64), index, ones
+        )
+        out = _mean(
+            total, knp.reshape(count, [x.shape[dim] if a == dim else 1 for a in range(x.ndim)])
+        )
     return knp.reshape(out, ctx.out.shape)
 
 
@@ -310,7 +346,11 @@ def put(ctx, x, index, source, accumulate=False):
     flat_x = knp.reshape(x, (-1,))
     positions = _wrap(knp.reshape(index, (-1,)), flat_x.shape[0])
     updates = knp.reshape(knp.astype(source, knp.dtype_of(x)), (-1,))
-    out = knp.scatter_add(flat_x, positions, updates) if accumulate else _overwrite(flat_x, positions, updates)
+    out = (
+        knp.scatter_add(flat_x, positions, updates)
+        if accumulate
+        else _overwrite(flat_x, positions, updates)
+    )
     return knp.reshape(out, x.shape)
 
 

@@ -32,6 +32,7 @@ def matmul(ctx, x, other):
 @RULES.register(aten.addmm.default, aten.addmv.default)
 def addmm(ctx, bias, mat, other, *, beta=1, alpha=1):
     """``beta · bias + alpha · (mat @ other)`` for a matrix or vector ``other``."""
+
     def fn(c, a, b):
         product = knp.matmul(a, b)
         product = product if alpha == 1 else knp.multiply(product, alpha)
@@ -72,8 +73,11 @@ def cdist(ctx, x1, x2, p, compute_mode=None):
 @RULES.register(aten._cdist_backward.default)
 def cdist_backward(ctx, grad, x1, x2, p, dist):
     """The gradient for ``x1`` (autograd calls it again with the operands swapped for ``x2``)."""
+
     def fn(g, a, b, d):
-        weights = knp.multiply(knp.expand_dims(g, -1), _norm_grad(_pairs(a, b), knp.expand_dims(d, -1), p))
+        weights = knp.multiply(
+            knp.expand_dims(g, -1), _norm_grad(_pairs(a, b), knp.expand_dims(d, -1), p)
+        )
         return knp.sum(weights, -2)
 
     return opmath(ctx.out_dtype, fn, grad, x1, x2, dist)
@@ -83,7 +87,11 @@ def cdist_backward(ctx, grad, x1, x2, p, dist):
 def pdist(ctx, x, p=2.0):
     """Distances between rows ``i < j``, in row-major pair order."""
     first, second = np.triu_indices(x.shape[0], 1)
-    return opmath(ctx.out_dtype, lambda v: p_norm(knp.subtract(knp.take(v, first), knp.take(v, second)), p, (-1,)), x)
+    return opmath(
+        ctx.out_dtype,
+        lambda v: p_norm(knp.subtract(knp.take(v, first), knp.take(v, second)), p, (-1,)),
+        x,
+    )
 
 
 @RULES.register(aten._pdist_backward.default)
@@ -94,6 +102,8 @@ def pdist_backward(ctx, grad, x, p, dist):
         diff = knp.subtract(knp.take(v, first), knp.take(v, second))
         pair = knp.multiply(knp.expand_dims(g, -1), _norm_grad(diff, knp.expand_dims(d, -1), p))
         zeros = knp.zeros(v.shape, knp.dtype_of(v))
-        return knp.subtract(knp.scatter_add(zeros, first, pair), knp.scatter_add(zeros, second, pair))
+        return knp.subtract(
+            knp.scatter_add(zeros, first, pair), knp.scatter_add(zeros, second, pair)
+        )
 
     return opmath(ctx.out_dtype, fn, grad, x, dist)

@@ -57,7 +57,9 @@ def softmax_backward(ctx, grad_output, output, dim, input_dtype):
 @RULES.register(aten._log_softmax_backward_data.default)
 def log_softmax_backward(ctx, grad_output, output, dim, input_dtype):
     def fn(g, y):
-        return knp.subtract(g, knp.multiply(knp.exp(y), knp.sum(g, axes(dim, y.ndim), keepdims=True)))
+        return knp.subtract(
+            g, knp.multiply(knp.exp(y), knp.sum(g, axes(dim, y.ndim), keepdims=True))
+        )
 
     return opmath(ctx.out_dtype, fn, grad_output, output)
 
@@ -77,7 +79,9 @@ def hardtanh(ctx, x, min_val=-1, max_val=1):
 
 @RULES.register(aten.leaky_relu.default)
 def leaky_relu(ctx, x, negative_slope=0.01):
-    return opmath(ctx.out_dtype, lambda v: knp.where(knp.greater(v, 0), v, knp.multiply(v, negative_slope)), x)
+    return opmath(
+        ctx.out_dtype, lambda v: knp.where(knp.greater(v, 0), v, knp.multiply(v, negative_slope)), x
+    )
 
 
 @RULES.register(aten.elu.default)
@@ -93,7 +97,9 @@ def elu(ctx, x, alpha=1, scale=1, input_scale=1):
 def gelu(ctx, x, *, approximate="none"):
     def fn(v):
         if approximate == "tanh":
-            inner = knp.multiply(knp.add(v, knp.multiply(knp.power(v, 3), 0.044715)), math.sqrt(2 / math.pi))
+            inner = knp.multiply(
+                knp.add(v, knp.multiply(knp.power(v, 3), 0.044715)), math.sqrt(2 / math.pi)
+            )
             cdf = knp.multiply(knp.add(knp.tanh(inner), 1), 0.5)
         else:
             cdf = knp.multiply(knp.add(knp.erf(knp.multiply(v, math.sqrt(0.5))), 1), 0.5)
@@ -166,7 +172,11 @@ def _norm_backward(ctx, grad_out, x, mean, rstd, weight, reduced, affine_shape, 
     param_axes = tuple(a for a in range(xs.ndim) if affine_shape[a] == 1)
     grads = [None, None, None]
     if output_mask[0]:
-        gw = g if weight is None else knp.multiply(g, knp.reshape(knp.astype(weight, compute), affine_shape))
+        gw = (
+            g
+            if weight is None
+            else knp.multiply(g, knp.reshape(knp.astype(weight, compute), affine_shape))
+        )
         grads[0] = _normalized_grad(gw, xhat, knp.astype(rstd, compute), reduced)
     if output_mask[1]:
         grads[1] = knp.sum(knp.multiply(g, xhat), param_axes)
@@ -176,7 +186,9 @@ def _norm_backward(ctx, grad_out, x, mean, rstd, weight, reduced, affine_shape, 
 
 
 @RULES.register(aten.native_layer_norm_backward.default)
-def native_layer_norm_backward(ctx, grad_out, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+def native_layer_norm_backward(
+    ctx, grad_out, x, normalized_shape, mean, rstd, weight, bias, output_mask
+):
     batch = x.ndim - len(normalized_shape)
     reduced = tuple(range(batch, x.ndim))
     affine_shape = (1,) * batch + tuple(normalized_shape)
@@ -189,8 +201,17 @@ def native_group_norm_backward(ctx, grad_out, x, mean, rstd, weight, N, C, HxW, 
     """Viewed as ``(N, group, C/group, HxW)``: statistics per ``(N, group)``, parameters per channel."""
     grouped = (N, group, C // group, HxW)
     stats = (N, group, 1, 1)
-    grads = _norm_backward(ctx, knp.reshape(grad_out, grouped), knp.reshape(x, grouped), knp.reshape(mean, stats),
-                           knp.reshape(rstd, stats), weight, (2, 3), (1, group, C // group, 1), output_mask)
+    grads = _norm_backward(
+        ctx,
+        knp.reshape(grad_out, grouped),
+        knp.reshape(x, grouped),
+        knp.reshape(mean, stats),
+        knp.reshape(rstd, stats),
+        weight,
+        (2, 3),
+        (1, group, C // group, 1),
+        output_mask,
+    )
     return tuple(v if v is None else knp.reshape(v, t.shape) for v, t in zip(grads, ctx.out))
 
 
@@ -199,9 +220,13 @@ def _batch_norm(ctx, x, weight, bias, mean, var, eps):
     dtype = ctx.out[0].dtype
     channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     rstd = knp.rsqrt(knp.add(var, eps))
-    y = knp.multiply(knp.subtract(upcast(x, dtype), knp.reshape(mean, channel)), knp.reshape(rstd, channel))
+    y = knp.multiply(
+        knp.subtract(upcast(x, dtype), knp.reshape(mean, channel)), knp.reshape(rstd, channel)
+    )
     compute = compute_dtype(dtype)
-    return knp.astype(_affine(y, upcast(weight, compute), upcast(bias, compute), channel), dtype), rstd
+    return knp.astype(
+        _affine(y, upcast(weight, compute), upcast(bias, compute), channel), dtype
+    ), rstd
 
 
 @RULES.register(aten._native_batch_norm_legit.default)
@@ -268,15 +293,23 @@ def _attention_scores(q, k, is_causal, attn_mask, scale):
         scores = knp.add(scores, knp.astype(attn_mask, knp.dtype_of(scores)))
     if is_causal:
         rows, cols = scores.shape[-2:]
-        keep = knp.greater_equal(knp.reshape(knp.arange(rows), (rows, 1)), knp.reshape(knp.arange(cols), (1, cols)))
+        keep = knp.greater_equal(
+            knp.reshape(knp.arange(rows), (rows, 1)), knp.reshape(knp.arange(cols), (1, cols))
+        )
         scores = knp.where(keep, scores, -math.inf)
     return scores
 
 
 def _check_attention(q, k, dropout_p) -> int:
     """How many query heads share each key/value head (grouped-query attention)."""
-    require(dropout_p == 0, "dropout inside the fused attention op (its backward op would have to redraw the mask)")
-    require(q.ndim == 4 and q.shape[1] % k.shape[1] == 0, "attention needs 4-D q/k/v, query heads a multiple of kv")
+    require(
+        dropout_p == 0,
+        "dropout inside the fused attention op (its backward op would have to redraw the mask)",
+    )
+    require(
+        q.ndim == 4 and q.shape[1] % k.shape[1] == 0,
+        "attention needs 4-D q/k/v, query heads a multiple of kv",
+    )
     return q.shape[1] // k.shape[1]
 
 
@@ -285,7 +318,9 @@ def _repeat_heads(t, group: int):
     if group == 1:
         return t
     b, h, s, e = t.shape
-    return knp.reshape(knp.broadcast_to(knp.expand_dims(t, 2), (b, h, group, s, e)), (b, h * group, s, e))
+    return knp.reshape(
+        knp.broadcast_to(knp.expand_dims(t, 2), (b, h, group, s, e)), (b, h * group, s, e)
+    )
 
 
 def _sum_heads(t, group: int):
@@ -297,7 +332,9 @@ def _sum_heads(t, group: int):
 
 
 @RULES.register(aten._scaled_dot_product_flash_attention_for_cpu.default)
-def sdpa_flash_cpu(ctx, query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+def sdpa_flash_cpu(
+    ctx, query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None
+):
     """Softmax attention and the log-sum-exp of each score row (what the backward consumes).
     A row that is masked out entirely gives zeros and a log-sum-exp of 0, as torch's kernel does."""
     group = _check_attention(query, key, dropout_p)
@@ -308,7 +345,9 @@ def sdpa_flash_cpu(ctx, query, key, value, dropout_p=0.0, is_causal=False, *, at
     scores = _attention_scores(q, k, is_causal, attn_mask, scale)
     row_max = knp.max(scores, -1, keepdims=True)
     row_max = knp.where(knp.isinf(row_max), 0, row_max)
-    lse = knp.add(knp.log(knp.sum(knp.exp(knp.subtract(scores, row_max)), -1, keepdims=True)), row_max)
+    lse = knp.add(
+        knp.log(knp.sum(knp.exp(knp.subtract(scores, row_max)), -1, keepdims=True)), row_max
+    )
     lse = knp.where(knp.isinf(lse), 0, lse)
     probs = knp.exp(knp.subtract(scores, lse))
     out = knp.matmul(probs, v)
@@ -317,7 +356,18 @@ def sdpa_flash_cpu(ctx, query, key, value, dropout_p=0.0, is_causal=False, *, at
 
 @RULES.register(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 def sdpa_flash_cpu_backward(
-    ctx, grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None
+    ctx,
+    grad_out,
+    query,
+    key,
+    value,
+    out,
+    logsumexp,
+    dropout_p,
+    is_causal,
+    *,
+    attn_mask=None,
+    scale=None,
 ):
     """Gradients from the recomputed probabilities ``P = exp(S - lse)``:
     ``dV = Pᵀ dO``, ``dS = P (dO Vᵀ - rowsum(dO ∘ O))``, ``dQ = dS K · scale``, ``dK = dSᵀ Q · scale``."""

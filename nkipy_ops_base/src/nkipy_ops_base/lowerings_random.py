@@ -47,9 +47,9 @@ def _unit(bits, dtype: DType):
     digits = _DIGITS[dtype]
     if digits > 32:
         top = knp.floor_divide(_words64(bits), np.uint64(1 << (64 - digits)))
-        return knp.multiply(knp.astype(top, DType.f64), 2.0 ** -digits)
+        return knp.multiply(knp.astype(top, DType.f64), 2.0**-digits)
     top = knp.floor_divide(bits, np.uint32(1 << (32 - digits)))
-    return knp.astype(knp.multiply(knp.astype(top, DType.f32), 2.0 ** -digits), dtype)
+    return knp.astype(knp.multiply(knp.astype(top, DType.f32), 2.0**-digits), dtype)
 
 
 def uniforms(ctx, shape, dtype: DType, count: int = 1) -> list:
@@ -68,7 +68,9 @@ def standard_normal(ctx, shape, dtype: DType):
 
 
 def _float_out(ctx) -> DType:
-    require(ctx.out_dtype.is_float, f"a random {ctx.out_dtype.value} tensor of a float distribution")
+    require(
+        ctx.out_dtype.is_float, f"a random {ctx.out_dtype.value} tensor of a float distribution"
+    )
     return ctx.out_dtype
 
 

@@ -89,8 +89,12 @@ def _var_mean(ctx, x, dim, correction, keepdim):
     count = math.prod(x.shape[a] for a in reduced)
     mean = knp.mean(x, reduced, keepdims=True)
     centered = knp.subtract(x, mean)
-    var = knp.divide(knp.sum(knp.multiply(centered, centered), reduced, keepdim), max(count - correction, 0))
-    return knp.astype(var, dtype), knp.astype(mean if keepdim else knp.squeeze(mean, reduced), dtype)
+    var = knp.divide(
+        knp.sum(knp.multiply(centered, centered), reduced, keepdim), max(count - correction, 0)
+    )
+    return knp.astype(var, dtype), knp.astype(
+        mean if keepdim else knp.squeeze(mean, reduced), dtype
+    )
 
 
 @RULES.register(aten.var.correction)

@@ -99,7 +99,9 @@ def repeat(ctx, x, repeats):
 @RULES.register(aten.constant_pad_nd.default)
 def constant_pad_nd(ctx, x, pad, value=0):
     """``pad`` lists (before, after) pairs starting from the last dimension."""
-    pairs = [(0, 0)] * (x.ndim - len(pad) // 2) + [(pad[i], pad[i + 1]) for i in reversed(range(0, len(pad), 2))]
+    pairs = [(0, 0)] * (x.ndim - len(pad) // 2) + [
+        (pad[i], pad[i + 1]) for i in reversed(range(0, len(pad), 2))
+    ]
     return knp.pad(x, pairs, value)
 
 
@@ -172,7 +174,9 @@ def diagonal_scatter(ctx, x, src, offset=0, dim1=0, dim2=1):
     moved = knp.transpose(x, perm)
     n1, n2 = moved.shape[-2:]
     rows = knp.arange(n1)
-    on_diagonal = knp.equal(knp.subtract(knp.reshape(knp.arange(n2), (1, n2)), knp.reshape(rows, (n1, 1))), offset)
+    on_diagonal = knp.equal(
+        knp.subtract(knp.reshape(knp.arange(n2), (1, n2)), knp.reshape(rows, (n1, 1))), offset
+    )
     source = knp.minimum(knp.maximum(knp.subtract(rows, max(-offset, 0)), 0), src.shape[-1] - 1)
     placed = knp.take(knp.astype(src, knp.dtype_of(x)), source, axis=-1)
     placed = knp.broadcast_to(knp.expand_dims(placed, -1), moved.shape)
@@ -186,7 +190,11 @@ def _scatter_slice(x, src, dim: int, start: int, end: int, step: int):
         return x
     src = knp.astype(src, knp.dtype_of(x))
     if step == 1:
-        pieces = [x[_along(x.ndim, dim, slice(0, start))], src, x[_along(x.ndim, dim, slice(end, None))]]
+        pieces = [
+            x[_along(x.ndim, dim, slice(0, start))],
+            src,
+            x[_along(x.ndim, dim, slice(end, None))],
+        ]
         return knp.concatenate([p for p in pieces if p.shape[dim]], axis=dim)
     size = x.shape[dim]
     positions = knp.arange(size)
@@ -194,7 +202,9 @@ def _scatter_slice(x, src, dim: int, start: int, end: int, step: int):
         knp.logical_and(knp.greater_equal(positions, start), knp.less(positions, end)),
         knp.equal(knp.remainder(knp.subtract(positions, start), step), 0),
     )
-    source = knp.minimum(knp.maximum(knp.floor_divide(knp.subtract(positions, start), step), 0), src.shape[dim] - 1)
+    source = knp.minimum(
+        knp.maximum(knp.floor_divide(knp.subtract(positions, start), step), 0), src.shape[dim] - 1
+    )
     placed = knp.take(src, source, axis=dim)
     mask = knp.reshape(hit, [size if d == dim else 1 for d in range(x.ndim)])
     return knp.where(mask, placed, x)
@@ -219,18 +229,26 @@ class _Strided:
 
     def __init__(self, ctx, x, size, stride, storage_offset):
         layout = ctx.layouts[0] if ctx.layouts else None
-        require(layout is not None and layout.contiguous,
-                "as_strided of a non-contiguous tensor (its storage order is not the kernel's)")
-        require(storage_offset is None or not layout.graph_input,
-                "as_strided with an explicit storage_offset of a graph input (its own offset in "
-                "storage can differ from call to call, and nothing re-checks it)")
+        require(
+            layout is not None and layout.contiguous,
+            "as_strided of a non-contiguous tensor (its storage order is not the kernel's)",
+        )
+        require(
+            storage_offset is None or not layout.graph_input,
+            "as_strided with an explicit storage_offset of a graph input (its own offset in "
+            "storage can differ from call to call, and nothing re-checks it)",
+        )
         self.size, self.stride = tuple(size), tuple(stride)
-        self.offset = (layout.storage_offset if storage_offset is None else storage_offset) - layout.storage_offset
+        self.offset = (
+            layout.storage_offset if storage_offset is None else storage_offset
+        ) - layout.storage_offset
         self.count = math.prod(size)
         last = self.offset + sum((n - 1) * s for n, s in zip(size, stride))
-        require(self.count == 0 or (0 <= self.offset and last < x.size),
-                f"as_strided reads storage elements {self.offset}..{last} outside the tensor's {x.size}")
-        dense = [math.prod(size[k + 1:]) for k in range(len(size))]
+        require(
+            self.count == 0 or (0 <= self.offset and last < x.size),
+            f"as_strided reads storage elements {self.offset}..{last} outside the tensor's {x.size}",
+        )
+        dense = [math.prod(size[k + 1 :]) for k in range(len(size))]
         #: the elements are x's, consecutive from ``offset``: a slice and a reshape
         self.contiguous = all(s == d for n, s, d in zip(size, stride, dense) if n > 1)
 
@@ -244,7 +262,9 @@ class _Strided:
 
     def overlaps(self) -> bool:
         """Whether two result elements share a storage element (checked on the static strides)."""
-        grids = np.meshgrid(*(np.arange(n) * s for n, s in zip(self.size, self.stride)), indexing="ij")
+        grids = np.meshgrid(
+            *(np.arange(n) * s for n, s in zip(self.size, self.stride)), indexing="ij"
+        )
         flat = sum(grids, np.zeros(self.size, np.int64)).reshape(-1)
         return len(np.unique(flat)) < flat.size
 
@@ -258,7 +278,7 @@ def as_strided(ctx, x, size, stride, storage_offset=None):
         return knp.zeros(size, knp.dtype_of(x))
     flat = knp.reshape(x, (-1,))
     if strided.contiguous:
-        return knp.reshape(flat[strided.offset:strided.offset + strided.count], size)
+        return knp.reshape(flat[strided.offset : strided.offset + strided.count], size)
     return knp.take(flat, strided.positions())
 
 
@@ -279,6 +299,8 @@ def as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
     else:
         positions = knp.reshape(strided.positions(), (-1,))
         placed = knp.scatter_add(knp.zeros(flat.shape, knp.dtype_of(x)), positions, values)
-        written = knp.scatter_add(knp.zeros(flat.shape, DType.i32), positions, knp.ones(positions.shape, DType.i32))
+        written = knp.scatter_add(
+            knp.zeros(flat.shape, DType.i32), positions, knp.ones(positions.shape, DType.i32)
+        )
         updated = knp.where(knp.greater(written, 0), placed, flat)
     return knp.reshape(updated, x.shape)

@@ -21,8 +21,10 @@ aten = torch.ops.aten
 
 def _order(x, dim: int, descending: bool):
     dtype = knp.dtype_of(x)
-    require(not descending or dtype not in (DType.bool, DType.u8),
-            f"descending sort of {dtype.value} (negation does not reverse its order)")
+    require(
+        not descending or dtype not in (DType.bool, DType.u8),
+        f"descending sort of {dtype.value} (negation does not reverse its order)",
+    )
     return knp.argsort(x, dim, descending=descending)
 
 
@@ -52,7 +54,7 @@ def _order_statistic(x, dim: int, keepdim: bool, position):
     order (torch's kernels pick among equal values in an unspecified order)."""
     order = knp.argsort(x, dim)
     if isinstance(position, int):
-        position = knp.full(x.shape[:dim] + (1,) + x.shape[dim + 1:], position, DType.i64)
+        position = knp.full(x.shape[:dim] + (1,) + x.shape[dim + 1 :], position, DType.i64)
     index = knp.take_along_axis(order, position, dim)
     value = knp.take_along_axis(x, index, dim)
     if not keepdim:

@@ -50,7 +50,10 @@ class _Pool:
         geometry = list(zip(self.size, self.kernel, self.stride, self.padding, self.dilation))
         self.out = [output_size(*g, ceil_mode) for g in geometry]
         # ceil_mode's last window may run past the right padding
-        self.high = [max(p, (o - 1) * s + d * (k - 1) + 1 - n - p) for (n, k, s, p, d), o in zip(geometry, self.out)]
+        self.high = [
+            max(p, (o - 1) * s + d * (k - 1) + 1 - n - p)
+            for (n, k, s, p, d), o in zip(geometry, self.out)
+        ]
 
     def pad(self, x, value=0):
         return knp.pad(x, [(0, 0)] * len(self.lead) + list(zip(self.padding, self.high)), value)
@@ -88,19 +91,38 @@ def _sum(arrays):
 
 @RULES.register(aten.avg_pool1d.default, aten.avg_pool2d.default, aten.avg_pool3d.default)
 def avg_pool(
-    ctx, x, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True, divisor_override=None
+    ctx,
+    x,
+    kernel_size,
+    stride=(),
+    padding=(0,),
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
 ):
     pool = _Pool(ctx, x, kernel_size, stride, padding, ceil_mode=ceil_mode)
     total = _sum(pool.windows(pool.pad(upcast(x, ctx.out_dtype))))
-    return knp.astype(knp.divide(total, pool.divisor(count_include_pad, divisor_override)), ctx.out_dtype)
+    return knp.astype(
+        knp.divide(total, pool.divisor(count_include_pad, divisor_override)), ctx.out_dtype
+    )
 
 
 @RULES.register(aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default)
 def avg_pool_backward(
-    ctx, grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+    ctx,
+    grad_output,
+    x,
+    kernel_size,
+    stride,
+    padding,
+    ceil_mode,
+    count_include_pad,
+    divisor_override,
 ):
     pool = _Pool(ctx, x, kernel_size, stride, padding, ceil_mode=ceil_mode)
-    share = knp.divide(upcast(grad_output, ctx.out_dtype), pool.divisor(count_include_pad, divisor_override))
+    share = knp.divide(
+        upcast(grad_output, ctx.out_dtype), pool.divisor(count_include_pad, divisor_override)
+    )
     return knp.astype(pool.place([share] * math.prod(pool.kernel)), ctx.out_dtype)
 
 
@@ -109,21 +131,29 @@ def _lowest(dtype):
 
 
 @RULES.register(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)
-def max_pool_with_indices(ctx, x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+def max_pool_with_indices(
+    ctx, x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False
+):
     pool = _Pool(ctx, x, kernel_size, stride, padding, dilation, ceil_mode)
     stacked = knp.stack(pool.windows(pool.pad(x, _lowest(knp.dtype_of(x)))), axis=-1)
     which = knp.argmax(stacked, -1)
     index = 0
     geometry = zip(pool.size, pool.kernel, pool.stride, pool.padding, pool.dilation, pool.out)
     for axis, (n, k, s, p, d, o) in enumerate(geometry):
-        offset = knp.remainder(knp.floor_divide(which, math.prod(pool.kernel[axis + 1:])), k)
-        start = np.reshape(np.arange(o) * s - p, [o if a == axis else 1 for a in range(len(pool.out))])
+        offset = knp.remainder(knp.floor_divide(which, math.prod(pool.kernel[axis + 1 :])), k)
+        start = np.reshape(
+            np.arange(o) * s - p, [o if a == axis else 1 for a in range(len(pool.out))]
+        )
         index = knp.add(knp.multiply(index, n), knp.add(knp.multiply(offset, d), start))
     return knp.max(stacked, -1), index
 
 
-@RULES.register(aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default)
-def max_pool_with_indices_backward(ctx, grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+@RULES.register(
+    aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default
+)
+def max_pool_with_indices_backward(
+    ctx, grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices
+):
     return _scatter_to_indices(ctx, grad_output, x, indices, _spatial(ctx))
 
 
@@ -181,7 +211,9 @@ def _averaging(size: int, out: int) -> np.ndarray:
 def _nearest(size: int, out: int, scale: float | None) -> np.ndarray:
     """Row ``i`` picks input ``min(floor(i · size/out), size - 1)`` (``1/scale`` if given)."""
     step = np.float32(1 / scale if scale else size / out)
-    source = np.minimum(np.floor(np.arange(out, dtype=np.float32) * step).astype(np.int64), size - 1)
+    source = np.minimum(
+        np.floor(np.arange(out, dtype=np.float32) * step).astype(np.int64), size - 1
+    )
     return np.eye(size, dtype=np.float32)[source]
 
 
@@ -191,7 +223,11 @@ def _linear(size: int, out: int, align_corners: bool, scale: float | None) -> np
     if align_corners:
         source = i * np.float32((size - 1) / (out - 1) if out > 1 else 0)
     else:
-        source = np.maximum((i + np.float32(0.5)) * np.float32(1 / scale if scale else size / out) - np.float32(0.5), 0)
+        source = np.maximum(
+            (i + np.float32(0.5)) * np.float32(1 / scale if scale else size / out)
+            - np.float32(0.5),
+            0,
+        )
     low = np.minimum(np.floor(source).astype(np.int64), size - 1)
     high = np.minimum(low + 1, size - 1)
     weight = (source - low).astype(np.float32)
@@ -216,13 +252,19 @@ def _scales(scale_factors) -> list:
     return list(scale_factors) if scale_factors else [None, None]
 
 
-@RULES.register(aten.adaptive_avg_pool1d.default, aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)
+@RULES.register(
+    aten.adaptive_avg_pool1d.default,
+    aten._adaptive_avg_pool2d.default,
+    aten._adaptive_avg_pool3d.default,
+)
 def adaptive_avg_pool(ctx, x, output_size):
-    sizes = x.shape[-len(output_size):]
+    sizes = x.shape[-len(output_size) :]
     return _separable(ctx, x, [_averaging(n, o) for n, o in zip(sizes, output_size)])
 
 
-@RULES.register(aten._adaptive_avg_pool2d_backward.default, aten._adaptive_avg_pool3d_backward.default)
+@RULES.register(
+    aten._adaptive_avg_pool2d_backward.default, aten._adaptive_avg_pool3d_backward.default
+)
 def adaptive_avg_pool_backward(ctx, grad_output, x):
     spatial = _spatial(ctx)
     sizes = zip(x.shape[-spatial:], grad_output.shape[-spatial:])
@@ -236,7 +278,9 @@ def upsample_nearest2d(ctx, x, output_size, scale_factors):
 
 
 @RULES.register(aten.upsample_nearest2d_backward.default)
-def upsample_nearest2d_backward(ctx, grad_output, output_size, input_size, scales_h=None, scales_w=None):
+def upsample_nearest2d_backward(
+    ctx, grad_output, output_size, input_size, scales_h=None, scales_w=None
+):
     sizes = zip(input_size[-2:], output_size, (scales_h, scales_w))
     return _separable(ctx, grad_output, [_nearest(n, o, s).T for n, o, s in sizes])
 

@@ -39,10 +39,14 @@ aten = torch.ops.aten
 _LANCZOS_G = 7.0
 _LANCZOS_BASE = 0.99999999999980993227684700473478
 _LANCZOS = (
-    676.520368121885098567009190444019, -1259.13921672240287047156078755283,
-    771.3234287776530788486528258894, -176.61502916214059906584551354,
-    12.507343278686904814458936853, -0.13857109526572011689554707,
-    9.984369578019570859563e-6, 1.50563273514931155834e-7,
+    676.520368121885098567009190444019,
+    -1259.13921672240287047156078755283,
+    771.3234287776530788486528258894,
+    -176.61502916214059906584551354,
+    12.507343278686904814458936853,
+    -0.13857109526572011689554707,
+    9.984369578019570859563e-6,
+    1.50563273514931155834e-7,
 )
 
 
@@ -61,13 +65,21 @@ def _lgamma(x):
         series = knp.add(series, knp.divide(c, knp.add(z, i + 1)))
     t = knp.add(z, _LANCZOS_G + 0.5)
     log_t = _lanczos_log_t(z)
-    log_y = knp.add(knp.add(knp.multiply(knp.subtract(knp.add(z, 0.5), knp.divide(t, log_t)), log_t), knp.log(series)),
-                    0.5 * math.log(2 * math.pi))
+    log_y = knp.add(
+        knp.add(
+            knp.multiply(knp.subtract(knp.add(z, 0.5), knp.divide(t, log_t)), log_t),
+            knp.log(series),
+        ),
+        0.5 * math.log(2 * math.pi),
+    )
     frac = knp.subtract(knp.abs(x), knp.floor(knp.abs(x)))
     frac = knp.where(knp.greater(frac, 0.5), knp.subtract(1, frac), frac)
     log_sin = knp.log(knp.sin(knp.multiply(frac, math.pi)))
-    reflected = knp.where(knp.isinf(log_sin), knp.negative(log_sin),
-                          knp.subtract(knp.subtract(math.log(math.pi), log_sin), log_y))
+    reflected = knp.where(
+        knp.isinf(log_sin),
+        knp.negative(log_sin),
+        knp.subtract(knp.subtract(math.log(math.pi), log_sin), log_y),
+    )
     return knp.where(knp.isinf(x), math.inf, knp.where(reflect, reflected, log_y))
 
 
@@ -100,22 +112,35 @@ def _trigamma(x):
     (``ψ'(1 - x) + ψ'(x) = π² / sin²(πx)``), six recurrence steps, then the asymptotic series."""
     reflect = knp.less(x, 0.5)
     sin_pi_x = knp.sin(knp.multiply(x, math.pi))
-    result = knp.where(reflect, knp.negative(knp.divide(math.pi**2, knp.multiply(sin_pi_x, sin_pi_x))), 0)
+    result = knp.where(
+        reflect, knp.negative(knp.divide(math.pi**2, knp.multiply(sin_pi_x, sin_pi_x))), 0
+    )
     z = knp.where(reflect, knp.subtract(1, x), x)
     for _ in range(6):
         result = knp.add(result, knp.divide(1, knp.multiply(z, z)))
         z = knp.add(z, 1)
     ixx = knp.divide(1, knp.multiply(z, z))
-    series = knp.add(knp.add(1, knp.divide(1, knp.multiply(z, 2))), knp.polyval((1 / 42, -1 / 30, 1 / 6, 0), ixx))
+    series = knp.add(
+        knp.add(1, knp.divide(1, knp.multiply(z, 2))), knp.polyval((1 / 42, -1 / 30, 1 / 6, 0), ixx)
+    )
     result = knp.add(result, knp.divide(series, z))
     return knp.where(reflect, knp.negative(result), result)
 
 
 # Euler-Maclaurin coefficients of Cephes' ``zeta`` (what torch's ``polygamma`` calls): (2j)!/B_2j
 _ZETA_EULER_MACLAURIN = (
-    12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9, 7.47242496e10,
-    -2.950130727918164224e12, 1.1646782814350067249e14, -4.5979787224074726105e15,
-    1.8152105401943546773e17, -7.1661652561756670113e18,
+    12.0,
+    -720.0,
+    30240.0,
+    -1209600.0,
+    47900160.0,
+    -1.8924375803183791606e9,
+    7.47242496e10,
+    -2.950130727918164224e12,
+    1.1646782814350067249e14,
+    -4.5979787224074726105e15,
+    1.8152105401943546773e17,
+    -7.1661652561756670113e18,
 )
 
 
@@ -127,7 +152,9 @@ def _hurwitz_zeta(s: int, q):
         term = knp.power(knp.add(q, k), -s)
         total = knp.add(total, term)
     a = knp.add(q, 9)
-    total = knp.add(total, knp.subtract(knp.divide(knp.multiply(term, a), s - 1), knp.multiply(term, 0.5)))
+    total = knp.add(
+        total, knp.subtract(knp.divide(knp.multiply(term, a), s - 1), knp.multiply(term, 0.5))
+    )
     factor, power = 1.0, term
     for i, c in enumerate(_ZETA_EULER_MACLAURIN):
         factor *= s + 2 * i
@@ -153,7 +180,9 @@ def _cot_pi(x):
     r = knp.subtract(x, knp.round(x))
     shifted = knp.subtract(r, knp.multiply(knp.sign(r), 0.5))
     near_zero = knp.negative(knp.tan(knp.multiply(shifted, math.pi)))
-    return knp.where(knp.greater(knp.abs(r), 0.25), near_zero, knp.divide(1, knp.tan(knp.multiply(r, math.pi))))
+    return knp.where(
+        knp.greater(knp.abs(r), 0.25), near_zero, knp.divide(1, knp.tan(knp.multiply(r, math.pi)))
+    )
 
 
 def _polygamma(n: int):
@@ -166,7 +195,9 @@ def _polygamma(n: int):
         reflect = knp.less(x, 0.5)
         q = knp.where(reflect, knp.subtract(1, x), x)
         direct = knp.multiply(_hurwitz_zeta(n + 1, q), sign * math.factorial(n))
-        cot_term = knp.multiply(knp.polyval(_cot_derivative(n), _cot_pi(x)), (-1.0) ** n * math.pi ** (n + 1))
+        cot_term = knp.multiply(
+            knp.polyval(_cot_derivative(n), _cot_pi(x)), (-1.0) ** n * math.pi ** (n + 1)
+        )
         reflected = knp.multiply(knp.subtract(cot_term, direct), sign)
         result = knp.where(reflect, reflected, direct)
         pole = knp.logical_and(knp.less_equal(x, 0), knp.equal(x, knp.floor(x)))
@@ -178,12 +209,26 @@ def _polygamma(n: int):
 
 # Giles' polynomials in w = -log(1 - x²): central (w < 5, in w - 2.5) and tail (in sqrt(w) - 3)
 _ERFINV_CENTRAL = (
-    2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
-    -0.00125372503, -0.00417768164, 0.246640727, 1.50140941,
+    2.81022636e-08,
+    3.43273939e-07,
+    -3.5233877e-06,
+    -4.39150654e-06,
+    0.00021858087,
+    -0.00125372503,
+    -0.00417768164,
+    0.246640727,
+    1.50140941,
 )
 _ERFINV_TAIL = (
-    -0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
-    -0.0076224613, 0.00943887047, 1.00167406, 2.83297682,
+    -0.000200214257,
+    0.000100950558,
+    0.00134934322,
+    -0.00367342844,
+    0.00573950773,
+    -0.0076224613,
+    0.00943887047,
+    1.00167406,
+    2.83297682,
 )
 
 
@@ -253,4 +298,3 @@ def atan2_out(ctx, x, other, *, out):
     dtype = dtype if dtype.is_float else DType.from_torch(torch.get_default_dtype())
     result = opmath(dtype, knp.arctan2, x, other)
     return knp.astype(knp.broadcast_to(result, ctx.out.shape), ctx.out_dtype)
-

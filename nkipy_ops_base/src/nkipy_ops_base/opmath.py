@@ -77,8 +77,12 @@ def unrounded(x: Any, dtype: DType) -> Any:
     return knp.astype(x, compute_dtype(dtype))
 
 
-def opmath(dtype: DType, fn: Callable[..., Any], *args: Any, unrounded_at: Collection[int] = ()) -> Any:
+def opmath(
+    dtype: DType, fn: Callable[..., Any], *args: Any, unrounded_at: Collection[int] = ()
+) -> Any:
     """``fn(*args)`` computed as torch computes an op whose result type is ``dtype``; the
     operands at positions ``unrounded_at`` keep their precision when they are scalars."""
-    operands = (unrounded(a, dtype) if i in unrounded_at else upcast(a, dtype) for i, a in enumerate(args))
+    operands = (
+        unrounded(a, dtype) if i in unrounded_at else upcast(a, dtype) for i, a in enumerate(args)
+    )
     return knp.astype(fn(*operands), dtype)

@@ -19,6 +19,6 @@ from . import (  # noqa: E402,F401
     lowerings_scan,
     lowerings_shape,
     lowerings_sorting,
-    lowerings_special,
     lowerings_spatial,
+    lowerings_special,
 )

@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from nkipy_core import knp
 
 
-def output_size(size: int, kernel: int, stride: int, padding: int, dilation: int = 1, ceil_mode: bool = False) -> int:
+def output_size(
+    size: int, kernel: int, stride: int, padding: int, dilation: int = 1, ceil_mode: bool = False
+) -> int:
     """ATen's pooling/convolution output length; with ``ceil_mode`` the last window must start
     inside the input or its left padding."""
     span = size + 2 * padding - dilation * (kernel - 1) - 1
@@ -31,11 +33,19 @@ def offsets(kernel: Sequence[int]) -> list[tuple[int, ...]]:
     return list(itertools.product(*(range(k) for k in kernel)))
 
 
-def window_slices(x, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out: Sequence[int]) -> list:
+def window_slices(
+    x, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out: Sequence[int]
+) -> list:
     """For each kernel offset, ``x``'s trailing dims read at ``offset * dilation + stride * i``."""
     lead = (slice(None),) * (x.ndim - len(kernel))
     return [
-        x[lead + tuple(slice(o * d, o * d + s * (n - 1) + 1, s) for o, d, s, n in zip(offset, dilation, stride, out))]
+        x[
+            lead
+            + tuple(
+                slice(o * d, o * d + s * (n - 1) + 1, s)
+                for o, d, s, n in zip(offset, dilation, stride, out)
+            )
+        ]
         for offset in offsets(kernel)
     ]
 
@@ -45,14 +55,19 @@ def interleave_zeros(x, axis: int, stride: int):
     if stride == 1 or x.shape[axis] == 0:
         return x
     axis %= x.ndim
-    zeros = knp.zeros((*x.shape[: axis + 1], stride - 1, *x.shape[axis + 1:]), knp.dtype_of(x))
+    zeros = knp.zeros((*x.shape[: axis + 1], stride - 1, *x.shape[axis + 1 :]), knp.dtype_of(x))
     spread = knp.concatenate([knp.expand_dims(x, axis + 1), zeros], axis=axis + 1)
-    merged = knp.reshape(spread, (*x.shape[:axis], x.shape[axis] * stride, *x.shape[axis + 1:]))
+    merged = knp.reshape(spread, (*x.shape[:axis], x.shape[axis] * stride, *x.shape[axis + 1 :]))
     return merged[(slice(None),) * axis + (slice(0, (x.shape[axis] - 1) * stride + 1),)]
 
 
-def place_windows(pieces: Sequence, canvas: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
-                  dilation: Sequence[int]):
+def place_windows(
+    pieces: Sequence,
+    canvas: Sequence[int],
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    dilation: Sequence[int],
+):
     """The adjoint of ``window_slices``: the sum over offsets of each piece put back where its
     slice was read, on zeros of trailing shape ``canvas``."""
     total = None
@@ -67,14 +82,22 @@ def place_windows(pieces: Sequence, canvas: Sequence[int], kernel: Sequence[int]
     return total
 
 
-def im2col(x, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out: Sequence[int]):
+def im2col(
+    x, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], out: Sequence[int]
+):
     """``(N, C, *spatial)`` to ``(N, C, prod(kernel), prod(out))`` columns of window values."""
     columns = knp.stack(window_slices(x, kernel, stride, dilation, out), axis=2)
     return knp.reshape(columns, (*x.shape[:2], math.prod(kernel), math.prod(out)))
 
 
-def col2im(columns, canvas: Sequence[int], kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int],
-           out: Sequence[int]):
+def col2im(
+    columns,
+    canvas: Sequence[int],
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    out: Sequence[int],
+):
     """The adjoint of ``im2col``: ``(N, C, prod(kernel), prod(out))`` back to ``(N, C, *canvas)``."""
     n, c = columns.shape[:2]
     pieces = [knp.reshape(columns[:, :, k], (n, c, *out)) for k in range(math.prod(kernel))]

@@ -19,7 +19,14 @@ RULES = RuleSet()
 c10d = torch.ops._c10d_functional
 
 #: torch's reduce-op names -> the primitives' (``avg`` is ``sum`` divided by the group size)
-_OPS = {"sum": "sum", "avg": "sum", "product": "prod", "premul_sum": None, "min": "min", "max": "max"}
+_OPS = {
+    "sum": "sum",
+    "avg": "sum",
+    "product": "prod",
+    "premul_sum": None,
+    "min": "min",
+    "max": "max",
+}
 
 
 def _groups(group_name: str) -> tuple[tuple[int, ...], ...]:
@@ -29,7 +36,9 @@ def _groups(group_name: str) -> tuple[tuple[int, ...], ...]:
     group = dist.distributed_c10d._resolve_process_group(group_name)
     ranks = tuple(dist.get_process_group_ranks(group))
     if len(ranks) != dist.get_world_size():
-        raise Unsupported(f"group {group_name!r} is a subgroup ({len(ranks)} of {dist.get_world_size()} ranks)")
+        raise Unsupported(
+            f"group {group_name!r} is a subgroup ({len(ranks)} of {dist.get_world_size()} ranks)"
+        )
     return (ranks,)
 
 

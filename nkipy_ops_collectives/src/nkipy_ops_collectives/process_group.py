@@ -23,8 +23,8 @@ size (floating tensors only, as NCCL's AVG).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import zlib
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch
@@ -140,8 +140,14 @@ class NkipyProcessGroup(dist.ProcessGroup):
                 "of the group must pass tensors of the same shape and dtype; nothing was exchanged."
             )
 
-    def _run(self, what: str, staging: _Staging, start: Callable[[], dist.Work],
-             after: Callable[[], None] = lambda: None, agree: tuple = ()) -> _Work:
+    def _run(
+        self,
+        what: str,
+        staging: _Staging,
+        start: Callable[[], dist.Work],
+        after: Callable[[], None] = lambda: None,
+        agree: tuple = (),
+    ) -> _Work:
         self._agree(what, agree)
         try:
             inner = start()
@@ -180,27 +186,48 @@ class NkipyProcessGroup(dist.ProcessGroup):
         staging = _Staging()
         host = [staging.update(t) for t in tensors]
         gloo_opts, divisor = self._reduce_options(dist.AllreduceOptions, opts)
-        return self._run("all_reduce", staging, lambda: self._gloo.allreduce(host, gloo_opts),
-                         self._averaged(host, divisor), _signature(tensors))
+        return self._run(
+            "all_reduce",
+            staging,
+            lambda: self._gloo.allreduce(host, gloo_opts),
+            self._averaged(host, divisor),
+            _signature(tensors),
+        )
 
-    def allgather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
-                  opts: dist.AllgatherOptions) -> _Work:
+    def allgather(
+        self,
+        output_lists: list[list[torch.Tensor]],
+        inputs: list[torch.Tensor],
+        opts: dist.AllgatherOptions,
+    ) -> _Work:
         staging = _Staging()
         host_out = [[staging.output(t) for t in outputs] for outputs in output_lists]
         host_in = [staging.read(t) for t in inputs]
-        return self._run("all_gather", staging, lambda: self._gloo.allgather(host_out, host_in, opts),
-                         agree=_signature(inputs))
+        return self._run(
+            "all_gather",
+            staging,
+            lambda: self._gloo.allgather(host_out, host_in, opts),
+            agree=_signature(inputs),
+        )
 
-    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002 - torch's name
-                          opts: dist.AllgatherOptions) -> _Work:
+    def all_gather_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,  # noqa: A002 - torch's name
+        opts: dist.AllgatherOptions,
+    ) -> _Work:
         staging = _Staging()
         host_out, host_in = staging.output(output), staging.read(input)
-        return self._run("all_gather_into_tensor", staging,
-                         lambda: self._gloo._allgather_base(host_out, host_in, opts),
-                         agree=_signature([input]))
+        return self._run(
+            "all_gather_into_tensor",
+            staging,
+            lambda: self._gloo._allgather_base(host_out, host_in, opts),
+            agree=_signature([input]),
+        )
 
-    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
-                                    opts: dist.AllgatherOptions) -> _Work:
+    def all_gather_single_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: dist.AllgatherOptions
+    ) -> _Work:
         """What eager ``_c10d_functional.all_gather_into_tensor`` calls (DTensor's ``full_tensor``).
 
         Gloo has no coalesced form from Python: the inputs travel as one flat tensor per rank,
@@ -220,29 +247,55 @@ class NkipyProcessGroup(dist.ProcessGroup):
             for out, part in zip(host_out, rows.split([t.numel() for t in inputs], dim=1)):
                 out.view(-1).copy_(part.reshape(-1))
 
-        return self._run("all_gather_into_tensor", staging, lambda: self._gloo._allgather_base(gathered, flat_in, opts),
-                         split, _signature(inputs))
+        return self._run(
+            "all_gather_into_tensor",
+            staging,
+            lambda: self._gloo._allgather_base(gathered, flat_in, opts),
+            split,
+            _signature(inputs),
+        )
 
-    def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
-                       opts: dist.ReduceScatterOptions) -> _Work:
+    def reduce_scatter(
+        self,
+        outputs: list[torch.Tensor],
+        input_lists: list[list[torch.Tensor]],
+        opts: dist.ReduceScatterOptions,
+    ) -> _Work:
         staging = _Staging()
         host_out = [staging.output(t) for t in outputs]
         host_in = [[staging.read(t) for t in inputs] for inputs in input_lists]
         gloo_opts, divisor = self._reduce_options(dist.ReduceScatterOptions, opts)
-        return self._run("reduce_scatter", staging, lambda: self._gloo.reduce_scatter(host_out, host_in, gloo_opts),
-                         self._averaged(host_out, divisor), _signature([t for ts in input_lists for t in ts]))
+        return self._run(
+            "reduce_scatter",
+            staging,
+            lambda: self._gloo.reduce_scatter(host_out, host_in, gloo_opts),
+            self._averaged(host_out, divisor),
+            _signature([t for ts in input_lists for t in ts]),
+        )
 
-    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
-                              opts: dist.ReduceScatterOptions) -> _Work:
+    def reduce_scatter_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,  # noqa: A002
+        opts: dist.ReduceScatterOptions,
+    ) -> _Work:
         staging = _Staging()
         host_out, host_in = staging.output(output), staging.read(input)
         gloo_opts, divisor = self._reduce_options(dist.ReduceScatterOptions, opts)
-        return self._run("reduce_scatter_tensor", staging,
-                         lambda: self._gloo._reduce_scatter_base(host_out, host_in, gloo_opts),
-                         self._averaged([host_out], divisor), _signature([input]))
+        return self._run(
+            "reduce_scatter_tensor",
+            staging,
+            lambda: self._gloo._reduce_scatter_base(host_out, host_in, gloo_opts),
+            self._averaged([host_out], divisor),
+            _signature([input]),
+        )
 
-    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
-                                        opts: dist.ReduceScatterOptions) -> _Work:
+    def reduce_scatter_single_coalesced(
+        self,
+        outputs: list[torch.Tensor],
+        inputs: list[torch.Tensor],
+        opts: dist.ReduceScatterOptions,
+    ) -> _Work:
         """What eager ``_c10d_functional.reduce_scatter_tensor`` calls: one reduce-scatter per
         pair, the earlier ones completed here, the last one returned to wait on."""
         works = [self.reduce_scatter_single(out, inp, opts) for out, inp in zip(outputs, inputs)]
@@ -250,30 +303,53 @@ class NkipyProcessGroup(dist.ProcessGroup):
             work.wait()
         return works[-1]
 
-    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,  # noqa: A002
-                          output_splits: list[int], input_splits: list[int], opts: dist.AllToAllOptions) -> _Work:
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,  # noqa: A002
+        output_splits: list[int],
+        input_splits: list[int],
+        opts: dist.AllToAllOptions,
+    ) -> _Work:
         staging = _Staging()
         host_out, host_in = staging.output(output), staging.read(input)
-        return self._run("all_to_all_single", staging,
-                         lambda: self._gloo.alltoall_base(host_out, host_in, output_splits, input_splits, opts),
-                         agree=(input.dtype, tuple(input.shape[1:])))  # rows may differ per rank
+        return self._run(
+            "all_to_all_single",
+            staging,
+            lambda: self._gloo.alltoall_base(host_out, host_in, output_splits, input_splits, opts),
+            agree=(input.dtype, tuple(input.shape[1:])),
+        )  # rows may differ per rank
 
     def broadcast(self, tensors: list[torch.Tensor], opts: dist.BroadcastOptions) -> _Work:
         staging = _Staging()
         # the root's tensors are only read, the others' only written: no needless transfer
-        host = [(staging.read if self.rank() == opts.rootRank else staging.output)(t) for t in tensors]
-        return self._run("broadcast", staging, lambda: self._gloo.broadcast(host, opts),
-                         agree=_signature(tensors))
+        host = [
+            (staging.read if self.rank() == opts.rootRank else staging.output)(t) for t in tensors
+        ]
+        return self._run(
+            "broadcast",
+            staging,
+            lambda: self._gloo.broadcast(host, opts),
+            agree=_signature(tensors),
+        )
 
-    def scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
-                opts: dist.ScatterOptions) -> _Work:
+    def scatter(
+        self,
+        outputs: list[torch.Tensor],
+        input_lists: list[list[torch.Tensor]],
+        opts: dist.ScatterOptions,
+    ) -> _Work:
         """DTensor's ``distribute_tensor`` shards a full tensor with this (from ``src_data_rank``)."""
         staging = _Staging()
         host_out = [staging.output(t) for t in outputs]
         # only the root passes inputs; every rank receives into outputs of the same shape
         host_in = [[staging.read(t) for t in inputs] for inputs in input_lists]
-        return self._run("scatter", staging, lambda: self._gloo.scatter(host_out, host_in, opts),
-                         agree=_signature(outputs))
+        return self._run(
+            "scatter",
+            staging,
+            lambda: self._gloo.scatter(host_out, host_in, opts),
+            agree=_signature(outputs),
+        )
 
     def barrier(self, opts: dist.BarrierOptions) -> _Work:
         return self._run("barrier", _Staging(), lambda: self._gloo.barrier(opts))

@@ -32,7 +32,9 @@ def register() -> None:
     except Exception as exc:  # noqa: BLE001 - raising here would break `import torch` itself
         logging.getLogger("nkipy").warning(
             "the nkipy process group was not registered (%s: %s); "
-            "`import nkipy_ops_collectives.process_group` shows the full error", type(exc).__name__, exc,
+            "`import nkipy_ops_collectives.process_group` shows the full error",
+            type(exc).__name__,
+            exc,
         )
 
 

@@ -22,7 +22,9 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from nkipy_core import Unsupported
 from nkipy_core.ir import TensorType, Traced
 
-_RECORDING: contextvars.ContextVar[Recording | None] = contextvars.ContextVar("nkipy_nki_recording", default=None)
+_RECORDING: contextvars.ContextVar[Recording | None] = contextvars.ContextVar(
+    "nkipy_nki_recording", default=None
+)
 
 
 def current() -> Recording | None:
@@ -76,8 +78,12 @@ def launch_of(op: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) ->
         raise Unsupported("a tensor passed by keyword")
     # lowering may run inside the compiler's fake-tensor mode: the body must run on real tensors
     with unset_fake_temporarily(), _recording(out) as rec, torch.no_grad():
-        example = [torch.ones(a.value.type.shape, dtype=a.value.type.dtype.torch) if isinstance(a, Traced) else a
-                   for a in args]
+        example = [
+            torch.ones(a.value.type.shape, dtype=a.value.type.dtype.torch)
+            if isinstance(a, Traced)
+            else a
+            for a in args
+        ]
         result = op(*example, **kwargs)
         if len(rec.launches) != 1:
             raise Unsupported(f"its body launches {len(rec.launches)} NKI kernels (one is lowered)")
@@ -99,9 +105,13 @@ def _argument(j: int, arg: Any, example: list[Any], result: Any) -> tuple[Any, .
             return ("input", position)
         if arg is result:
             if torch.count_nonzero(arg).item():
-                raise Unsupported(f"kernel argument {j} (the output buffer) is not zero-filled (torch.zeros)")
+                raise Unsupported(
+                    f"kernel argument {j} (the output buffer) is not zero-filled (torch.zeros)"
+                )
             return ("zeros", tuple(arg.shape), str(arg.dtype).removeprefix("torch."))
-        raise Unsupported(f"kernel argument {j} is a tensor the body computed, not an input of the op")
+        raise Unsupported(
+            f"kernel argument {j} is a tensor the body computed, not an input of the op"
+        )
     if isinstance(arg, (bool, int, float)):
         return ("value", arg)
     raise Unsupported(f"kernel argument {j} is a {type(arg).__name__}")

@@ -32,9 +32,11 @@ FORMAT = "nkipy-nki/1"
 def lower(launch: Launch, op: str, operands: Sequence[Any], out: TensorType) -> Any:
     """The custom call computing ``launch`` on ``operands`` (the traced inputs, in kernel order)."""
     try:
-        launch.kernel.key
+        launch.kernel.key  # noqa: B018 - reading the key reads the source: OSError if it has none
     except OSError:
-        raise Unsupported(f"the source of {launch.kernel!r} is not available (define kernels in a file)") from None
+        raise Unsupported(
+            f"the source of {launch.kernel!r} is not available (define kernels in a file)"
+        ) from None
     config = {
         "format": FORMAT,
         "op": op,
@@ -44,8 +46,14 @@ def lower(launch: Launch, op: str, operands: Sequence[Any], out: TensorType) -> 
         "args": [list(a) for a in launch.args],
         "result": list(launch.result),
     }
-    return knp.custom_call(operands, target=TARGET, config=json.dumps(config, sort_keys=True), host=HOST,
-                           shape=out.shape, dtype=out.dtype)
+    return knp.custom_call(
+        operands,
+        target=TARGET,
+        config=json.dumps(config, sort_keys=True),
+        host=HOST,
+        shape=out.shape,
+        dtype=out.dtype,
+    )
 
 
 def _grid_dim(dim: Any) -> Any:

@@ -64,11 +64,15 @@ def _schema(signature: inspect.Signature, name: str) -> str:
     params = []
     for p in signature.parameters.values():
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            raise TypeError(f"nki_op {name}: parameter {p.name!r} must be positional (NKI kernels take positional tensors)")
+            raise TypeError(
+                f"nki_op {name}: parameter {p.name!r} must be positional (NKI kernels take positional tensors)"
+            )
         if p.default is p.empty:
             params.append(f"Tensor {p.name}")
         elif type(p.default) in _SCALARS:
             params.append(f"{_SCALARS[type(p.default)]} {p.name}={p.default!r}")
         else:
-            raise TypeError(f"nki_op {name}: the default of {p.name!r} must be a float, int or bool, got {p.default!r}")
+            raise TypeError(
+                f"nki_op {name}: the default of {p.name!r} must be a float, int or bool, got {p.default!r}"
+            )
     return f"({', '.join(params)}) -> Tensor"

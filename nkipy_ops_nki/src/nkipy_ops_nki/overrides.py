@@ -39,11 +39,15 @@ def _rows(shape: tuple[int, ...]) -> tuple[int, int]:
 def softmax_over_the_last_dimension(ctx, x, dim, half_to_float):
     shape = x.shape
     if half_to_float or not shape or dim % len(shape) != len(shape) - 1:
-        raise Unsupported("the NKI softmax kernel computes over the last dimension, in the input's dtype")
+        raise Unsupported(
+            "the NKI softmax kernel computes over the last dimension, in the input's dtype"
+        )
     rows, cols = _rows(shape)
     reason = softmax.supports((rows, cols), x.dtype)
     if reason:
         raise Unsupported(f"the NKI softmax kernel: {reason}")
     launch = Launch(SOFTMAX, (), (("input", 0),), ("returned", 0))
     flat = TensorType((rows, cols), ctx.out_dtype)
-    return knp.reshape(custom_call.lower(launch, "aten::_softmax", [knp.reshape(x, (rows, cols))], flat), shape)
+    return knp.reshape(
+        custom_call.lower(launch, "aten::_softmax", [knp.reshape(x, (rows, cols))], flat), shape
+    )

@@ -45,23 +45,38 @@ def _other(node: torch.fx.Node, one: Any) -> Any:
     return b if a is one else a if b is one else None
 
 
-def _match(rsqrt: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, float] | None:
+def _match(
+    rsqrt: torch.fx.Node,
+) -> tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, float] | None:
     """(x, w, the node computing the result, eps) if ``rsqrt`` is the heart of an RMSNorm."""
     add = rsqrt.args[0]
     if not (isinstance(add, torch.fx.Node) and add.target in _ADD and _only_user(add) is rsqrt):
         return None
     mean, eps = add.args[:2]
-    if not (isinstance(mean, torch.fx.Node) and mean.target is aten.mean.dim and isinstance(eps, float)
-            and _only_user(mean) is add):
+    if not (
+        isinstance(mean, torch.fx.Node)
+        and mean.target is aten.mean.dim
+        and isinstance(eps, float)
+        and _only_user(mean) is add
+    ):
         return None
     square, dims, keepdim = (*mean.args, False)[:3]
-    if not (isinstance(square, torch.fx.Node) and square.target is aten.pow.Tensor_Scalar
-            and square.args[1] == 2 and keepdim and _only_user(square) is mean):
+    if not (
+        isinstance(square, torch.fx.Node)
+        and square.target is aten.pow.Tensor_Scalar
+        and square.args[1] == 2
+        and keepdim
+        and _only_user(square) is mean
+    ):
         return None
     x = square.args[0]
     val = x.meta.get("val")
-    if not (isinstance(val, torch.Tensor) and val.dtype == torch.float32 and val.dim() >= 1
-            and [d % val.dim() for d in dims] == [val.dim() - 1]):
+    if not (
+        isinstance(val, torch.Tensor)
+        and val.dtype == torch.float32
+        and val.dim() >= 1
+        and [d % val.dim() for d in dims] == [val.dim() - 1]
+    ):
         return None
     normed = _only_user(rsqrt)
     if normed is None or normed.target is not aten.mul.Tensor or _other(normed, rsqrt) is not x:
@@ -71,14 +86,20 @@ def _match(rsqrt: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, torch.fx
         return None
     w = _other(scaled, normed)
     wval = w.meta.get("val") if isinstance(w, torch.fx.Node) else None
-    if not (isinstance(wval, torch.Tensor) and wval.dtype == torch.float32 and tuple(wval.shape) == (val.shape[-1],)):
+    if not (
+        isinstance(wval, torch.Tensor)
+        and wval.dtype == torch.float32
+        and tuple(wval.shape) == (val.shape[-1],)
+    ):
         return None
     if rmsnorm.supports((math.prod(val.shape[:-1]), val.shape[-1]), torch.float32) is not None:
         return None
     return x, w, scaled, eps
 
 
-def _replace(gm: torch.fx.GraphModule, x: torch.fx.Node, w: torch.fx.Node, result: torch.fx.Node, eps: float) -> None:
+def _replace(
+    gm: torch.fx.GraphModule, x: torch.fx.Node, w: torch.fx.Node, result: torch.fx.Node, eps: float
+) -> None:
     shape = list(x.meta["val"].shape)
     flat = [math.prod(shape[:-1]), shape[-1]]
     graph = gm.graph
@@ -89,7 +110,9 @@ def _replace(gm: torch.fx.GraphModule, x: torch.fx.Node, w: torch.fx.Node, resul
         with getattr(val, "fake_mode", None) or contextlib.nullcontext():
             x2.meta["val"] = val.view(flat)
         y2 = graph.call_function(torch.ops.nkipy_nki.rms_norm.default, (x2, w, eps))
-        y2.meta["val"] = x2.meta["val"]  # same shape and dtype; w's fake tensor may be of another fake mode
+        y2.meta["val"] = x2.meta[
+            "val"
+        ]  # same shape and dtype; w's fake tensor may be of another fake mode
         y = graph.call_function(aten.view.default, (y2, shape))
         y.meta["val"] = result.meta["val"]
     result.replace_all_uses_with(y)

@@ -45,7 +45,14 @@ LOG_TAIL_LINES = 20
 class NeuronCompilerError(NkipyError):
     """``neuronx-cc`` failed or timed out on a kernel; the message quotes the command and the log's end."""
 
-    def __init__(self, what: str, command: tuple[str, ...], returncode: int | None, log_tail: str, log_path: Path):
+    def __init__(
+        self,
+        what: str,
+        command: tuple[str, ...],
+        returncode: int | None,
+        log_tail: str,
+        log_path: Path,
+    ):
         self.command = command
         self.returncode = returncode
         self.log_tail = log_tail
@@ -116,14 +123,18 @@ def timeout_seconds() -> float:
     try:
         return float(text)
     except ValueError:
-        raise ConfigurationError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds; unset it or set e.g. 1800") from None
+        raise ConfigurationError(
+            f"{TIMEOUT_ENV}={text!r} is not a number of seconds; unset it or set e.g. 1800"
+        ) from None
 
 
 def _tail(log: str) -> str:
     return "\n".join(log.splitlines()[-LOG_TAIL_LINES:]) or "(the log is empty)"
 
 
-def compile_neff(hlo_module_proto: bytes, *, target: str, extra_args: str = "", timeout: float) -> NeffBuild:
+def compile_neff(
+    hlo_module_proto: bytes, *, target: str, extra_args: str = "", timeout: float
+) -> NeffBuild:
     """Compile one serialized ``HloModuleProto`` to a NEFF for ``target``."""
     compiler = compiler_path()
     if compiler is None:
@@ -132,16 +143,32 @@ def compile_neff(hlo_module_proto: bytes, *, target: str, extra_args: str = "", 
             "compiler (pip install neuronx-cc from the Neuron pip repository) or activate its environment"
         )
     workdir = Path(tempfile.mkdtemp(prefix="nkipy-neuronx-cc-"))
-    hlo, neff, log_path = workdir / "hlo_module.pb", workdir / "kernel.neff", workdir / "neuronx-cc.log"
+    hlo, neff, log_path = (
+        workdir / "hlo_module.pb",
+        workdir / "kernel.neff",
+        workdir / "neuronx-cc.log",
+    )
     hlo.write_bytes(hlo_module_proto)
     command = (
-        compiler, "compile", "--framework", "XLA", str(hlo), "--target", target, "--output", str(neff),
+        compiler,
+        "compile",
+        "--framework",
+        "XLA",
+        str(hlo),
+        "--target",
+        target,
+        "--output",
+        str(neff),
         *shlex.split(extra_args),
     )
     start = time.monotonic()
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            command, cwd=workdir, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+            command,
+            cwd=workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         try:
@@ -150,13 +177,19 @@ def compile_neff(hlo_module_proto: bytes, *, target: str, extra_args: str = "", 
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             log = log_path.read_text(errors="replace")
-            raise NeuronCompilerError(f"timed out after {timeout:g} s", command, None, _tail(log), log_path) from None
+            raise NeuronCompilerError(
+                f"timed out after {timeout:g} s", command, None, _tail(log), log_path
+            ) from None
     seconds = time.monotonic() - start
     log = log_path.read_text(errors="replace")
     if returncode != 0:
-        raise NeuronCompilerError(f"failed with exit code {returncode}", command, returncode, _tail(log), log_path)
+        raise NeuronCompilerError(
+            f"failed with exit code {returncode}", command, returncode, _tail(log), log_path
+        )
     if not neff.is_file():
-        raise NeuronCompilerError("exited with 0 but wrote no NEFF", command, returncode, _tail(log), log_path)
+        raise NeuronCompilerError(
+            "exited with 0 but wrote no NEFF", command, returncode, _tail(log), log_path
+        )
     build = NeffBuild(neff.read_bytes(), log, command, seconds)
     shutil.rmtree(workdir, ignore_errors=True)
     return build

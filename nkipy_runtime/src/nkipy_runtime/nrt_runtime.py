@@ -77,12 +77,18 @@ class NrtRuntime:
     def compile(self, kernel: Kernel, options: CompileOptions) -> NrtExecutable:
         files = hlo_artifacts(kernel)
         build = neuronx_cc.compile_neff(
-            files[HLO_PROTO], target=self.cache_tag(options), extra_args=options.compiler_args,
+            files[HLO_PROTO],
+            target=self.cache_tag(options),
+            extra_args=options.compiler_args,
             timeout=neuronx_cc.timeout_seconds(),
         )
-        return NrtExecutable(Signature.of(kernel), {**files, NEFF: build.neff, LOG: build.log.encode()})
+        return NrtExecutable(
+            Signature.of(kernel), {**files, NEFF: build.neff, LOG: build.log.encode()}
+        )
 
-    def load(self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions) -> NrtExecutable:
+    def load(
+        self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions
+    ) -> NrtExecutable:
         return NrtExecutable(signature, artifacts)
 
     # -- device memory and execution: the NRT binding's ----------------------------------------
@@ -121,4 +127,6 @@ class NrtRuntime:
         self._device_handle().copy(src, dst)
 
     def run(self, executable: NrtExecutable, inputs: Sequence[DeviceArray]) -> list[DeviceArray]:
-        return self._device_handle().run(executable.neff, list(inputs), executable.signature.outputs)
+        return self._device_handle().run(
+            executable.neff, list(inputs), executable.signature.outputs
+        )

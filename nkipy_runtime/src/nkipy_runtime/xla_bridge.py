@@ -86,7 +86,9 @@ def to_hlo(stablehlo: str) -> HloModule:
     parser's message (which names the line)."""
     mlir = _mlir_bindings()
     try:
-        computation = mlir.mlir_module_to_xla_computation(stablehlo, use_tuple_args=False, return_tuple=False)
+        computation = mlir.mlir_module_to_xla_computation(
+            stablehlo, use_tuple_args=False, return_tuple=False
+        )
     except Exception as exc:  # noqa: BLE001 - jaxlib raises its own untyped errors
         raise HloConversionError(f"jaxlib rejected the StableHLO module: {exc}") from None
     return HloModule(computation.as_serialized_hlo_module_proto(), computation.as_hlo_text())
@@ -124,14 +126,20 @@ class Uploader:
         self._avals: dict[tuple, Any] = {}
 
     def __call__(self, hosts: Sequence[np.ndarray], borrow: bool = False) -> list[Any]:
-        semantics = self._semantics.ZERO_COPY if borrow else self._semantics.IMMUTABLE_ONLY_DURING_CALL
+        semantics = (
+            self._semantics.ZERO_COPY if borrow else self._semantics.IMMUTABLE_ONLY_DURING_CALL
+        )
         arrays = []
         for host in hosts:
             key = (host.shape, host.dtype)
             aval = self._avals.get(key)
             if aval is None:
                 aval = self._avals[key] = self._shaped(host.shape, host.dtype)
-            arrays.append(self._put(aval, self._sharding, [host], [self._device], True, not borrow, semantics, True))
+            arrays.append(
+                self._put(
+                    aval, self._sharding, [host], [self._device], True, not borrow, semantics, True
+                )
+            )
         return arrays
 
 
@@ -150,10 +158,13 @@ def compile_replicated(stablehlo: str, devices: Sequence[Any]) -> Any:
 
     options = xla_client.CompileOptions()
     options.num_replicas = len(devices)
-    options.device_assignment = xla_client.DeviceAssignment.create(np.array([[d.id] for d in devices]))
+    options.device_assignment = xla_client.DeviceAssignment.create(
+        np.array([[d.id] for d in devices])
+    )
     try:
         return devices[0].client.compile_and_load(
-            stablehlo.encode(), executable_devices=xla_client.DeviceList(tuple(devices)),
+            stablehlo.encode(),
+            executable_devices=xla_client.DeviceList(tuple(devices)),
             compile_options=options,
         )
     except Exception as exc:  # noqa: BLE001 - jaxlib raises its own untyped errors
@@ -170,10 +181,14 @@ def execute_replicated(
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     sharding = NamedSharding(Mesh(np.array(devices), ("replica",)), PartitionSpec())
-    uploads = [Uploader(d)([np.asarray(a) for a in args]) for d, args in zip(devices, inputs, strict=True)]
+    uploads = [
+        Uploader(d)([np.asarray(a) for a in args]) for d, args in zip(devices, inputs, strict=True)
+    ]
     arguments = []
     for shards in zip(*uploads):
-        arguments.append(jax.make_array_from_single_device_arrays(shards[0].shape, sharding, shards))
+        arguments.append(
+            jax.make_array_from_single_device_arrays(shards[0].shape, sharding, shards)
+        )
     outputs = executable.execute_sharded(arguments).disassemble_into_single_device_arrays()
     return [[np.asarray(out[i]) for out in outputs] for i in range(len(devices))]
 

@@ -15,11 +15,18 @@ from typing import Any
 
 import numpy as np
 
-from nkipy_core.ir import DType, Kernel, TensorType
-from nkipy_core.runtime import CompileOptions, DeviceArray, DeviceStats, Signature, contiguous_strides
+from nkipy_core.ir import DType, Kernel
+from nkipy_core.runtime import (
+    CompileOptions,
+    DeviceArray,
+    DeviceStats,
+    Signature,
+    contiguous_strides,
+)
 
 from . import xla_bridge
 from .hlo_files import STABLEHLO, hlo_artifacts
+
 
 def _exact_types(method):
     """Run ``method`` with jax's 64-bit types on: without it jax silently narrows i64, u64 and
@@ -92,7 +99,9 @@ class XlaRuntime:
     def compile(self, kernel: Kernel, options: CompileOptions) -> XlaExecutable:
         return XlaExecutable(hlo_artifacts(kernel), Signature.of(kernel), self.device)
 
-    def load(self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions) -> XlaExecutable:
+    def load(
+        self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions
+    ) -> XlaExecutable:
         return XlaExecutable(artifacts, signature, self.device)
 
     # -- device memory ---------------------------------------------------------------------
@@ -138,7 +147,10 @@ class XlaRuntime:
         as such. An input whose dtype is not the kernel's (torch's meta functions and CPU kernels
         disagree on a few ops, e.g. the bf16 ``_native_batch_norm_legit`` statistics) is
         converted to the kernel's, as staging it into a device buffer would."""
-        hosts = [np.ascontiguousarray(a, dtype=t.dtype.numpy) for a, t in zip(arrays, executable.signature.inputs)]
+        hosts = [
+            np.ascontiguousarray(a, dtype=t.dtype.numpy)
+            for a, t in zip(arrays, executable.signature.inputs)
+        ]
         inputs = self._upload(hosts, borrow=True)
         outputs = [np.array(o) for o in xla_bridge.execute(executable.compiled, inputs)]
         if self.device.platform != "cpu":
@@ -173,7 +185,11 @@ class XlaRuntime:
             return
         flat = self._flat(buffer, view.dtype)
         flat = _scatter(flat, values, view.shape, view.strides, view.offset)
-        buffer.array = flat if flat.size * view.dtype.numpy.itemsize == buffer.nbytes else self._merge(buffer, flat)
+        buffer.array = (
+            flat
+            if flat.size * view.dtype.numpy.itemsize == buffer.nbytes
+            else self._merge(buffer, flat)
+        )
 
     def _flat(self, buffer: XlaBuffer, dtype: DType) -> Any:
         """The buffer as a 1-D array of ``dtype`` (as many whole elements as fit)."""
@@ -200,12 +216,18 @@ def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _is_contiguous(view: DeviceArray) -> bool:
-    return view.offset == 0 and (math.prod(view.shape) <= 1 or view.strides == _row_major(view.shape))
+    return view.offset == 0 and (
+        math.prod(view.shape) <= 1 or view.strides == _row_major(view.shape)
+    )
 
 
 def _is_whole(view: DeviceArray, array: Any) -> bool:
     """``view`` reads all of ``array``, in order and with its element type."""
-    return array.dtype == view.dtype.numpy and array.size == math.prod(view.shape) and _is_contiguous(view)
+    return (
+        array.dtype == view.dtype.numpy
+        and array.size == math.prod(view.shape)
+        and _is_contiguous(view)
+    )
 
 
 @functools.cache

@@ -15,7 +15,9 @@ rules = RuleSet()  # priority 0, like nkipy-ops-base: this pack adds an op, it o
 def softplus(ctx, x, beta=1, threshold=20):
     """torch's formula: ``x`` where ``beta * x > threshold``, else ``log1p(exp(beta * x)) / beta``."""
     dtype = knp.dtype_of(x)
-    v = knp.astype(x, DType.f32) if dtype.is_half else x  # torch computes bf16/f16 in f32, rounds once
+    v = (
+        knp.astype(x, DType.f32) if dtype.is_half else x
+    )  # torch computes bf16/f16 in f32, rounds once
     bx = knp.multiply(v, beta)
     out = knp.where(knp.greater(bx, threshold), v, knp.divide(knp.log1p(knp.exp(bx)), beta))
     return knp.astype(out, dtype)

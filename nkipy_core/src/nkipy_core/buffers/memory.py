@@ -104,7 +104,9 @@ def _buffer(storage: torch.UntypedStorage):
     if base is None:
         raise DeviceError(f"no nkipy buffer backs storage at {address:#x}")
     if base != address:
-        raise DeviceError("views into the middle of a nkipy storage object are not supported; use tensor views")
+        raise DeviceError(
+            "views into the middle of a nkipy storage object are not supported; use tensor views"
+        )
     return _by_address[base]
 
 
@@ -131,7 +133,13 @@ def device_count() -> int:
 _SET = torch.ops.aten.set_.source_Storage_storage_offset._handle
 
 
-def set_layout(t: torch.Tensor, storage: torch.UntypedStorage, shape: Sequence[int], strides: Sequence[int], offset: int = 0) -> None:
+def set_layout(
+    t: torch.Tensor,
+    storage: torch.UntypedStorage,
+    shape: Sequence[int],
+    strides: Sequence[int],
+    offset: int = 0,
+) -> None:
     """Point ``t`` at ``storage`` with this layout; torch's CPU ``set_`` kernel only writes
     metadata (and checks the layout fits the storage)."""
     _SET.redispatch_boxed(_CPU, t, storage, offset, shape, strides)
@@ -147,13 +155,19 @@ def _span(shape: Sequence[int], strides: Sequence[int], offset: int, itemsize: i
     return end * itemsize
 
 
-def _tensor(buffer, nbytes: int, dtype: torch.dtype, shape, strides, offset: int = 0) -> torch.Tensor:
+def _tensor(
+    buffer, nbytes: int, dtype: torch.dtype, shape, strides, offset: int = 0
+) -> torch.Tensor:
     t = torch._C._acc.create_empty_tensor([0], dtype)
-    _SET.redispatch_boxed(_CPU, t, _storage(buffer, nbytes), offset, shape, strides)  # set_layout, inline
+    _SET.redispatch_boxed(
+        _CPU, t, _storage(buffer, nbytes), offset, shape, strides
+    )  # set_layout, inline
     return t
 
 
-def empty(shape: Sequence[int], dtype: torch.dtype, strides: Sequence[int] | None = None) -> torch.Tensor:
+def empty(
+    shape: Sequence[int], dtype: torch.dtype, strides: Sequence[int] | None = None
+) -> torch.Tensor:
     """A new device tensor with its own buffer (contents undefined)."""
     try:
         DType.from_torch(dtype)
@@ -203,8 +217,11 @@ def array(t: torch.Tensor) -> DeviceArray:
         return _array(_buffer(t.untyped_storage()), t)
     last = allocation.array
     if (
-        last is not None and last.shape == t.shape and last.strides == t.stride()
-        and last.offset == t.storage_offset() and last.dtype.torch is t.dtype
+        last is not None
+        and last.shape == t.shape
+        and last.strides == t.stride()
+        and last.offset == t.storage_offset()
+        and last.dtype.torch is t.dtype
     ):
         return last
     allocation.array = made = _array(allocation.buffer, t)
@@ -212,7 +229,13 @@ def array(t: torch.Tensor) -> DeviceArray:
 
 
 def _array(buffer, t: torch.Tensor) -> DeviceArray:
-    return DeviceArray(buffer, _DTYPES.get(t.dtype) or DType.from_torch(t.dtype), t.shape, t.stride(), t.storage_offset())
+    return DeviceArray(
+        buffer,
+        _DTYPES.get(t.dtype) or DType.from_torch(t.dtype),
+        t.shape,
+        t.stride(),
+        t.storage_offset(),
+    )
 
 
 #: DType of each torch dtype the device holds (``DType.from_torch`` raises for the others)

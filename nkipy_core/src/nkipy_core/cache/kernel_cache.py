@@ -98,14 +98,18 @@ class KernelCache:
             return None
 
     def put_index(self, key: str, value: dict[str, Any]) -> None:
-        atomic_write(self.root / "index" / key, json.dumps(value, sort_keys=True).encode(), self.root / "tmp")
+        atomic_write(
+            self.root / "index" / key, json.dumps(value, sort_keys=True).encode(), self.root / "tmp"
+        )
 
     # -- kernel entries -----------------------------------------------------------------------
 
     def entry_dir(self, key: str) -> Path:
         return self.root / "kernels" / key
 
-    def load(self, key: str, count_miss: bool = True) -> tuple[dict[str, Any], dict[str, bytes]] | None:
+    def load(
+        self, key: str, count_miss: bool = True
+    ) -> tuple[dict[str, Any], dict[str, bytes]] | None:
         """(meta, artifacts) of a complete, intact entry; ``None`` (and the entry moved aside) otherwise.
 
         ``count_miss=False`` for the second look after waiting for the compile lock: the miss
@@ -127,12 +131,16 @@ class KernelCache:
                 if name.startswith("artifacts/")
             }
         except (OSError, ValueError, KeyError) as exc:
-            log.warning("nkipy cache: entry %s is corrupt or partial (%s); rebuilding it", entry, exc)
+            log.warning(
+                "nkipy cache: entry %s is corrupt or partial (%s); rebuilding it", entry, exc
+            )
             STATS["corrupt"] += 1
             self._discard(entry)
             return None
         STATS["hits"] += 1
-        log.debug("nkipy cache: hit for kernel %s (%s, %s)", key, meta.get("name"), meta.get("runtime"))
+        log.debug(
+            "nkipy cache: hit for kernel %s (%s, %s)", key, meta.get("name"), meta.get("runtime")
+        )
         return meta, artifacts
 
     @contextlib.contextmanager
@@ -160,7 +168,13 @@ class KernelCache:
                     time.sleep(_LOCK_POLL_SECONDS)
             yield  # closing the file releases the lock
 
-    def store(self, key: str, files: Mapping[str, bytes], artifacts: Mapping[str, bytes], meta: dict[str, Any]) -> Path:
+    def store(
+        self,
+        key: str,
+        files: Mapping[str, bytes],
+        artifacts: Mapping[str, bytes],
+        meta: dict[str, Any],
+    ) -> Path:
         """Write an entry atomically; if another process got there first, keep theirs (a writer
         that bypassed the compile lock, e.g. an older nkipy)."""
         final = self.entry_dir(key)
@@ -170,7 +184,10 @@ class KernelCache:
             for name, data in everything.items():
                 (staging / name).parent.mkdir(parents=True, exist_ok=True)
                 (staging / name).write_bytes(data)
-            meta = {**meta, "files": {n: hashlib.sha256(b).hexdigest() for n, b in everything.items()}}
+            meta = {
+                **meta,
+                "files": {n: hashlib.sha256(b).hexdigest() for n, b in everything.items()},
+            }
             (staging / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
             try:
                 os.rename(staging, final)

@@ -20,17 +20,25 @@ class Exclusion:
     reason: str
 
 
-SYMBOLIC_SIZE_QUERY = "symbolic-size query: answered when a graph is specialised on concrete sizes, never in a kernel"
+SYMBOLIC_SIZE_QUERY = (
+    "symbolic-size query: answered when a graph is specialised on concrete sizes, never in a kernel"
+)
 DATA_DEPENDENT_SHAPE = "data-dependent output shape: its size depends on the values, which a static kernel cannot express"
 HOST_SCALAR = "data-dependent host value: `.item()` hands a tensor element to Python on the host"
 STORAGE_RESIZE = "in-place storage resize: mutates a tensor's size at run time; functionalized graphs never hold it"
 COMPLEX_FFT = "complex FFT: complex tensors are not in the NKIPy IR"
 
 CORE_ATEN_EXCLUSIONS: tuple[Exclusion, ...] = (
-    *(Exclusion(op, SYMBOLIC_SIZE_QUERY) for op in (
-        "aten::sym_is_contiguous.default", "aten::sym_numel.default", "aten::sym_size.int",
-        "aten::sym_storage_offset.default", "aten::sym_stride.int",
-    )),
+    *(
+        Exclusion(op, SYMBOLIC_SIZE_QUERY)
+        for op in (
+            "aten::sym_is_contiguous.default",
+            "aten::sym_numel.default",
+            "aten::sym_size.int",
+            "aten::sym_storage_offset.default",
+            "aten::sym_stride.int",
+        )
+    ),
     Exclusion("aten::nonzero.default", DATA_DEPENDENT_SHAPE),
     Exclusion("aten::_local_scalar_dense.default", HOST_SCALAR),
     Exclusion("aten::resize_.default", STORAGE_RESIZE),

@@ -31,11 +31,11 @@ import numpy
 import torch
 
 from nkipy_core.cli import new_pack
-from nkipy_core.plugin import manager as plugins
-from nkipy_core.compiler import precompile
-from nkipy_core.observe import profiling
 from nkipy_core.cli.coverage_exclusions import EXCLUSIONS
+from nkipy_core.compiler import precompile
 from nkipy_core.errors import NkipyError
+from nkipy_core.observe import profiling
+from nkipy_core.plugin import manager as plugins
 from nkipy_core.plugin.registry import LoweringRule, op_name
 
 CORE_DISTRIBUTION = "nkipy-core"
@@ -182,7 +182,9 @@ def coverage(lowered: Iterable[str], opset: str = "core-aten") -> dict[str, Any]
     have = set(lowered)
     covered = [op for op in wanted if op in have]
     reasons = {e.op: e.reason for e in EXCLUSIONS[opset]}
-    excluded = [{"op": op, "reason": reasons[op]} for op in wanted if op not in have and op in reasons]
+    excluded = [
+        {"op": op, "reason": reasons[op]} for op in wanted if op not in have and op in reasons
+    ]
     return {
         "opset": opset,
         "torch": torch.__version__,
@@ -228,9 +230,17 @@ def _selected_runtime(runtimes: list[dict[str, Any]]) -> dict[str, Any]:
             problem = f"NKIPY_RUNTIME={requested!r} is not available: {row['reason']}"
         else:
             problem = ""
-        return {"requested": requested, "selected": requested if not problem else None, "problem": problem}
+        return {
+            "requested": requested,
+            "selected": requested if not problem else None,
+            "problem": problem,
+        }
     first = next((r["name"] for r in runtimes if r["available"]), None)
-    return {"requested": None, "selected": first, "problem": "" if first else "no runtime is available"}
+    return {
+        "requested": None,
+        "selected": first,
+        "problem": "" if first else "no runtime is available",
+    }
 
 
 def _resolve_pack(loaded: plugins.Plugins, pack: str | None) -> str | None:
@@ -275,7 +285,8 @@ def _table_section(title: str, empty: str, headers: list[str], cells: list[tuple
 def render_lowerings(rows: list[dict[str, Any]], pack: str | None) -> str:
     hint = f"from {pack}" if pack else "installed (install nkipy-ops-base for the core ATen opset)"
     return _table_section(
-        "Lowerings", f"no lowerings {hint}",
+        "Lowerings",
+        f"no lowerings {hint}",
         ["op", "provider", "version", "priority", "overrides", "rule"],
         [
             (
@@ -293,10 +304,18 @@ def render_lowerings(rows: list[dict[str, Any]], pack: str | None) -> str:
 
 def render_plugins(rows: list[dict[str, Any]]) -> str:
     return _table_section(
-        "Plugins", "no nkipy plugins found (is nkipy-core installed?)",
+        "Plugins",
+        "no nkipy plugins found (is nkipy-core installed?)",
         ["plugin", "distribution", "version", "hook API", "status", "module / error"],
         [
-            (r["name"], r["distribution"], r["version"], r["hook_api"] or "-", r["status"], r["module"] or r["error"])
+            (
+                r["name"],
+                r["distribution"],
+                r["version"],
+                r["hook_api"] or "-",
+                r["status"],
+                r["module"] or r["error"],
+            )
             for r in rows
         ],
     )
@@ -304,11 +323,18 @@ def render_plugins(rows: list[dict[str, Any]]) -> str:
 
 def render_runtimes(rows: list[dict[str, Any]]) -> str:
     return _table_section(
-        "Runtimes", "no runtimes registered",
+        "Runtimes",
+        "no runtimes registered",
         ["runtime", "priority", "provider", "hardware", "available", "reason"],
         [
-            (r["name"], r["priority"], f"{r['provider']} {r['version']}", "yes" if r["hardware"] else "no",
-             "yes" if r["available"] else "no", r["reason"] or "-")
+            (
+                r["name"],
+                r["priority"],
+                f"{r['provider']} {r['version']}",
+                "yes" if r["hardware"] else "no",
+                "yes" if r["available"] else "no",
+                r["reason"] or "-",
+            )
             for r in rows
         ],
     )
@@ -333,8 +359,8 @@ def render_coverage(report: dict[str, Any], pack: str | None) -> str:
 def device_status() -> dict[str, Any]:
     """Whether torch knows the ``nkipy`` device, how it was registered, and whether torch may
     pick it as the machine's accelerator (``torch.nkipy.is_available()``)."""
-    from nkipy_core.device import module
     from nkipy_core.buffers.device_contract import NAME
+    from nkipy_core.device import module
 
     taken = torch._C._get_privateuse1_backend_name()
     return {
@@ -352,7 +378,11 @@ def render_device(device: dict[str, Any]) -> str:
             f"Problem: torch device {device['name']!r} is not registered: PrivateUse1 is "
             f"{device['privateuse1']!r} (another package took it)"
         )
-    how = "torch autoload" if device["autoload"] else "import nkipy_core (TORCH_DEVICE_BACKEND_AUTOLOAD=0)"
+    how = (
+        "torch autoload"
+        if device["autoload"]
+        else "import nkipy_core (TORCH_DEVICE_BACKEND_AUTOLOAD=0)"
+    )
     if device["accelerator"]:
         accelerator = "torch.accelerator picks it"
     else:
@@ -377,7 +407,9 @@ def render_doctor(report: dict[str, Any]) -> str:
     lines.append(render_device(report["device"]))
     for row in report["plugins"]:
         if row["status"] != "ok":
-            lines.append(f"Problem: plugin {row['name']!r} ({row['distribution']}) was skipped: {row['error']}")
+            lines.append(
+                f"Problem: plugin {row['name']!r} ({row['distribution']}) was skipped: {row['error']}"
+            )
     for row in report["runtimes"]:
         if not row["available"]:
             lines.append(f"Note: runtime {row['name']!r} is unavailable: {row['reason']}")
@@ -388,8 +420,17 @@ def render_doctor(report: dict[str, Any]) -> str:
 
 def render_precompile(report: dict[str, Any]) -> str:
     headers = ["kernels", "compiled", "cached", "failed", "compiler seconds"]
-    row = [report["kernels"], report["compiled"], report["cached"], report["failed"], f"{report['compiler_seconds']:.1f}"]
-    lines = [f"Precompile for {report['runtime']} into {report['cache']}", format_table(headers, [row])]
+    row = [
+        report["kernels"],
+        report["compiled"],
+        report["cached"],
+        report["failed"],
+        f"{report['compiler_seconds']:.1f}",
+    ]
+    lines = [
+        f"Precompile for {report['runtime']} into {report['cache']}",
+        format_table(headers, [row]),
+    ]
     lines += [f"  failed: {f['kernel']}: {f['error']}" for f in report["failures"]]
     lines.append(f"command exited with code {report['exit_code']}")
     return "\n".join(lines)
@@ -410,7 +451,9 @@ def kernel_rows(runs: list[dict[str, Any]], sort: str = "total") -> list[dict[st
     rows: dict[str, dict[str, Any]] = {}
     for run in runs:
         for k in run["kernels"]:
-            row = rows.setdefault(k["key"], {**k, "calls": 0, "total_ns": 0, "bytes_in": 0, "bytes_out": 0})
+            row = rows.setdefault(
+                k["key"], {**k, "calls": 0, "total_ns": 0, "bytes_in": 0, "bytes_out": 0}
+            )
             for field in ("calls", "total_ns", "bytes_in", "bytes_out"):
                 row[field] += k[field]
     for row in rows.values():
@@ -433,16 +476,29 @@ def render_stats(report: dict[str, Any]) -> str:
         for r in report["runs"]
     )
     total = sum(k["total_ns"] for k in report["kernels"]) / 1e6
-    lines = [f"Kernel statistics of the last run in {report['cache']}: {runs}; {total:.3f} ms in kernels"]
-    lines.append(_table_section(
-        "Kernels", "no kernel was called",
-        ["key", "name", "calls", "total ms", "mean µs", "bytes in", "bytes out", "ops"],
-        [
-            (k["key"][:12], k["name"], k["calls"], f"{k['total_ms']:.3f}", f"{k['mean_us']:.1f}",
-             _bytes(k["bytes_in"]), _bytes(k["bytes_out"]), k["ops"] or "-")
-            for k in report["kernels"]
-        ],
-    ))
+    lines = [
+        f"Kernel statistics of the last run in {report['cache']}: {runs}; {total:.3f} ms in kernels"
+    ]
+    lines.append(
+        _table_section(
+            "Kernels",
+            "no kernel was called",
+            ["key", "name", "calls", "total ms", "mean µs", "bytes in", "bytes out", "ops"],
+            [
+                (
+                    k["key"][:12],
+                    k["name"],
+                    k["calls"],
+                    f"{k['total_ms']:.3f}",
+                    f"{k['mean_us']:.1f}",
+                    _bytes(k["bytes_in"]),
+                    _bytes(k["bytes_out"]),
+                    k["ops"] or "-",
+                )
+                for k in report["kernels"]
+            ],
+        )
+    )
     return "\n".join(lines)
 
 
@@ -469,7 +525,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     plugin_data, runtime_data = plugin_rows(loaded), runtime_rows(loaded)
     data = {"pack": pack, "lowerings": rows, "plugins": plugin_data, "runtimes": runtime_data}
-    text = "\n\n".join([render_lowerings(rows, pack), render_plugins(plugin_data), render_runtimes(runtime_data)])
+    text = "\n\n".join(
+        [render_lowerings(rows, pack), render_plugins(plugin_data), render_runtimes(runtime_data)]
+    )
     failed = sum(p["status"] != "ok" for p in plugin_data)
     if failed:
         text += f"\n\n{failed} plugin(s) were skipped (failed or incompatible); --strict makes this an error."
@@ -508,20 +566,29 @@ def cmd_precompile(args: argparse.Namespace) -> int:
     """
     command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
     if not command:
-        raise _UsageError("give the command to run after --, e.g. nkipy-ops precompile -- python train.py")
+        raise _UsageError(
+            "give the command to run after --, e.g. nkipy-ops precompile -- python train.py"
+        )
     precompile.target_runtime(args.runtime, args.strict)  # fail before running anything
     cache = _cache_dir(args.cache)
     with tempfile.TemporaryDirectory(prefix="nkipy-precompile-") as scratch:
         report_path = Path(scratch) / "report.json"
         env = {
-            **os.environ, "NKIPY_RUNTIME": "cpu", "NKIPY_PRECOMPILE": args.runtime, "NKIPY_CACHE": str(cache),
+            **os.environ,
+            "NKIPY_RUNTIME": "cpu",
+            "NKIPY_PRECOMPILE": args.runtime,
+            "NKIPY_CACHE": str(cache),
             precompile.REPORT_ENV: str(report_path),
         }
         if args.target:
             env["NKIPY_TARGET"] = args.target
         exit_code = subprocess.call(command, env=env)
         # no report: the command compiled nothing (or died before its exit handlers ran)
-        counts = json.loads(report_path.read_text()) if report_path.exists() else precompile.Report().as_dict()
+        counts = (
+            json.loads(report_path.read_text())
+            if report_path.exists()
+            else precompile.Report().as_dict()
+        )
     report = {"runtime": args.runtime, "cache": str(cache), "exit_code": exit_code, **counts}
     _emit(report, render_precompile(report), args.format)
     return exit_code or (1 if report["failed"] else EXIT_OK)
@@ -538,15 +605,21 @@ def cmd_stats(args: argparse.Namespace) -> int:
     cache = _cache_dir(args.cache)
     runs = profiling.read_last_run(cache)
     if not runs:
-        raise _UsageError(f"no kernel statistics under {cache}: run a program with nkipy_cache={cache} first")
+        raise _UsageError(
+            f"no kernel statistics under {cache}: run a program with nkipy_cache={cache} first"
+        )
     if args.rank is not None:
         ranks = [r["rank"] for r in runs]
         runs = [r for r in runs if r["rank"] == args.rank]
         if not runs:
-            raise _UsageError(f"the last run in {cache} has no rank {args.rank}; its ranks: {ranks}")
+            raise _UsageError(
+                f"the last run in {cache} has no rank {args.rank}; its ranks: {ranks}"
+            )
     report = {
         "cache": str(cache),
-        "runs": [{k: r[k] for k in ("rank", "world_size", "pid", "finished", "file")} for r in runs],
+        "runs": [
+            {k: r[k] for k in ("rank", "world_size", "pid", "finished", "file")} for r in runs
+        ],
         "kernels": kernel_rows(runs, args.sort),
     }
     _emit(report, render_stats(report), args.format)
@@ -565,7 +638,9 @@ def cmd_new_pack(args: argparse.Namespace) -> int:
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     print(f"wrote the op pack {args.name} to {root}:")
     print("\n".join(f"  {f}" for f in files))
-    print(f"next:\n  pip install -e '{root}[test]'\n  nkipy-ops list --pack {args.name}\n  pytest {root}")
+    print(
+        f"next:\n  pip install -e '{root}[test]'\n  nkipy-ops list --pack {args.name}\n  pytest {root}"
+    )
     return EXIT_OK
 
 
@@ -597,42 +672,61 @@ def build_parser() -> argparse.ArgumentParser:
         description="Show what the installed nkipy plugins lower and whether this machine can run them.",
         parents=[_common_options(suppress_defaults=False)],
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_distribution_version(CORE_DISTRIBUTION)}")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {_distribution_version(CORE_DISTRIBUTION)}",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = _common_options(suppress_defaults=True)
 
     list_parser = commands.add_parser(
-        "list", parents=[common], help="lowerings (op, provider, priority, overrides), plugins and runtimes",
+        "list",
+        parents=[common],
+        help="lowerings (op, provider, priority, overrides), plugins and runtimes",
         description="List lowering rules with their provider, then plugins and runtimes.",
     )
-    list_parser.add_argument("--pack", metavar="NAME", help="only ops this distribution lowers (e.g. nkipy-ops-base)")
     list_parser.add_argument(
-        "--coverage", choices=OPSETS, metavar="OPSET",
+        "--pack", metavar="NAME", help="only ops this distribution lowers (e.g. nkipy-ops-base)"
+    )
+    list_parser.add_argument(
+        "--coverage",
+        choices=OPSETS,
+        metavar="OPSET",
         help="report covered/total of an opset and what is missing (OPSET: core-aten)",
     )
     list_parser.set_defaults(handler=cmd_list)
 
     doctor = commands.add_parser(
-        "doctor", parents=[common], help="versions, plugin status, runtime availability and what is missing",
+        "doctor",
+        parents=[common],
+        help="versions, plugin status, runtime availability and what is missing",
         description="Diagnose the installation. Exit code 0 if a runtime is available (the one "
         "NKIPY_RUNTIME names, if set), else 1.",
     )
     doctor.set_defaults(handler=cmd_doctor)
 
     pre = commands.add_parser(
-        "precompile", parents=[common], help="run a command and compile its kernels for a device this machine lacks",
+        "precompile",
+        parents=[common],
+        help="run a command and compile its kernels for a device this machine lacks",
         description="Run COMMAND (after --) on the cpu runtime while every kernel it compiles is also "
         "compiled for --runtime into the cache; then print kernels, compiled, cached, failed and "
         "compiler seconds. Copy the cache directory to the device host: nothing compiles there.",
     )
     pre.add_argument("--runtime", default="nrt", help="runtime to compile for (default: nrt)")
-    pre.add_argument("--cache", metavar="DIR", help="kernel cache directory (default: NKIPY_CACHE, else ./nkipy_cache)")
+    pre.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="kernel cache directory (default: NKIPY_CACHE, else ./nkipy_cache)",
+    )
     pre.add_argument("--target", help="hardware target to compile for (NKIPY_TARGET; e.g. trn2)")
     pre.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND")
     pre.set_defaults(handler=cmd_precompile)
 
     new = commands.add_parser(
-        "new-pack", help="write a new op pack (pyproject, plugin module, tests, README) that passes its tests",
+        "new-pack",
+        help="write a new op pack (pyproject, plugin module, tests, README) that passes its tests",
         description="Write a pip-installable op pack NAME into DIR/NAME: the nkipy entry point, a plugin "
         "module with one lowering rule and one decomposition, their tests (including OpInfo conformance) "
         "and a README.",
@@ -642,16 +736,24 @@ def build_parser() -> argparse.ArgumentParser:
     new.set_defaults(handler=cmd_new_pack)
 
     stats = commands.add_parser(
-        "stats", parents=[common], help="time, calls and bytes per kernel of the last run with a cache",
+        "stats",
+        parents=[common],
+        help="time, calls and bytes per kernel of the last run with a cache",
         description="Print the per-kernel counters (calls, total and mean time, bytes in and out, "
         "the primitives each kernel runs) that the last program run with the kernel cache DIR wrote "
         "at exit, most total time first. A run of several ranks is summed unless --rank is given.",
     )
     stats.add_argument(
-        "cache", nargs="?", metavar="DIR", help="kernel cache directory (default: NKIPY_CACHE, else ./nkipy_cache)"
+        "cache",
+        nargs="?",
+        metavar="DIR",
+        help="kernel cache directory (default: NKIPY_CACHE, else ./nkipy_cache)",
     )
     stats.add_argument(
-        "--sort", choices=tuple(STATS_SORTS), default="total", help="order of the rows (default: total time)"
+        "--sort",
+        choices=tuple(STATS_SORTS),
+        default="total",
+        help="order of the rows (default: total time)",
     )
     stats.add_argument("--rank", type=int, help="only this rank's counters")
     stats.set_defaults(handler=cmd_stats)
@@ -669,7 +771,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version (code 0 or None) and usage errors (code 2)
-        return exc.code if isinstance(exc.code, int) else EXIT_OK if exc.code is None else EXIT_ERROR
+        return (
+            exc.code if isinstance(exc.code, int) else EXIT_OK if exc.code is None else EXIT_ERROR
+        )
     try:
         return args.handler(args)
     except (_UsageError, NkipyError) as exc:

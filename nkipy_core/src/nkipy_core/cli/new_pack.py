@@ -43,9 +43,15 @@ def write_pack(distribution: str, parent: Path) -> Path:
         )
     root = parent / distribution
     if root.exists() and any(root.iterdir()):
-        raise PackExistsError(f"{root} already exists and is not empty: choose another NAME or --dir")
+        raise PackExistsError(
+            f"{root} already exists and is not empty: choose another NAME or --dir"
+        )
     module = module_name(distribution)
-    values = {"name": distribution, "module": module, "hook_api": f">={HOOK_API_VERSION},<{int(HOOK_API_VERSION.split('.')[0]) + 1}"}
+    values = {
+        "name": distribution,
+        "module": module,
+        "hook_api": f">={HOOK_API_VERSION},<{int(HOOK_API_VERSION.split('.')[0]) + 1}",
+    }
     for relative, template in _FILES.items():
         path = root / Template(relative).substitute(values)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -54,7 +60,7 @@ def write_pack(distribution: str, parent: Path) -> Path:
 
 
 _FILES = {
-    "pyproject.toml": '''
+    "pyproject.toml": """
         [build-system]
         requires = ["setuptools>=68"]
         build-backend = "setuptools.build_meta"
@@ -79,7 +85,7 @@ _FILES = {
 
         [tool.pytest.ini_options]
         testpaths = ["tests"]
-    ''',
+    """,
     "src/$module/__init__.py": '''
         """$name: an nkipy op pack (its rules are in ``plugin``)."""
     ''',
@@ -194,7 +200,7 @@ _FILES = {
         def test_conformance_with_pytorch_opinfos(nkipy_conformance):
             nkipy_conformance("$name")
     ''',
-    "README.md": '''
+    "README.md": """
         # $name
 
         An op pack for [nkipy](https://pypi.org/project/nkipy-core/): it lowers `aten::mish` to one
@@ -211,5 +217,5 @@ _FILES = {
           (`nkipy_conformance`, fp32 and bf16, forward and backward). Failures you expect on purpose go
           in `tests/conformance_expected_failures.txt` (`NKIPY_UPDATE_EXPECTED_FAILURES=1 pytest` writes it).
         - The tests also run without installing the pack: `tests/conftest.py` registers the plugin.
-    ''',
+    """,
 }

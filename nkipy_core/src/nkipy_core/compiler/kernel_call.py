@@ -16,10 +16,10 @@ import torch
 import torch.fx
 
 from nkipy_core.buffers import memory
-from nkipy_core.observe import profiling
-from nkipy_core.errors import ConfigurationError
 from nkipy_core.compiler.host_views import HostViews, host_arrays
+from nkipy_core.errors import ConfigurationError
 from nkipy_core.ir.types import numpy_to_torch, torch_to_numpy
+from nkipy_core.observe import profiling
 from nkipy_core.runtime.base import DeviceArray
 
 
@@ -44,8 +44,15 @@ class KernelCall(torch.nn.Module):
     """
 
     def __init__(
-        self, name: str, executable: Any, runtime: Any, tuple_output: bool, entry: str, on_device: Sequence[bool],
-        orders: Sequence[tuple[int, ...] | None], stats: profiling.KernelRecord,
+        self,
+        name: str,
+        executable: Any,
+        runtime: Any,
+        tuple_output: bool,
+        entry: str,
+        on_device: Sequence[bool],
+        orders: Sequence[tuple[int, ...] | None],
+        stats: profiling.KernelRecord,
     ):
         super().__init__()
         #: this kernel's counters (``nkipy_core.kernel_stats()``), shared by its other calls
@@ -92,9 +99,12 @@ class KernelCall(torch.nn.Module):
         self._free(runtime, staged)
         if self.single and self.on_device[0]:
             return memory.wrap(results[0])
-        return self._laid_out(tuple(
-            memory.wrap(r) if dev else self._fetch(runtime, r) for r, dev in zip(results, self.on_device)
-        ))
+        return self._laid_out(
+            tuple(
+                memory.wrap(r) if dev else self._fetch(runtime, r)
+                for r, dev in zip(results, self.on_device)
+            )
+        )
 
     __call__ = forward
 
@@ -156,7 +166,8 @@ class KernelCall(torch.nn.Module):
 
     def _laid_out(self, outputs: tuple[torch.Tensor, ...]):
         outputs = tuple(
-            t if inverse is None else t.contiguous().permute(inverse) for t, inverse in zip(outputs, self.inverse_orders)
+            t if inverse is None else t.contiguous().permute(inverse)
+            for t, inverse in zip(outputs, self.inverse_orders)
         )
         return outputs if self.tuple_output else outputs[0]
 
@@ -190,11 +201,20 @@ def entry(gm: torch.fx.GraphModule) -> Callable[..., Any]:
     graph's inputs in order, that kernel's call itself."""
     nodes = list(gm.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
-    body = nodes[len(placeholders):-1]
-    if len(body) != 1 or body[0].op != "call_module" or body[0].kwargs or list(body[0].args) != placeholders:
+    body = nodes[len(placeholders) : -1]
+    if (
+        len(body) != 1
+        or body[0].op != "call_module"
+        or body[0].kwargs
+        or list(body[0].args) != placeholders
+    ):
         return gm.forward
     call = getattr(gm, body[0].target)
     result = nodes[-1].args[0]
-    if not isinstance(call, KernelCall) or call.tuple_output or not isinstance(result, (tuple, list)):
+    if (
+        not isinstance(call, KernelCall)
+        or call.tuple_output
+        or not isinstance(result, (tuple, list))
+    ):
         return gm.forward
     return call.as_graph if list(result) == body else gm.forward

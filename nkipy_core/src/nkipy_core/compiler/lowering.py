@@ -17,11 +17,11 @@ import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from nkipy_core import knp
+from nkipy_core.compiler.rng import RandomStream, split_kwargs
 from nkipy_core.errors import Unsupported, VerificationError
 from nkipy_core.ir.builder import KernelBuilder, Traced, constant
 from nkipy_core.ir.types import DType, TensorType
 from nkipy_core.plugin.registry import LoweringRule, op_name
-from nkipy_core.compiler.rng import RandomStream, split_kwargs
 
 TensorTypes = TensorType | tuple[Any, ...]
 
@@ -47,7 +47,10 @@ class Layout:
             return None
         try:
             return cls(
-                tuple(int(s) for s in val.stride()), int(val.storage_offset()), bool(val.is_contiguous()), graph_input
+                tuple(int(s) for s in val.stride()),
+                int(val.storage_offset()),
+                bool(val.is_contiguous()),
+                graph_input,
             )
         except (TypeError, RuntimeError):  # symbolic strides
             return None
@@ -90,7 +93,9 @@ class LoweringContext:
         graph the backend did not prepare). Draw once per node; for several independent values
         per element ask for a leading dimension (``(2, *shape)``) and index it."""
         if self.rng is None:
-            raise Unsupported("a random op without a random key (not prepared by the nkipy backend)")
+            raise Unsupported(
+                "a random op without a random key (not prepared by the nkipy backend)"
+            )
         return knp.random_bits(self.rng.state(), shape)
 
 
@@ -105,8 +110,12 @@ def tensor_type(val: Any) -> TensorType:
     if not all(isinstance(d, int) for d in val.shape):
         # graphs whose sizes all follow from their inputs' are specialised before lowering
         if free_unbacked_symbols(val):
-            raise Unsupported("a data-dependent shape (its size depends on tensor values, so no static kernel fits it)")
-        raise Unsupported("a symbolic shape in a graph that also has data-dependent sizes, so it is not specialised")
+            raise Unsupported(
+                "a data-dependent shape (its size depends on tensor values, so no static kernel fits it)"
+            )
+        raise Unsupported(
+            "a symbolic shape in a graph that also has data-dependent sizes, so it is not specialised"
+        )
     try:
         dtype = DType.from_torch(val.dtype)
     except TypeError:

@@ -25,11 +25,11 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from nkipy_core.buffers import memory
-from nkipy_core.plugin import manager as plugins
-from nkipy_core.compiler import precompile, regions, rng
-from nkipy_core.observe import profiling
-from nkipy_core.compiler.aten_schema import is_view
 from nkipy_core.cache.kernel_cache import STATS, KernelCache, digest
+from nkipy_core.compiler import precompile, regions, rng
+from nkipy_core.compiler.aten_schema import is_view
+from nkipy_core.compiler.kernel_call import KernelCall, _inverse
+from nkipy_core.compiler.lowering import GRAPH_INPUT, Layout, invoke, output_types, tensor_type
 from nkipy_core.config.settings import Config, select_runtime
 from nkipy_core.errors import LoweringError, Unsupported, UnsupportedOpsError, VerificationError
 from nkipy_core.ir import codegen
@@ -39,9 +39,9 @@ from nkipy_core.ir.primitives import primitive
 from nkipy_core.ir.printer import format_kernel
 from nkipy_core.ir.types import DType, TensorType
 from nkipy_core.ir.verify import verify
-from nkipy_core.compiler.kernel_call import KernelCall, _inverse
-from nkipy_core.compiler.lowering import GRAPH_INPUT, Layout, invoke, output_types, tensor_type
+from nkipy_core.observe import profiling
 from nkipy_core.observe.progress import CompileProgress
+from nkipy_core.plugin import manager as plugins
 from nkipy_core.plugin.registry import LoweringRule, op_name, source_digest
 from nkipy_core.runtime.base import CompileOptions, Runtime, Signature, runs_custom_call
 
@@ -67,12 +67,17 @@ def _core_version() -> str:
 
 def _candidates(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return [
-        n for n in gm.graph.nodes
-        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target not in _GLUE
+        n
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+        and isinstance(n.target, torch._ops.OpOverload)
+        and n.target not in _GLUE
     ]
 
 
-def _choose_rule(node: torch.fx.Node, rules: list[LoweringRule], strict: bool, runtime: Runtime) -> LoweringRule | str:
+def _choose_rule(
+    node: torch.fx.Node, rules: list[LoweringRule], strict: bool, runtime: Runtime
+) -> LoweringRule | str:
     """The first rule that accepts ``node`` (tried on a scratch kernel), or why none did.
 
     A rule whose lowering the runtime cannot run inside a kernel is declined (see
@@ -130,7 +135,9 @@ def _versions_key() -> str:
     """The installed plugin distributions and versions, and the core's own sources (its
     primitives and codegen define what a kernel computes): part of every cache key."""
     providers = sorted(f"{s.name}={s.provenance}" for s in plugins.get().statuses if s.ok)
-    return digest("versions", _core_version(), source_digest("nkipy_core"), torch.__version__, *providers)
+    return digest(
+        "versions", _core_version(), source_digest("nkipy_core"), torch.__version__, *providers
+    )
 
 
 def _placeholder_key(node: torch.fx.Node) -> str:
@@ -147,19 +154,30 @@ def _plan_key(gm: torch.fx.GraphModule, registry, runtime_name: str) -> str:
     return digest("plan", gm.code, *metas, *rules, _versions_key(), runtime_name)
 
 
-def plan(gm: torch.fx.GraphModule, config: Config, cache: KernelCache, runtime: Runtime) -> dict[str, LoweringRule | str]:
+def plan(
+    gm: torch.fx.GraphModule, config: Config, cache: KernelCache, runtime: Runtime
+) -> dict[str, LoweringRule | str]:
     """Node name -> chosen rule, or the reason it falls back; cached by graph so warm runs skip rules."""
     registry = plugins.get(strict=config.strict).lowerings
     key = _plan_key(gm, registry, runtime.name)
     nodes = _candidates(gm)
     cached = _restore_plan(cache.get_index(key), nodes, registry)
     if cached is not None:
-        log.debug("plan of a graph of %d op(s) for %s reused from the cache", len(nodes), runtime.name)
+        log.debug(
+            "plan of a graph of %d op(s) for %s reused from the cache", len(nodes), runtime.name
+        )
         return cached
-    decisions = {n.name: _choose_rule(n, registry.rules_for(n.target), config.strict, runtime) for n in nodes}
+    decisions = {
+        n.name: _choose_rule(n, registry.rules_for(n.target), config.strict, runtime) for n in nodes
+    }
     _wait_where_the_collective_runs(nodes, decisions)
     lowered = sum(isinstance(d, LoweringRule) for d in decisions.values())
-    log.debug("planned a graph for %s: %d op(s) lowered, %d on CPU", runtime.name, lowered, len(nodes) - lowered)
+    log.debug(
+        "planned a graph for %s: %d op(s) lowered, %d on CPU",
+        runtime.name,
+        lowered,
+        len(nodes) - lowered,
+    )
     STATS["planned_nodes"] += len(nodes)
     cache.put_index(key, _encode_plan(decisions))
     return decisions
@@ -169,7 +187,9 @@ def plan(gm: torch.fx.GraphModule, config: Config, cache: KernelCache, runtime: 
 _WAIT_TENSOR = "_c10d_functional::wait_tensor"
 
 
-def _wait_where_the_collective_runs(nodes: list[torch.fx.Node], decisions: dict[str, LoweringRule | str]) -> None:
+def _wait_where_the_collective_runs(
+    nodes: list[torch.fx.Node], decisions: dict[str, LoweringRule | str]
+) -> None:
     """``wait_tensor`` completes the asynchronous collective that produced its argument. Lowered
     it is the identity, which is right only in the kernel that holds the collective: when the
     collective runs outside (through torch.distributed), so must its wait, or the kernel would
@@ -182,10 +202,15 @@ def _wait_where_the_collective_runs(nodes: list[torch.fx.Node], decisions: dict[
 
 
 def _encode_plan(decisions: dict[str, LoweringRule | str]) -> dict[str, str]:
-    return {k: ("rule:" + v.fingerprint if isinstance(v, LoweringRule) else v) for k, v in decisions.items()}
+    return {
+        k: ("rule:" + v.fingerprint if isinstance(v, LoweringRule) else v)
+        for k, v in decisions.items()
+    }
 
 
-def _restore_plan(stored: dict[str, str] | None, nodes, registry) -> dict[str, LoweringRule | str] | None:
+def _restore_plan(
+    stored: dict[str, str] | None, nodes, registry
+) -> dict[str, LoweringRule | str] | None:
     """A cached plan with rule names resolved to the installed rules; ``None`` if any is gone."""
     if stored is None:
         return None
@@ -195,7 +220,9 @@ def _restore_plan(stored: dict[str, str] | None, nodes, registry) -> dict[str, L
         if choice is None:
             return None
         if choice.startswith("rule:"):
-            rule = next((r for r in registry.rules_for(node.target) if r.fingerprint == choice[5:]), None)
+            rule = next(
+                (r for r in registry.rules_for(node.target) if r.fingerprint == choice[5:]), None
+            )
             if rule is None:
                 return None
             decisions[node.name] = rule
@@ -213,7 +240,9 @@ def _fallbacks(gm: torch.fx.GraphModule, decisions: dict[str, Any]) -> dict[str,
             fallbacks.setdefault(op_name(node.target), decision)
         elif node.op == "call_function" and not isinstance(node.target, torch._ops.OpOverload):
             if node.target not in (operator.getitem, regions.run_on_cpu):
-                fallbacks.setdefault(getattr(node.target, "__name__", str(node.target)), "not an ATen op")
+                fallbacks.setdefault(
+                    getattr(node.target, "__name__", str(node.target)), "not an ATen op"
+                )
     return fallbacks
 
 
@@ -258,7 +287,10 @@ def output_orders(sub: torch.fx.GraphModule) -> tuple[tuple[int, ...] | None, ..
     specialisations) expect, whatever layout the runtime gives its results.
     """
     result = next(iter(sub.graph.find_nodes(op="output"))).args[0]
-    return tuple(_dense_order(n.meta.get("val")) for n in (result if isinstance(result, (tuple, list)) else [result]))
+    return tuple(
+        _dense_order(n.meta.get("val"))
+        for n in (result if isinstance(result, (tuple, list)) else [result])
+    )
 
 
 def _dense_order(value: Any) -> tuple[int, ...] | None:
@@ -314,7 +346,11 @@ def trace_subgraph(sub: torch.fx.GraphModule, name: str):
 
 
 def _subgraph_key(sub: torch.fx.GraphModule, base: str) -> str:
-    metas = [f"{tensor_type(n.meta['val'])}/{_placeholder_key(n)}" for n in sub.graph.nodes if n.op == "placeholder"]
+    metas = [
+        f"{tensor_type(n.meta['val'])}/{_placeholder_key(n)}"
+        for n in sub.graph.nodes
+        if n.op == "placeholder"
+    ]
     rules = [n.meta[RULE].fingerprint for n in sub.graph.nodes if RULE in n.meta]
     return digest("subgraph", base, sub.code, *metas, *rules)
 
@@ -341,7 +377,12 @@ class _Lowered:
 
 
 def _find_or_lower(
-    sub: torch.fx.GraphModule, name: str, config: Config, runtime, on_device: bool | None, lower,
+    sub: torch.fx.GraphModule,
+    name: str,
+    config: Config,
+    runtime,
+    on_device: bool | None,
+    lower,
 ) -> KernelCall | _Lowered:
     """The kernel's call rebuilt from the cache (through the fx index without lowering, or by
     its kernel key after lowering), else the lowered kernel still to compile."""
@@ -360,25 +401,40 @@ def _find_or_lower(
         devices = [on_device] * len(results)
     indexed = cache.get_index(fx_key)
     if indexed is not None:
-        call = load_kernel(cache, indexed["kernel"], name, runtime, options, tuple_output, devices, orders)
+        call = load_kernel(
+            cache, indexed["kernel"], name, runtime, options, tuple_output, devices, orders
+        )
         if call is not None:
             return call
     kernel = lower(sub, name)
     ir_text = format_kernel(kernel, with_origin=False)
-    kernel_key = digest("kernel", ir_text, runtime.name, tag, options.compiler_args, _versions_key())
+    kernel_key = digest(
+        "kernel", ir_text, runtime.name, tag, options.compiler_args, _versions_key()
+    )
     loaded = cache.load(kernel_key)
     if loaded is None:
-        return _Lowered(name, sub, kernel, kernel_key, fx_key, options, tuple_output, devices, orders)
+        return _Lowered(
+            name, sub, kernel, kernel_key, fx_key, options, tuple_output, devices, orders
+        )
     executable = runtime.load(loaded[1], Signature.of(kernel), options)
     cache.put_index(fx_key, {"kernel": kernel_key})
     log.debug("kernel %s lowered to cache entry %s, which holds it compiled", name, kernel_key)
-    stats = profiling.record(cache.root, kernel_key, name, profiling.op_counts(kernel), executable.signature)
+    stats = profiling.record(
+        cache.root, kernel_key, name, profiling.op_counts(kernel), executable.signature
+    )
     return KernelCall(name, executable, runtime, tuple_output, kernel_key, devices, orders, stats)
 
 
 def load_kernel(
-    cache: KernelCache, key: str, name: str, runtime, options: CompileOptions, tuple_output: bool,
-    devices: Sequence[bool], orders: Sequence[tuple[int, ...] | None], count_miss: bool = True,
+    cache: KernelCache,
+    key: str,
+    name: str,
+    runtime,
+    options: CompileOptions,
+    tuple_output: bool,
+    devices: Sequence[bool],
+    orders: Sequence[tuple[int, ...] | None],
+    count_miss: bool = True,
 ) -> KernelCall | None:
     """The call of kernel ``key`` (named ``name``) made from its cache entry, without lowering;
     ``None`` when the entry is missing or corrupt (``KernelCache.load``; ``count_miss`` as there).
@@ -388,7 +444,9 @@ def load_kernel(
     if loaded is None:
         return None
     meta, artifacts = loaded
-    signature = Signature([_parse_type(t) for t in meta["inputs"]], [_parse_type(t) for t in meta["outputs"]])
+    signature = Signature(
+        [_parse_type(t) for t in meta["inputs"]], [_parse_type(t) for t in meta["outputs"]]
+    )
     executable = runtime.load(artifacts, signature, options)
     log.debug("kernel %s loaded from cache entry %s without lowering", name, key)
     stats = profiling.record(cache.root, key, name, meta.get("ops", {}), signature)
@@ -397,7 +455,9 @@ def load_kernel(
 
 def compile_options(config: Config) -> CompileOptions:
     """What a runtime compiles and loads a kernel with, from the configuration."""
-    return CompileOptions(config.additional_compiler_args, config.rank, config.world_size, config.target)
+    return CompileOptions(
+        config.additional_compiler_args, config.rank, config.world_size, config.target
+    )
 
 
 def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall, float | None]:
@@ -414,19 +474,40 @@ def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall
         stored = cache.load(job.kernel_key, count_miss=False)
         if stored is not None:
             executable = runtime.load(stored[1], Signature.of(job.kernel), job.options)
-            log.info("kernel %s was compiled by another process while this one waited; loaded it", job.name)
+            log.info(
+                "kernel %s was compiled by another process while this one waited; loaded it",
+                job.name,
+            )
         else:
             start = time.monotonic()
             executable = runtime.compile(job.kernel, job.options)
             seconds = time.monotonic() - start
-            cache.store(job.kernel_key, _entry_files(job), executable.artifacts(), _entry_meta(job, runtime, seconds))
+            cache.store(
+                job.kernel_key,
+                _entry_files(job),
+                executable.artifacts(),
+                _entry_meta(job, runtime, seconds),
+            )
             log.info(
-                "compiled kernel %s (%s) for %s in %.2f s into cache entry %s", job.name,
-                profiling.op_summary(ops), runtime.name, seconds, job.kernel_key,
+                "compiled kernel %s (%s) for %s in %.2f s into cache entry %s",
+                job.name,
+                profiling.op_summary(ops),
+                runtime.name,
+                seconds,
+                job.kernel_key,
             )
     cache.put_index(job.fx_key, {"kernel": job.kernel_key})
     stats = profiling.record(cache.root, job.kernel_key, job.name, ops, executable.signature)
-    call = KernelCall(job.name, executable, runtime, job.tuple_output, job.kernel_key, job.devices, job.orders, stats)
+    call = KernelCall(
+        job.name,
+        executable,
+        runtime,
+        job.tuple_output,
+        job.kernel_key,
+        job.devices,
+        job.orders,
+        stats,
+    )
     return call, seconds
 
 
@@ -458,7 +539,11 @@ def _count_compile(seconds: float | None) -> None:
 
 
 def compile_kernel(
-    sub: torch.fx.GraphModule, name: str, config: Config, runtime, on_device: bool | None = None,
+    sub: torch.fx.GraphModule,
+    name: str,
+    config: Config,
+    runtime,
+    on_device: bool | None = None,
     lower=lower_subgraph,
 ) -> KernelCall:
     """Lower (with ``lower``), compile and cache one supported subgraph (each node's rule in
@@ -476,7 +561,9 @@ def compile_kernel(
 
 
 def compile_kernels(
-    subs: Sequence[tuple[str, torch.fx.GraphModule]], config: Config, runtime,
+    subs: Sequence[tuple[str, torch.fx.GraphModule]],
+    config: Config,
+    runtime,
     report: precompile.Report | None = None,
 ) -> list[KernelCall | None]:
     """``compile_kernel`` for the subgraphs of one graph, calls in the order given.
@@ -499,7 +586,9 @@ def compile_kernels(
     if report is not None:
         for _ in range(sum(isinstance(f, KernelCall) for f in found)):
             report.record_cached()
-    workers = min(len(pending), os.cpu_count() or 1) if getattr(runtime, "parallel_compile", False) else 1
+    workers = (
+        min(len(pending), os.cpu_count() or 1) if getattr(runtime, "parallel_compile", False) else 1
+    )
 
     with CompileProgress(len(pending), runtime.name) as progress:
 
@@ -544,10 +633,18 @@ def _parse_type(text: str) -> TensorType:
 def _written_argument(node: torch.fx.Node) -> torch.fx.Node | None:
     """The argument an ``out=`` or in-place node writes and returns (``atan2.out``'s ``out``,
     ``add_``'s ``self``), if it writes exactly one and returns it; else ``None``."""
-    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or node.target in _GLUE:
+    if (
+        node.op != "call_function"
+        or not isinstance(node.target, torch._ops.OpOverload)
+        or node.target in _GLUE
+    ):
         return None
     schema = node.target._schema
-    written = [(i, a) for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    written = [
+        (i, a)
+        for i, a in enumerate(schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    ]
     if len(written) != 1 or len(schema.returns) != 1 or schema.returns[0].alias_info is None:
         return None
     ((index, argument),) = written
@@ -572,7 +669,9 @@ def functionalize_writes(gm: torch.fx.GraphModule) -> None:
             continue
         base = next((b for b, v in latest.items() if v is target), target)
         later = order[node]
-        target.replace_all_uses_with(node, delete_user_cb=lambda user, later=later: order.get(user, -1) > later)
+        target.replace_all_uses_with(
+            node, delete_user_cb=lambda user, later=later: order.get(user, -1) > later
+        )
         latest[base] = node
     for base, value in latest.items():
         if base.op == "placeholder":
@@ -580,7 +679,9 @@ def functionalize_writes(gm: torch.fx.GraphModule) -> None:
                 gm.graph.call_function(torch.ops.aten.copy_.default, (base, value))
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config) -> torch.fx.GraphModule:
+def compile_graph(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], config: Config
+) -> torch.fx.GraphModule:
     """Replace every maximal supported subgraph of ``gm`` by a compiled kernel call.
 
     With ``config.precompile`` naming another runtime, a copy of the graph is also lowered for
@@ -590,14 +691,21 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], confi
     runtime = select_runtime(config)
     cache = KernelCache(config.nkipy_cache)
     if config.precompile and config.precompile != runtime.name:
-        twin = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # node metas are shared, not copied
+        twin = torch.fx.GraphModule(
+            gm, copy.deepcopy(gm.graph)
+        )  # node metas are shared, not copied
         target = precompile.target_runtime(config.precompile, config.strict)
         _lower(twin, config, target, cache, precompile.REPORT)
     return _lower(gm, config, runtime, cache)
 
 
-def _lower(gm: torch.fx.GraphModule, config: Config, runtime: Runtime, cache: KernelCache,
-           report: precompile.Report | None = None) -> torch.fx.GraphModule:
+def _lower(
+    gm: torch.fx.GraphModule,
+    config: Config,
+    runtime: Runtime,
+    cache: KernelCache,
+    report: precompile.Report | None = None,
+) -> torch.fx.GraphModule:
     """``compile_graph`` for one runtime; with a precompile ``report`` it compiles for another
     process, so it does not warn about fallbacks (that process will)."""
     loaded = plugins.get(strict=config.strict)
@@ -614,7 +722,9 @@ def _lower(gm: torch.fx.GraphModule, config: Config, runtime: Runtime, cache: Ke
         node.meta[GRAPH_INPUT] = True
     gm.graph.lint()
     gm.recompile()
-    decisions = plan(gm, config, cache, runtime)  # cached under the runtime's name: its process finds it
+    decisions = plan(
+        gm, config, cache, runtime
+    )  # cached under the runtime's name: its process finds it
     rng.unseed_fallbacks(gm, {n for n, d in decisions.items() if isinstance(d, LoweringRule)})
     fallbacks = _fallbacks(gm, decisions)
     if report is None:
@@ -628,12 +738,16 @@ def _lower(gm: torch.fx.GraphModule, config: Config, runtime: Runtime, cache: Ke
     partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
     fused = partitioner.fuse_partitions(partitioner.propose_partitions(), prefix="nkipy_kernel_")
     subs = [
-        (node.target, getattr(fused, node.target)) for node in fused.graph.nodes
+        (node.target, getattr(fused, node.target))
+        for node in fused.graph.nodes
         if node.op == "call_module" and node.target.startswith("nkipy_kernel_")
     ]
     for (name, _), call in zip(subs, compile_kernels(subs, config, runtime, report)):
         setattr(fused, name, call)
     fused.recompile()
     fused.meta[FALLBACKS] = fallbacks
-    log.info("compiled a graph into %d kernel(s)", sum(isinstance(m, KernelCall) for m in fused.children()))
+    log.info(
+        "compiled a graph into %d kernel(s)",
+        sum(isinstance(m, KernelCall) for m in fused.children()),
+    )
     return fused

@@ -18,8 +18,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nkipy_core.plugin import manager as plugins
 from nkipy_core.errors import RuntimeNotFoundError, RuntimeUnavailableError
+from nkipy_core.plugin import manager as plugins
 
 log = logging.getLogger("nkipy.precompile")
 
@@ -50,7 +50,12 @@ class Report:
             self._write_at_exit()
 
     def record_failed(self, kernel: str, error: BaseException) -> None:
-        log.warning("nkipy precompile: kernel %s failed to compile: %s: %s", kernel, type(error).__name__, error)
+        log.warning(
+            "nkipy precompile: kernel %s failed to compile: %s: %s",
+            kernel,
+            type(error).__name__,
+            error,
+        )
         with self._lock:
             self.failures.append({"kernel": kernel, "error": f"{type(error).__name__}: {error}"})
             self._write_at_exit()
@@ -91,5 +96,7 @@ def target_runtime(name: str, strict: bool = False) -> Any:
         )
     ok, reason = getattr(runtime, "can_compile", runtime.available)()
     if not ok:
-        raise RuntimeUnavailableError(f"cannot precompile for runtime {name!r} on this machine: {reason}")
+        raise RuntimeUnavailableError(
+            f"cannot precompile for runtime {name!r} on this machine: {reason}"
+        )
     return runtime

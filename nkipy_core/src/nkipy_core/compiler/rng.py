@@ -33,8 +33,8 @@ import torch.fx
 
 from nkipy_core import knp
 from nkipy_core.cache.kernel_cache import STATS
-from nkipy_core.ir.types import DType
 from nkipy_core.compiler.regions import run_on_cpu
+from nkipy_core.ir.types import DType
 
 log = logging.getLogger("nkipy.rng")
 
@@ -44,7 +44,9 @@ RNG_KWARG = "nkipy_rng"
 STREAM_BLOCKS = 1 << 40
 
 
-@torch.library.custom_op("nkipy::rng_key", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,))
+@torch.library.custom_op(
+    "nkipy::rng_key", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,)
+)
 def _rng_key() -> torch.Tensor:
     """A fresh 63-bit key from torch's default CPU generator, advancing it; one host step per
     call of a graph with random ops, counted in ``cache_stats["random_keys"]``. Tagged as a
@@ -95,7 +97,11 @@ def _draws(node: torch.fx.Node) -> bool:
         return _dropping(node)
     for index, argument in enumerate(node.target._schema.arguments):
         if argument.name == "dropout_p":
-            p = node.args[index] if index < len(node.args) else node.kwargs.get("dropout_p", argument.default_value)
+            p = (
+                node.args[index]
+                if index < len(node.args)
+                else node.kwargs.get("dropout_p", argument.default_value)
+            )
             return isinstance(p, torch.fx.Node) or p != 0
     return True
 
@@ -145,16 +151,27 @@ def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], RandomStream |
 
 #: random ops whose ``self`` gives only a shape, dtype and device: functional forms of in-place
 #: fills (``x.uniform_()`` is ``uniform(x)`` after functionalization) and the ``*_like`` ops
-_SHAPE_ONLY_SELF = frozenset({
-    "aten::uniform", "aten::normal_functional", "aten::random", "aten::exponential",
-    "aten::cauchy", "aten::log_normal", "aten::geometric",
-})
+_SHAPE_ONLY_SELF = frozenset(
+    {
+        "aten::uniform",
+        "aten::normal_functional",
+        "aten::random",
+        "aten::exponential",
+        "aten::cauchy",
+        "aten::log_normal",
+        "aten::geometric",
+    }
+)
 _SHAPE_ONLY_SELF_OVERLOADS = frozenset({"aten::bernoulli.p", "aten::bernoulli.Tensor"})
 
 
 def _shape_only_self(op: torch._ops.OpOverload) -> bool:
     packet = op.name().split(".")[0]
-    return packet in _SHAPE_ONLY_SELF or packet.endswith("_like") or op.name() in _SHAPE_ONLY_SELF_OVERLOADS
+    return (
+        packet in _SHAPE_ONLY_SELF
+        or packet.endswith("_like")
+        or op.name() in _SHAPE_ONLY_SELF_OVERLOADS
+    )
 
 
 def _host(graph: torch.fx.Graph, op, args: tuple, kwargs: dict, val: Any) -> torch.fx.Node:

@@ -5,6 +5,13 @@ runtime selection) and the table of every environment variable nkipy reads.
 for users; the code lives in ``settings``.
 """
 
-from nkipy_core.config.settings import Config, current, init_nkipy_backend, peek, reset, select_runtime
+from nkipy_core.config.settings import (
+    Config,
+    current,
+    init_nkipy_backend,
+    peek,
+    reset,
+    select_runtime,
+)
 
 __all__ = ["Config", "current", "init_nkipy_backend", "peek", "reset", "select_runtime"]

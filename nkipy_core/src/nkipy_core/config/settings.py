@@ -14,8 +14,8 @@ from typing import Any
 
 import attrs
 
-from nkipy_core.plugin import manager as plugins
 from nkipy_core.errors import ConfigurationError, RuntimeNotFoundError, RuntimeUnavailableError
+from nkipy_core.plugin import manager as plugins
 
 log = logging.getLogger("nkipy")
 
@@ -91,8 +91,12 @@ _explicit = False
 
 
 def _resolve(
-    rank: int | None = None, world_size: int | None = None, runtime: str | None = None,
-    nkipy_cache: str | os.PathLike | None = None, target: str | None = None, precompile: str | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    runtime: str | None = None,
+    nkipy_cache: str | os.PathLike | None = None,
+    target: str | None = None,
+    precompile: str | None = None,
     **settings,
 ) -> Config:
     """A configuration from the given settings, the environment and the defaults: the one place
@@ -146,9 +150,17 @@ def init_nkipy_backend(
     """
     global _config, _explicit
     config = _resolve(
-        rank, world_size, runtime, nkipy_cache=nkipy_cache, target=target, precompile=precompile,
-        log_level=log_level, additional_compiler_args=additional_compiler_args, strict=strict,
-        max_specializations=max_specializations, fallback_random=fallback_random,
+        rank,
+        world_size,
+        runtime,
+        nkipy_cache=nkipy_cache,
+        target=target,
+        precompile=precompile,
+        log_level=log_level,
+        additional_compiler_args=additional_compiler_args,
+        strict=strict,
+        max_specializations=max_specializations,
+        fallback_random=fallback_random,
     )
     with _lock:
         if _explicit and _config != config:

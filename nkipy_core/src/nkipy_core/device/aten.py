@@ -23,7 +23,6 @@ import torch
 from nkipy_core.compiler.aten_schema import is_view
 from nkipy_core.device import rnn
 
-
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _library: tuple[torch.library.Library, ...] | None = None
 _redispatch: dict[torch._ops.OpOverload, bool] = {}
@@ -78,10 +77,12 @@ def claim(ops) -> None:
     whenever the plugins are (re)loaded for the device (its first allocation, a new
     configuration), never inside ``import torch``; 300 ops register in a few milliseconds.
     """
-    from nkipy_core.plugin.registry import resolve_op
     from nkipy_core.device.eager import _functional
+    from nkipy_core.plugin.registry import resolve_op
 
-    named = {resolve_op(name) for name in ops if name.startswith("aten::") and name not in _TRANSFERS}
+    named = {
+        resolve_op(name) for name in ops if name.startswith("aten::") and name not in _TRANSFERS
+    }
     views = {op for op in named if _redispatched(op)}
     lowered = named - views
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
@@ -89,15 +90,28 @@ def claim(ops) -> None:
         if op in _claimed:
             continue
         _claimed.add(op)
-        qualified = op._schema.name + (f".{op._overloadname}" if op._overloadname != "default" else "")
-        if not (has_kernel(qualified, "CompositeImplicitAutograd") or has_kernel(qualified, "PrivateUse1")):
-            _library[0].impl(op, _kernel_code(_cpu_kernel(op) if op in views else _eager_kernel(op)), "PrivateUse1")
+        qualified = op._schema.name + (
+            f".{op._overloadname}" if op._overloadname != "default" else ""
+        )
+        if not (
+            has_kernel(qualified, "CompositeImplicitAutograd")
+            or has_kernel(qualified, "PrivateUse1")
+        ):
+            _library[0].impl(
+                op,
+                _kernel_code(_cpu_kernel(op) if op in views else _eager_kernel(op)),
+                "PrivateUse1",
+            )
 
 
 def _mutating_forms(ops: set, functional) -> set:
     """The in-place and ``out=`` overloads whose functional op (``functional(op)``) is in ``ops``
     (``add_.Tensor``, ``add.out`` for ``add.Tensor``)."""
-    packets = {getattr(torch.ops.aten, op._schema.name.split("::")[1] + suffix, None) for op in ops for suffix in ("", "_")}
+    packets = {
+        getattr(torch.ops.aten, op._schema.name.split("::")[1] + suffix, None)
+        for op in ops
+        for suffix in ("", "_")
+    }
     candidates = (getattr(p, name) for p in packets - {None} for name in p.overloads())
     return {op for op in candidates if op._schema.is_mutable and functional(op) in ops}
 

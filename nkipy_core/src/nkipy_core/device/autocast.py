@@ -61,7 +61,9 @@ def _kernel(op: torch._ops.OpOverload, to: torch.dtype | None):
 
 def _cast(value, dtype: torch.dtype):
     if isinstance(value, torch.Tensor):
-        castable = value.device.type == NAME and value.is_floating_point() and value.dtype != torch.float64
+        castable = (
+            value.device.type == NAME and value.is_floating_point() and value.dtype != torch.float64
+        )
         return value.to(dtype) if castable and value.dtype != dtype else value
     if isinstance(value, (list, tuple)):
         return type(value)(_cast(v, dtype) for v in value)

@@ -19,5 +19,6 @@ def autoload() -> None:
     except Exception as exc:  # noqa: BLE001 - raising here would break `import torch` itself
         logging.getLogger("nkipy").warning(
             "the nkipy device was not registered (%s: %s); `import nkipy_core` shows the full error",
-            type(exc).__name__, exc,
+            type(exc).__name__,
+            exc,
         )

@@ -26,26 +26,54 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_map
 
-from nkipy_core.compiler import pipeline as compiler
 from nkipy_core.buffers import memory
-from nkipy_core.plugin import manager as plugins
-from nkipy_core.config.settings import Config, current
-from nkipy_core.errors import DeviceError, UnsupportedOpsError
+from nkipy_core.compiler import pipeline as compiler
 from nkipy_core.compiler.kernel_call import KernelCall
-from nkipy_core.plugin.registry import LoweringRule, op_name
+from nkipy_core.config.settings import Config, current
 from nkipy_core.device import aten, scalars
+from nkipy_core.errors import DeviceError, UnsupportedOpsError
+from nkipy_core.plugin import manager as plugins
+from nkipy_core.plugin.registry import LoweringRule, op_name
 
 #: ops run on CPU on purpose (see the module docstring), and why
 _HOST_OPS = {
-    **dict.fromkeys((
-        "bernoulli", "bernoulli_", "cauchy", "cauchy_", "exponential", "exponential_", "geometric",
-        "geometric_", "log_normal", "log_normal_", "multinomial", "native_dropout", "normal",
-        "normal_", "rand", "randint", "randn", "random", "random_", "randperm", "uniform",
-        "uniform_",
-    ), "random numbers come from torch's CPU generator"),
-    **dict.fromkeys((
-        "masked_select", "nonzero", "_unique2", "unique_consecutive", "unique_dim",
-    ), "its output shape depends on the data"),
+    **dict.fromkeys(
+        (
+            "bernoulli",
+            "bernoulli_",
+            "cauchy",
+            "cauchy_",
+            "exponential",
+            "exponential_",
+            "geometric",
+            "geometric_",
+            "log_normal",
+            "log_normal_",
+            "multinomial",
+            "native_dropout",
+            "normal",
+            "normal_",
+            "rand",
+            "randint",
+            "randn",
+            "random",
+            "random_",
+            "randperm",
+            "uniform",
+            "uniform_",
+        ),
+        "random numbers come from torch's CPU generator",
+    ),
+    **dict.fromkeys(
+        (
+            "masked_select",
+            "nonzero",
+            "_unique2",
+            "unique_consecutive",
+            "unique_dim",
+        ),
+        "its output shape depends on the data",
+    ),
 }
 
 log = logging.getLogger("nkipy.device")
@@ -117,14 +145,22 @@ def _numbers_as_tensors(op: torch._ops.OpOverload, args: tuple) -> tuple:
     positions = _TENSOR_POSITIONS.get(op)
     if positions is None:
         positions = _TENSOR_POSITIONS[op] = tuple(
-            i for i, a in enumerate(op._schema.arguments) if isinstance(a.type, torch.TensorType) and not a.kwarg_only
+            i
+            for i, a in enumerate(op._schema.arguments)
+            if isinstance(a.type, torch.TensorType) and not a.kwarg_only
         )
     if not any(i < len(args) and type(args[i]) in (bool, int, float) for i in positions):
         return args
     floats = any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in args)
-    number_dtypes = {bool: torch.bool, int: torch.int64, float: torch.float64 if floats else torch.get_default_dtype()}
+    number_dtypes = {
+        bool: torch.bool,
+        int: torch.int64,
+        float: torch.float64 if floats else torch.get_default_dtype(),
+    }
     return tuple(
-        torch.scalar_tensor(a, dtype=number_dtypes[type(a)]) if i in positions and type(a) in number_dtypes else a
+        torch.scalar_tensor(a, dtype=number_dtypes[type(a)])
+        if i in positions and type(a) in number_dtypes
+        else a
         for i, a in enumerate(args)
     )
 
@@ -182,7 +218,11 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
         fast_key = None
     tensors: list[torch.Tensor] = []
     floats: list[float] = []
-    key = (op, _signature(args, tensors, floats), _signature(tuple(kwargs.items()), tensors, floats))
+    key = (
+        op,
+        _signature(args, tensors, floats),
+        _signature(tuple(kwargs.items()), tensors, floats),
+    )
     _check_devices(op, tensors)
     entry = state.entries.get(key)
     if entry is None:
@@ -256,7 +296,9 @@ def _check_devices(op: torch._ops.OpOverload, tensors: list[torch.Tensor]) -> No
 # -- single-op kernels ------------------------------------------------------------------------
 
 
-def _build(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels, floats: list[float]) -> Any:
+def _build(
+    op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels, floats: list[float]
+) -> Any:
     """What a call signature runs: a kernel (taking the call's floats as inputs if it has any),
     else the op's decomposition, else the reason it runs on CPU; ``_ByValue`` when the floats
     must be part of the key."""
@@ -287,7 +329,9 @@ class _Lifted:
         return self.call(*tensors, *(torch.tensor(f, dtype=torch.float64) for f in floats))
 
 
-def _lifted(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> _Lifted | None:
+def _lifted(
+    op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels
+) -> _Lifted | None:
     """The kernel with this call's floats as inputs, or ``None`` if the rule does not allow it."""
     if _base_name(op) in _HOST_OPS:
         return None
@@ -323,7 +367,9 @@ def _lifted(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernel
     return _Lifted(call) if isinstance(call, KernelCall) else None
 
 
-def _kernel(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels, lower=None) -> Any:
+def _kernel(
+    op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels, lower=None
+) -> Any:
     """The compiled single-op kernel for these arguments, or the reason there is none."""
     if _base_name(op) in _HOST_OPS:
         return _HOST_OPS[_base_name(op)]
@@ -331,17 +377,26 @@ def _kernel(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernel
     if isinstance(built, str):
         return built
     sub, node = built
-    decision = compiler._choose_rule(node, state.rules.rules_for(op), state.config.strict, memory.runtime())
+    decision = compiler._choose_rule(
+        node, state.rules.rules_for(op), state.config.strict, memory.runtime()
+    )
     if not isinstance(decision, LoweringRule):
         return decision
     node.meta[compiler.RULE] = decision
     name = "eager_" + op_name(op).replace(".", "_")
     return compiler.compile_kernel(
-        sub, name, state.config, memory.runtime(), on_device=True, lower=lower or compiler.lower_subgraph
+        sub,
+        name,
+        state.config,
+        memory.runtime(),
+        on_device=True,
+        lower=lower or compiler.lower_subgraph,
     )
 
 
-def _graph(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[torch.fx.GraphModule, torch.fx.Node] | str:
+def _graph(
+    op: torch._ops.OpOverload, args: tuple, kwargs: dict
+) -> tuple[torch.fx.GraphModule, torch.fx.Node] | str:
     """A one-node graph calling ``op`` on placeholders for the tensors (with meta values), or
     why there can be none."""
     graph = torch.fx.Graph()
@@ -355,7 +410,9 @@ def _graph(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[torch.
         return torch.device("meta") if isinstance(x, torch.device) else x
 
     node_args, node_kwargs = tree_map(placeholder, (args, kwargs))
-    meta = tree_map(lambda n: n.meta["val"] if isinstance(n, torch.fx.Node) else n, (node_args, node_kwargs))
+    meta = tree_map(
+        lambda n: n.meta["val"] if isinstance(n, torch.fx.Node) else n, (node_args, node_kwargs)
+    )
     try:
         value = op(*meta[0], **meta[1])
     except NotImplementedError:
@@ -384,14 +441,20 @@ def _graph(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[torch.
 
 def _updates_running_stats(op: torch._ops.OpOverload, args: tuple) -> bool:
     """``native_batch_norm`` in training updates its running stats without its schema saying so."""
-    return op is torch.ops.aten.native_batch_norm.default and len(args) == 8 and args[5] and args[3] is not None
+    return (
+        op is torch.ops.aten.native_batch_norm.default
+        and len(args) == 8
+        and args[5]
+        and args[3] is not None
+    )
 
 
 def _batch_norm_training(input, weight, bias, running_mean, running_var, training, momentum, eps):
     """Its functional form returns the new running stats; they are copied into place here."""
     out, mean, invstd, new_mean, new_var = run(
         torch.ops.aten._native_batch_norm_legit_functional.default,
-        (input, weight, bias, running_mean, running_var, training, momentum, eps), {},
+        (input, weight, bias, running_mean, running_var, training, momentum, eps),
+        {},
     )
     running_mean.copy_(new_mean)
     running_var.copy_(new_var)
@@ -408,7 +471,9 @@ def _functional(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
         return _functionals[op]
     schema = op._schema
     base = schema.name.split("::")[1]
-    written = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
+    written = {
+        a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write
+    }
     if base.endswith("_") and written == {"self"}:
         packet, wanted = getattr(torch.ops.aten, base[:-1], None), schema.arguments
     elif written and all(a.kwarg_only for a in schema.arguments if a.name in written):
@@ -419,7 +484,9 @@ def _functional(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
     found = None
     for name in packet.overloads() if packet is not None else ():
         candidate = getattr(packet, name)
-        if not candidate._schema.is_mutable and _same_arguments(candidate._schema.arguments, wanted):
+        if not candidate._schema.is_mutable and _same_arguments(
+            candidate._schema.arguments, wanted
+        ):
             found = candidate
             break
     _functionals[op] = found
@@ -433,7 +500,7 @@ _FACTORY = ("dtype", "layout", "device", "pin_memory")
 def _same_arguments(candidate: list, wanted: list) -> bool:
     """Same arguments, allowing a functional factory's trailing keyword-only options."""
     head = [(x.name, x.type) for x in candidate[: len(wanted)]]
-    extra = [x.name for x in candidate[len(wanted):]]
+    extra = [x.name for x in candidate[len(wanted) :]]
     return head == [(x.name, x.type) for x in wanted] and all(n in _FACTORY for n in extra)
 
 
@@ -450,7 +517,9 @@ class _Call:
         return self.call(*[args[i] for i in self.positions])
 
 
-def _remember_call(fast_key: tuple, entry: Any, args: tuple, tensors: list[torch.Tensor], state: _Kernels) -> None:
+def _remember_call(
+    fast_key: tuple, entry: Any, args: tuple, tensors: list[torch.Tensor], state: _Kernels
+) -> None:
     """Let later calls like this one go straight to ``entry`` if it is a kernel of exactly the
     call's positional tensors (not of floats, of keyword tensors or of a memory format); to its
     ``device_call`` if they are all on the device and it returns one tensor there (the fast
@@ -481,7 +550,11 @@ class _InPlace:
 
 
 def _in_place(
-    functional: torch._ops.OpOverload, args: tuple, kwargs: dict, target: torch.Tensor, out: str | None,
+    functional: torch._ops.OpOverload,
+    args: tuple,
+    kwargs: dict,
+    target: torch.Tensor,
+    out: str | None,
     state: _Kernels,
 ) -> _InPlace | None:
     """``_InPlace`` for a mutating op that wrote ``target`` with ``functional(*args, **kwargs)``
@@ -489,7 +562,11 @@ def _in_place(
     whose single output is on the device with ``target``'s shape and dtype."""
     tensors: list[torch.Tensor] = []
     floats: list[float] = []
-    key = (functional, _signature(args, tensors, floats), _signature(tuple(kwargs.items()), tensors, floats))
+    key = (
+        functional,
+        _signature(args, tensors, floats),
+        _signature(tuple(kwargs.items()), tensors, floats),
+    )
     call = state.entries.get(key)
     if not isinstance(call, KernelCall) or len(tensors) != len(args) or floats:
         return None
@@ -501,7 +578,9 @@ def _in_place(
     return _InPlace(call, out)
 
 
-def _mutating(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels, fast_key: tuple | None) -> Any:
+def _mutating(
+    op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels, fast_key: tuple | None
+) -> Any:
     if op is torch.ops.aten._index_put_impl_.default:
         # what `x[i] = v` reaches: index_put_ plus an `unsafe` flag that only skips checks
         args, kwargs = args[:4], {k: v for k, v in kwargs.items() if k != "unsafe"}
@@ -512,12 +591,21 @@ def _mutating(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kern
     # the dispatcher drops arguments equal to their default; the functional form may lack it
     # (bernoulli_.float has p=0.5, bernoulli.p has no default)
     kwargs = {
-        **{a.name: a.default_value for i, a in enumerate(op._schema.arguments)
-           if i >= len(args) and a.has_default_value() and not (a.alias_info and a.alias_info.is_write)},
+        **{
+            a.name: a.default_value
+            for i, a in enumerate(op._schema.arguments)
+            if i >= len(args)
+            and a.has_default_value()
+            and not (a.alias_info and a.alias_info.is_write)
+        },
         **kwargs,
     }
     if not op._schema.name.endswith("_"):  # out=
-        outs = {a.name: kwargs[a.name] for a in op._schema.arguments if a.alias_info and a.alias_info.is_write}
+        outs = {
+            a.name: kwargs[a.name]
+            for a in op._schema.arguments
+            if a.alias_info and a.alias_info.is_write
+        }
         rest = {k: v for k, v in kwargs.items() if k not in outs}
         names = {a.name for a in functional._schema.arguments}
         first = next(iter(outs.values()))
@@ -537,7 +625,9 @@ def _mutating(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kern
     return self
 
 
-def _remember_in_place(fast_key: tuple, functional, args: tuple, kwargs: dict, target, out: str | None, state) -> None:
+def _remember_in_place(
+    fast_key: tuple, functional, args: tuple, kwargs: dict, target, out: str | None, state
+) -> None:
     """Let later calls like this one write into their target directly (``_InPlace``)."""
     in_place = _in_place(functional, args, kwargs, target, out, state)
     if in_place is not None:
@@ -584,7 +674,8 @@ def _on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict, why: str, stat
             log.info("fallback: eager %s runs on CPU: %s", name, why)
             warnings.warn(
                 f"nkipy: {name} runs on CPU: {why}; its result comes back to the nkipy device",
-                compiler.FallbackWarning, stacklevel=3,
+                compiler.FallbackWarning,
+                stacklevel=3,
             )
     written = {id(t) for t in _written(op, args, kwargs)}
     moved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -622,5 +713,9 @@ def _written(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[torch
         if a.alias_info is None or not a.alias_info.is_write:
             continue
         value = kwargs.get(a.name) if a.kwarg_only or i >= len(args) else args[i]
-        found.extend(v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, torch.Tensor))
+        found.extend(
+            v
+            for v in (value if isinstance(value, (list, tuple)) else [value])
+            if isinstance(v, torch.Tensor)
+        )
     return found

@@ -53,7 +53,11 @@ def is_available() -> bool:
     except NkipyError:
         return False
     except Exception as exc:  # noqa: BLE001 - torch asks in every compile: a broken runtime must not break it
-        log.warning("torch.nkipy.is_available(): a runtime failed while asked: %s: %s", type(exc).__name__, exc)
+        log.warning(
+            "torch.nkipy.is_available(): a runtime failed while asked: %s: %s",
+            type(exc).__name__,
+            exc,
+        )
         return False
     return getattr(runtime, "hardware", False) or settings.runtime is not None
 

@@ -8,8 +8,8 @@ import torch
 
 from nkipy_core.buffers import device_contract
 from nkipy_core.buffers.device_contract import NAME
-from nkipy_core.errors import DeviceError
 from nkipy_core.device import aten, module, serialization, untraced
+from nkipy_core.errors import DeviceError
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -53,8 +53,8 @@ def _first_use(config) -> None:
     ``device_contract``, as the buffer layer does not import the device): route the ops the
     packs lower to the device and install its autocast policy. Not at registration: that runs
     inside ``import torch``, and this loads the plugins and makes ~300 registrations."""
-    from nkipy_core.plugin import manager as plugins
     from nkipy_core.device import autocast
+    from nkipy_core.plugin import manager as plugins
 
     aten.claim(plugins.get(strict=config.strict).lowerings.ops())
     autocast.install()
@@ -79,6 +79,8 @@ def register() -> None:
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     aten.install()
     _clone_storage_on_the_device()
-    torch.serialization.register_package(serialization.PRIORITY, serialization.tag, serialization.restore)
+    torch.serialization.register_package(
+        serialization.PRIORITY, serialization.tag, serialization.restore
+    )
     untraced.skip_in_dynamo(__package__)
     device_contract.on_first_use(_first_use)

@@ -19,8 +19,10 @@ def _gates(input_gates, hidden_gates, input_bias, hidden_bias, chunks: int):
 
 
 def lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
-    gates = (input_gates + hidden_gates) if input_bias is None else (
-        input_gates + input_bias + hidden_gates + hidden_bias
+    gates = (
+        (input_gates + hidden_gates)
+        if input_bias is None
+        else (input_gates + input_bias + hidden_gates + hidden_bias)
     )
     i, f, g, o = gates.chunk(4, 1)
     i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
@@ -37,12 +39,15 @@ def lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     if grad_hy is not None:
         grad_c = grad_c + grad_hy * o * (1 - tanh_cy * tanh_cy)
         grad_o = grad_hy * tanh_cy * o * (1 - o)
-    grad_gates = torch.cat([
-        grad_c * g * i * (1 - i),
-        grad_c * cx * f * (1 - f),
-        grad_c * i * (1 - g * g),
-        grad_o,
-    ], 1)
+    grad_gates = torch.cat(
+        [
+            grad_c * g * i * (1 - i),
+            grad_c * cx * f * (1 - f),
+            grad_c * i * (1 - g * g),
+            grad_o,
+        ],
+        1,
+    )
     grad_bias = grad_gates.sum(0) if has_bias else None
     return grad_gates, grad_c * f, grad_bias
 
@@ -66,7 +71,13 @@ def gru_cell_backward(grad_hy, workspace, has_bias):
     grad_input_gates = torch.cat([grad_r, grad_z, grad_n], 1)
     grad_hidden_gates = torch.cat([grad_r, grad_z, grad_hn], 1)
     if has_bias:
-        return grad_input_gates, grad_hidden_gates, grad_hx, grad_input_gates.sum(0), grad_hidden_gates.sum(0)
+        return (
+            grad_input_gates,
+            grad_hidden_gates,
+            grad_hx,
+            grad_input_gates.sum(0),
+            grad_hidden_gates.sum(0),
+        )
     return grad_input_gates, grad_hidden_gates, grad_hx, None, None
 
 

@@ -59,14 +59,18 @@ def substitute(value, floats: list[float], variant: int):
 def lift(kernel: Kernel, values: Sequence[float]) -> Kernel:
     """``kernel`` (lowered with ``values`` for the floats) with each 0-d float constant equal to
     one of them read from a new f64 parameter; ``NotLiftable`` if some value never shows up."""
-    next_id = 1 + max([v.id for v in kernel.params] + [op.result.id for op in kernel.ops], default=-1)
+    next_id = 1 + max(
+        [v.id for v in kernel.params] + [op.result.id for op in kernel.ops], default=-1
+    )
     params = [Value(next_id + i, TensorType((), DType.f64)) for i in range(len(values))]
     ops, used = [], set()
     for op in kernel.ops:
         index = _value_index(op, values)
         if index is not None:
             used.add(index)
-            op = Op("convert", (params[index],), {"dtype": op.result.type.dtype}, op.result, op.origin)
+            op = Op(
+                "convert", (params[index],), {"dtype": op.result.type.dtype}, op.result, op.origin
+            )
         ops.append(op)
     if len(used) != len(values):
         raise NotLiftable("a float is not used as a value of the kernel")

@@ -66,12 +66,12 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx._graph_pickler import GraphPickler, Options
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
-from nkipy_core.plugin import manager as plugins
-from nkipy_core.dynamo import stored_graph
 from nkipy_core.cache.kernel_cache import STATS, KernelCache, digest
+from nkipy_core.compiler.kernel_call import entry
 from nkipy_core.compiler.pipeline import _runtime_tag, _versions_key, compile_options
 from nkipy_core.config.settings import Config, select_runtime
-from nkipy_core.compiler.kernel_call import entry
+from nkipy_core.dynamo import stored_graph
+from nkipy_core.plugin import manager as plugins
 from nkipy_core.plugin.registry import _code_digest, op_name, source_digest
 
 log = logging.getLogger("nkipy.aot_cache")
@@ -90,7 +90,9 @@ _COUNTERS = {
 }
 
 #: the graphs AOTAutograd compiled or restored inside ``caching``, for the backend to call
-_GRAPHS: contextvars.ContextVar[list | None] = contextvars.ContextVar("nkipy_aot_graphs", default=None)
+_GRAPHS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "nkipy_aot_graphs", default=None
+)
 
 
 class NkipyGraph(OutputCode):
@@ -104,8 +106,15 @@ class NkipyGraph(OutputCode):
     (``nkipy_core.dynamo.direct_call``; ``None``: it need not), ``num_inputs`` how many inputs it takes."""
 
     def __init__(
-        self, compiled: Callable[..., Any], config: Config, graph: bytes | None, bypass: str | None,
-        fused: torch.fx.GraphModule | None = None, *, why_wrapped: str | None, num_inputs: int = 0,
+        self,
+        compiled: Callable[..., Any],
+        config: Config,
+        graph: bytes | None,
+        bypass: str | None,
+        fused: torch.fx.GraphModule | None = None,
+        *,
+        why_wrapped: str | None,
+        num_inputs: int = 0,
     ):
         """``graph``: ``dumps`` of the graph ``compiled`` was compiled from; ``bypass``: why the
         graph stays out of the cache (``None``: it goes in); ``fused``: the graph
@@ -129,21 +138,30 @@ class NkipyGraph(OutputCode):
     def prepare_for_serialization(self) -> None:
         """Called by torch on a copy of this object before it pickles the cache entry."""
         if self.bypass is not None:
-            log.info("nkipy: not caching a compiled graph in torch's AOTAutograd cache: %s", self.bypass)
+            log.info(
+                "nkipy: not caching a compiled graph in torch's AOTAutograd cache: %s", self.bypass
+            )
             raise BypassAOTAutogradCache(f"nkipy: {self.bypass}")
         if self.fused is not None and not self.config.precompile:
             self.stored, why = stored_graph.dumps(self.fused)
             if why is not None:
-                log.info("nkipy: a hit in torch's AOTAutograd cache will compile this graph again: %s", why)
+                log.info(
+                    "nkipy: a hit in torch's AOTAutograd cache will compile this graph again: %s",
+                    why,
+                )
         self.compiled = self.fused = None
 
-    def post_compile(self, example_inputs: Sequence[Any], constants: Any, graph_kwargs: Any) -> None:
+    def post_compile(
+        self, example_inputs: Sequence[Any], constants: Any, graph_kwargs: Any
+    ) -> None:
         """Called by torch on a cache hit: rebuild the compiled graph from nkipy's kernel cache,
         or compile the ATen graph again when that cannot be done."""
         _made(self)
         if self.compiled is not None:
             return
-        from nkipy_core.dynamo import backend  # its compile_graph, the one entry point tests and benchmarks observe
+        from nkipy_core.dynamo import (
+            backend,  # its compile_graph, the one entry point tests and benchmarks observe
+        )
 
         gm = stored_graph.loads(self.stored, self.config) if self.stored is not None else None
         if gm is not None:
@@ -169,7 +187,9 @@ def dumps(gm: torch.fx.GraphModule) -> tuple[bytes | None, str | None]:
     if any(free_symbols(n.meta.get("val")) for n in gm.graph.nodes):
         return None, "its sizes are symbolic"
     try:
-        return GraphPickler.dumps(gm, Options(ops_filter=None, node_metadata_key_filter=_KEPT_META.__contains__)), None
+        return GraphPickler.dumps(
+            gm, Options(ops_filter=None, node_metadata_key_filter=_KEPT_META.__contains__)
+        ), None
     except Exception as exc:  # noqa: BLE001 - any pickling failure only costs the warm start
         return None, f"its graph cannot be pickled ({type(exc).__name__}: {exc})"
 
@@ -182,7 +202,9 @@ def _made(graph: NkipyGraph) -> None:
 
 @contextlib.contextmanager
 def caching(
-    gm: torch.fx.GraphModule, config: Config, decompositions: dict[Any, Callable[..., Any]],
+    gm: torch.fx.GraphModule,
+    config: Config,
+    decompositions: dict[Any, Callable[..., Any]],
 ) -> Iterator[list[NkipyGraph]]:
     """Compile ``gm`` with AOTAutograd inside this context: keys, bundling and counters as the
     module docstring says. Yields the list of the ``NkipyGraph`` objects AOTAutograd compiles or
@@ -193,8 +215,12 @@ def caching(
     graphs: list[NkipyGraph] = []
     token = _GRAPHS.set(graphs)
     try:
-        with torch._functorch.config.patch(bundled_autograd_cache=True), \
-                torch.compiler.config.patch(cache_key_tag=f"{tag}|nkipy:{key}" if tag else f"nkipy:{key}"):
+        with (
+            torch._functorch.config.patch(bundled_autograd_cache=True),
+            torch.compiler.config.patch(
+                cache_key_tag=f"{tag}|nkipy:{key}" if tag else f"nkipy:{key}"
+            ),
+        ):
             yield graphs
     finally:
         _GRAPHS.reset(token)
@@ -204,7 +230,9 @@ def caching(
                 STATS[ours] += count
 
 
-def cache_key(gm: torch.fx.GraphModule, config: Config, decompositions: dict[Any, Callable[..., Any]]) -> str:
+def cache_key(
+    gm: torch.fx.GraphModule, config: Config, decompositions: dict[Any, Callable[..., Any]]
+) -> str:
     """What nkipy adds to torch's AOTAutograd cache key for dynamo graph ``gm`` (see the module
     docstring): what the compiled graphs depend on beyond the graph's code and inputs."""
     runtime = select_runtime(config)
@@ -221,10 +249,21 @@ def cache_key(gm: torch.fx.GraphModule, config: Config, decompositions: dict[Any
     # what a hit's graph was planned and lowered with: it is not planned again (``stored_graph``)
     rules = sorted(r.fingerprint for r in loaded.lowerings.all_rules())
     sources = sorted(f"{s.name}:{source_digest(s.module)}" for s in loaded.statuses if s.ok)
-    regions = [f"{n.name}:{sorted(n.meta['custom'].items())}" for n in gm.graph.nodes if n.meta.get("custom")]
+    regions = [
+        f"{n.name}:{sorted(n.meta['custom'].items())}"
+        for n in gm.graph.nodes
+        if n.meta.get("custom")
+    ]
     return digest(
-        "aot", _versions_key(), runtime.name, _runtime_tag(runtime, options),
-        repr(sorted(settings.items())), *table, *rules, *sources, *regions,
+        "aot",
+        _versions_key(),
+        runtime.name,
+        _runtime_tag(runtime, options),
+        repr(sorted(settings.items())),
+        *table,
+        *rules,
+        *sources,
+        *regions,
     )
 
 

@@ -19,16 +19,21 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
 
-from nkipy_core.dynamo import aot_cache, direct_call
-from nkipy_core.plugin import manager as plugins
-from nkipy_core.dynamo.aot_cache import NkipyGraph
+from nkipy_core.compiler.kernel_call import entry
 from nkipy_core.compiler.pipeline import compile_graph
 from nkipy_core.config.settings import current
-from nkipy_core.compiler.kernel_call import entry
+from nkipy_core.dynamo import aot_cache, direct_call
+from nkipy_core.dynamo.aot_cache import NkipyGraph
 from nkipy_core.dynamo.specialize import SpecializedGraph, specializable
+from nkipy_core.plugin import manager as plugins
 
 
-def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any] | None = None, **_: Any):
+def nkipy_backend(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    options: dict[str, Any] | None = None,
+    **_: Any,
+):
     """Compile a dynamo graph; ``options`` are ``init_nkipy_backend`` settings for this function."""
     config = current().override(options)
     loaded = plugins.get(strict=config.strict)
@@ -40,15 +45,31 @@ def nkipy_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], optio
             symbolic = specializable(graph)
             why_wrapped = (
                 direct_call.why_wrapped(len(inputs), marks_dynamic_outputs=symbolic)
-                if inference else "it is part of a training graph"
+                if inference
+                else "it is part of a training graph"
             )
             if symbolic:
                 name = f"the {kind} graph of {_frame_name()}"
                 marks = direct_call.dynamic_output_dims() if why_wrapped is None else ()
                 specialized = SpecializedGraph(graph, inputs, config, name, compile_callable, marks)
-                return NkipyGraph(specialized, config, None, bypass, why_wrapped=why_wrapped, num_inputs=len(inputs))
+                return NkipyGraph(
+                    specialized,
+                    config,
+                    None,
+                    bypass,
+                    why_wrapped=why_wrapped,
+                    num_inputs=len(inputs),
+                )
             fused = compile_graph(graph, inputs, config)
-            return NkipyGraph(entry(fused), config, saved, bypass, fused, why_wrapped=why_wrapped, num_inputs=len(inputs))
+            return NkipyGraph(
+                entry(fused),
+                config,
+                saved,
+                bypass,
+                fused,
+                why_wrapped=why_wrapped,
+                num_inputs=len(inputs),
+            )
 
         return SerializableAOTDispatchCompiler(NkipyGraph, compile_one)
 

@@ -64,11 +64,19 @@ def why_wrapped(num_inputs: int, *, marks_dynamic_outputs: bool = False) -> str 
         return "an output aliases an input or another output, or requires grad"
     if not marks_dynamic_outputs and any(o.dynamic_dims for o in meta.output_info):
         return "an output has sizes that depend on tensor values"
-    if meta.num_intermediate_bases or meta.tokens or meta.num_graphsafe_rng_states or meta.is_rng_op_functionalized:
+    if (
+        meta.num_intermediate_bases
+        or meta.tokens
+        or meta.num_graphsafe_rng_states
+        or meta.is_rng_op_functionalized
+    ):
         return "it returns intermediate bases, effect tokens or RNG state"
     if meta.grad_enabled_mutation is not None:
         return "it changes grad mode"
-    if not all(isinstance(m, PlainTensorMeta | int) for m in (*meta.subclass_inp_meta, *meta.subclass_fw_graph_out_meta)):
+    if not all(
+        isinstance(m, PlainTensorMeta | int)
+        for m in (*meta.subclass_inp_meta, *meta.subclass_fw_graph_out_meta)
+    ):
         return "it takes or returns tensor subclasses"
     if len(meta.input_info) != num_inputs:
         return "AOTAutograd added or removed inputs"
@@ -80,17 +88,28 @@ def dynamic_output_dims() -> tuple[tuple[int, set[int]], ...]:
     dimensions): what AOTAutograd's wrapper marks on them on each call
     (``mark_dynamo_propagated_dynamic_indices``)."""
     meta = _metadata()
-    return tuple((i, o.dynamic_dims) for i, o in enumerate(meta.output_info) if o.dynamic_dims) if meta else ()
+    return (
+        tuple((i, o.dynamic_dims) for i, o in enumerate(meta.output_info) if o.dynamic_dims)
+        if meta
+        else ()
+    )
 
 
 def bare_call(
-    graphs: Sequence[Any], gm: torch.fx.GraphModule, example_inputs: Sequence[Any], wrapped: Callable[..., Any],
+    graphs: Sequence[Any],
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    wrapped: Callable[..., Any],
 ) -> Callable[..., Any]:
     """What dynamo calls for dynamo graph ``gm``: the one ``NkipyGraph`` AOTAutograd compiled or
     restored for it (``graphs``) without the runtime wrapper if it qualifies, else ``wrapped``,
     what AOTAutograd returned."""
     graph = graphs[0] if len(graphs) == 1 else None
-    why = graph.why_wrapped if graph is not None else f"AOTAutograd compiled {len(graphs)} graphs for it"
+    why = (
+        graph.why_wrapped
+        if graph is not None
+        else f"AOTAutograd compiled {len(graphs)} graphs for it"
+    )
     if why is None:
         if torch._C._is_any_autocast_enabled():
             why = "autocast is on"
@@ -98,7 +117,9 @@ def bare_call(
             why = "the dynamo graph holds parameters or buffers"
         elif graph.num_inputs != len(example_inputs):
             why = "AOTAutograd removed duplicated inputs"
-        elif torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
+        elif torch.is_grad_enabled() and any(
+            isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
+        ):
             why = "an input requires grad (the wrapper runs the graph with grad mode off)"
         elif any(is_traceable_wrapper_subclass(x) for x in example_inputs):
             why = "it takes tensor subclasses"

@@ -54,7 +54,9 @@ def specializable(gm: torch.fx.GraphModule) -> bool:
     """
     inputs = [free_symbols(n.meta.get("val")) for n in gm.graph.find_nodes(op="placeholder")]
     known = set().union(*inputs)
-    return bool(known) and all(free_symbols(n.meta.get("val")).issubset(known) for n in gm.graph.nodes)
+    return bool(known) and all(
+        free_symbols(n.meta.get("val")).issubset(known) for n in gm.graph.nodes
+    )
 
 
 def size_key(args: Sequence[Any]) -> tuple:
@@ -82,7 +84,8 @@ def hinted_key(example_inputs: Sequence[Any]) -> tuple | None:
     try:
         return tuple(
             (torch.Size(_hint(d) for d in a.shape), tuple(_hint(s) for s in a.stride()))
-            if isinstance(a, torch.Tensor) else _hint(a)
+            if isinstance(a, torch.Tensor)
+            else _hint(a)
             for a in example_inputs
         )
     except _NoHint:
@@ -93,7 +96,11 @@ def scalar_inputs(gm: torch.fx.GraphModule) -> frozenset[int]:
     """The positions of ``gm``'s inputs that are numbers (sizes, mostly): a static copy of the
     graph holds their values as constants and does not take them (``specialize``)."""
     placeholders = gm.graph.find_nodes(op="placeholder")
-    return frozenset(i for i, n in enumerate(placeholders) if isinstance(n.meta.get("val"), _SCALARS + _SYMBOLIC_SCALARS))
+    return frozenset(
+        i
+        for i, n in enumerate(placeholders)
+        if isinstance(n.meta.get("val"), _SCALARS + _SYMBOLIC_SCALARS)
+    )
 
 
 def specialize(
@@ -128,7 +135,9 @@ def specialize(
                 spec, example = next(placeholders)
                 if isinstance(example, torch.Tensor):
                     shape, stride = spec
-                    value = torch.empty_strided(shape, stride, dtype=example.dtype, device=example.device)
+                    value = torch.empty_strided(
+                        shape, stride, dtype=example.dtype, device=example.device
+                    )
                 else:
                     value = spec
             elif node.op == "get_attr":
@@ -149,7 +158,9 @@ def specialize(
     for node in reversed(graph.nodes):
         if node.op != "call_function" or node.users:
             continue
-        if isinstance(env[node], _SCALARS) or not node.all_input_nodes:  # folded, or a checked assert
+        if (
+            isinstance(env[node], _SCALARS) or not node.all_input_nodes
+        ):  # folded, or a checked assert
             graph.erase_node(node)
     placeholders = graph.find_nodes(op="placeholder")
     for i in scalar_inputs(gm):
@@ -182,7 +193,9 @@ class SpecializedGraph:
         self.output_dims = tuple(output_dims)
         scalars = scalar_inputs(gm)
         #: the positions of the arguments a static copy takes (``None``: all of them)
-        self.taken = tuple(i for i in range(len(example_inputs)) if i not in scalars) if scalars else None
+        self.taken = (
+            tuple(i for i in range(len(example_inputs)) if i not in scalars) if scalars else None
+        )
         self.compiled: dict[tuple, Callable] = {}
         self.warned = False
         key = hinted_key(example_inputs)
@@ -209,7 +222,12 @@ class SpecializedGraph:
     def _specialize(self, key: tuple, like: Sequence[Any]) -> Callable:
         static, inputs = specialize(self.gm, key, like)
         STATS["specializations"] += 1
-        log.info("specialising %s for sizes %s (%d so far)", self.name, _describe(key), len(self.compiled) + 1)
+        log.info(
+            "specialising %s for sizes %s (%d so far)",
+            self.name,
+            _describe(key),
+            len(self.compiled) + 1,
+        )
         return self.compile_static(static, inputs, self.config)
 
     def _run_symbolic(self, *args: Any) -> Sequence[Any]:

@@ -37,8 +37,8 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor
 
 from nkipy_core.cache.kernel_cache import KernelCache
-from nkipy_core.compiler.pipeline import FALLBACKS, compile_options, load_kernel, report_fallbacks
 from nkipy_core.compiler.kernel_call import KernelCall, _inverse
+from nkipy_core.compiler.pipeline import FALLBACKS, compile_options, load_kernel, report_fallbacks
 from nkipy_core.config.settings import Config, select_runtime
 from nkipy_core.plugin.registry import op_name, resolve_op
 
@@ -93,19 +93,35 @@ def dumps(gm: torch.fx.GraphModule) -> tuple[bytes | None, str | None]:
         if node.op == "call_module":
             call = gm.get_submodule(node.target)
             if not isinstance(call, KernelCall):
-                return None, f"its submodule {node.target} is a {type(call).__name__}, not a kernel call"
+                return (
+                    None,
+                    f"its submodule {node.target} is a {type(call).__name__}, not a kernel call",
+                )
             orders = tuple(None if o is None else _inverse(o) for o in call.inverse_orders)
-            kernels.append(_Kernel(node.target, call.kernel_name, call.entry, call.tuple_output, call.on_device, orders))
+            kernels.append(
+                _Kernel(
+                    node.target,
+                    call.kernel_name,
+                    call.entry,
+                    call.tuple_output,
+                    call.on_device,
+                    orders,
+                )
+            )
         elif node.op == "get_attr":
             value = gm
             for part in node.target.split("."):
                 value = getattr(value, part)
             constants[node.target] = value
-        nodes.append(_Node(
-            node.op, node.name, node.target,
-            torch.fx.node.map_arg(node.args, lambda n: _Ref(index[n])),
-            dict(torch.fx.node.map_arg(node.kwargs, lambda n: _Ref(index[n]))),
-        ))
+        nodes.append(
+            _Node(
+                node.op,
+                node.name,
+                node.target,
+                torch.fx.node.map_arg(node.args, lambda n: _Ref(index[n])),
+                dict(torch.fx.node.map_arg(node.kwargs, lambda n: _Ref(index[n]))),
+            )
+        )
     stored = StoredGraph(tuple(nodes), tuple(kernels), constants, gm.meta[FALLBACKS])
     with io.BytesIO() as stream:
         try:
@@ -125,17 +141,38 @@ def loads(data: bytes, config: Config) -> torch.fx.GraphModule | None:
     options = compile_options(config)
     root: dict[str, Any] = dict(stored.constants)
     for k in stored.kernels:
-        call = load_kernel(cache, k.key, k.name, runtime, options, k.tuple_output, k.on_device, k.orders, count_miss=False)
+        call = load_kernel(
+            cache,
+            k.key,
+            k.name,
+            runtime,
+            options,
+            k.tuple_output,
+            k.on_device,
+            k.orders,
+            count_miss=False,
+        )
         if call is None:
-            log.info("nkipy: kernel %s (%s) is not in the kernel cache; compiling the graph again", k.name, k.key)
+            log.info(
+                "nkipy: kernel %s (%s) is not in the kernel cache; compiling the graph again",
+                k.name,
+                k.key,
+            )
             return None
         root[k.attribute] = call
     graph = torch.fx.Graph()
     nodes: list[torch.fx.Node] = []
     for n in stored.nodes:
-        nodes.append(graph.create_node(n.op, n.target, _nodes(n.args, nodes), _nodes(n.kwargs, nodes), n.name))
+        nodes.append(
+            graph.create_node(
+                n.op, n.target, _nodes(n.args, nodes), _nodes(n.kwargs, nodes), n.name
+            )
+        )
     report_fallbacks(stored.fallbacks, config.strict)
-    log.debug("a graph of %d kernel(s) rebuilt from torch's AOTAutograd cache without compiling it", len(stored.kernels))
+    log.debug(
+        "a graph of %d kernel(s) rebuilt from torch's AOTAutograd cache without compiling it",
+        len(stored.kernels),
+    )
     return torch.fx.GraphModule(root, graph)
 
 
@@ -150,8 +187,15 @@ class _Pickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, torch._ops.OpOverload):
             return resolve_op, (op_name(obj),)
-        if isinstance(obj, (torch._ops.OperatorBase, torch._ops.OpOverloadPacket, torch.nn.Module, torch.fx.Node)):
+        if isinstance(
+            obj,
+            (torch._ops.OperatorBase, torch._ops.OpOverloadPacket, torch.nn.Module, torch.fx.Node),
+        ):
             raise pickle.PicklingError(f"{obj!r} is not an ATen overload, a function or data")
-        if isinstance(obj, FakeTensor) or (isinstance(obj, torch.Tensor) and obj.device.type != "cpu"):
-            raise pickle.PicklingError(f"a constant is a {type(obj).__name__} on {obj.device}, not a CPU tensor")
+        if isinstance(obj, FakeTensor) or (
+            isinstance(obj, torch.Tensor) and obj.device.type != "cpu"
+        ):
+            raise pickle.PicklingError(
+                f"a constant is a {type(obj).__name__} on {obj.device}, not a CPU tensor"
+            )
         return NotImplemented

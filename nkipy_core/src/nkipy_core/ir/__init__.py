@@ -7,6 +7,19 @@ from nkipy_core.ir.types import DType, TensorType, numpy_to_torch, torch_to_nump
 from nkipy_core.ir.verify import verify
 
 __all__ = [
-    "PRIMITIVES", "ConstantData", "DType", "Kernel", "KernelBuilder", "Op", "Opaque", "Primitive",
-    "TensorType", "Traced", "Value", "numpy_to_torch", "primitive", "torch_to_numpy", "verify",
+    "PRIMITIVES",
+    "ConstantData",
+    "DType",
+    "Kernel",
+    "KernelBuilder",
+    "Op",
+    "Opaque",
+    "Primitive",
+    "TensorType",
+    "Traced",
+    "Value",
+    "numpy_to_torch",
+    "primitive",
+    "torch_to_numpy",
+    "verify",
 ]

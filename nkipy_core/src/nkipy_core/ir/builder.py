@@ -20,9 +20,10 @@ from nkipy_core.ir.graph import ConstantData, Kernel, Op, Value
 from nkipy_core.ir.primitives import infer, primitive
 from nkipy_core.ir.types import DType, TensorType
 
-
 #: the builder whose kernel is being traced; sources such as ``knp.arange`` record into it
-_ACTIVE: contextvars.ContextVar[KernelBuilder | None] = contextvars.ContextVar("nkipy_builder", default=None)
+_ACTIVE: contextvars.ContextVar[KernelBuilder | None] = contextvars.ContextVar(
+    "nkipy_builder", default=None
+)
 
 
 def active_builder() -> KernelBuilder | None:
@@ -121,7 +122,9 @@ def constant(builder: KernelBuilder, array: np.ndarray, dtype: DType) -> Traced:
     return builder.emit("constant", [], {"value": ConstantData.from_array(array, dtype)})
 
 
-def apply(prim: str, operands: Sequence[Traced | np.ndarray], params: dict[str, Any]) -> Traced | np.ndarray:
+def apply(
+    prim: str, operands: Sequence[Traced | np.ndarray], params: dict[str, Any]
+) -> Traced | np.ndarray:
     """Apply a primitive: record it if any operand is traced, else evaluate it with NumPy.
 
     Sources (no operands) and primitives that must not fold (collectives, custom calls) are
@@ -130,7 +133,10 @@ def apply(prim: str, operands: Sequence[Traced | np.ndarray], params: dict[str, 
     if builder is None and (not operands or not primitive(prim).folds):
         builder = active_builder()
     if builder is not None:
-        traced = [o if isinstance(o, Traced) else constant(builder, o, DType.from_numpy(o.dtype)) for o in operands]
+        traced = [
+            o if isinstance(o, Traced) else constant(builder, o, DType.from_numpy(o.dtype))
+            for o in operands
+        ]
         return builder.emit(prim, traced, params)
     arrays = [np.asarray(o) for o in operands]
     types = [TensorType(a.shape, DType.from_numpy(a.dtype)) for a in arrays]

@@ -55,9 +55,10 @@ class ConstantData:
         return hashlib.sha256(self.data).hexdigest()[:16]
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, ConstantData)
-            and (self.dtype, self.shape, self.data) == (other.dtype, other.shape, other.data)
+        return isinstance(other, ConstantData) and (self.dtype, self.shape, self.data) == (
+            other.dtype,
+            other.shape,
+            other.data,
         )
 
     def __hash__(self) -> int:

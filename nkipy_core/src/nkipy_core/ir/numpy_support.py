@@ -49,7 +49,12 @@ def _philox4x32(key, counter, rounds=10):
         if i:
             k0, k1 = (k0 + np.uint64(0x9E3779B9)) & low, (k1 + np.uint64(0xBB67AE85)) & low
         p0, p1 = c0 * np.uint64(0xD2511F53), c2 * np.uint64(0xCD9E8D57)
-        c0, c1, c2, c3 = (p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & low, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & low
+        c0, c1, c2, c3 = (
+            (p1 >> np.uint64(32)) ^ c1 ^ k0,
+            p1 & low,
+            (p0 >> np.uint64(32)) ^ c3 ^ k1,
+            p0 & low,
+        )
     return np.stack([c0, c1, c2, c3]).astype(np.uint32)
 
 
@@ -113,4 +118,13 @@ def _custom_call(host, config, shape, dtype, *operands):
     return result
 
 
-HELPERS = (_readonly, _blob, _scatter_add, _scatter_reduce, _philox4x32, _random_bits, _collective, _custom_call)
+HELPERS = (
+    _readonly,
+    _blob,
+    _scatter_add,
+    _scatter_reduce,
+    _philox4x32,
+    _random_bits,
+    _collective,
+    _custom_call,
+)

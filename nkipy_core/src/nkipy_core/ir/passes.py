@@ -80,7 +80,13 @@ def compose_views(kernel: Kernel) -> Kernel:
     renamed: dict[int, Value] = {}
     ops: list[Op] = []
     for op in kernel.ops:
-        op = Op(op.prim, tuple(renamed.get(v.id, v) for v in op.operands), op.attributes, op.result, op.origin)
+        op = Op(
+            op.prim,
+            tuple(renamed.get(v.id, v) for v in op.operands),
+            op.attributes,
+            op.result,
+            op.origin,
+        )
         inner = defs.get(op.operands[0].id) if op.prim in ("reshape", "transpose") else None
         if inner is not None and inner.prim == op.prim:
             source = inner.operands[0]
@@ -121,8 +127,11 @@ def square_by_multiplication(kernel: Kernel) -> Kernel:
 
 def simplify(kernel: Kernel) -> Kernel:
     while True:
-        new = dead_code_elimination(common_subexpression_elimination(
-            square_by_multiplication(compose_views(constant_folding(kernel)))))
+        new = dead_code_elimination(
+            common_subexpression_elimination(
+                square_by_multiplication(compose_views(constant_folding(kernel)))
+            )
+        )
         if new == kernel:
             return new
         kernel = new

@@ -43,10 +43,20 @@ class Primitive:
 PRIMITIVES: dict[str, Primitive] = {}
 
 
-def _define(name: str, arity: int | None, infer: Infer, emit: Emit, doc: str, half: bool = False,
-            collective: bool = False, folds: bool = True, broadcasting: bool = False):
-    PRIMITIVES[name] = Primitive(name, arity, infer, emit, doc, half, collective, folds and not collective,
-                                 broadcasting)
+def _define(
+    name: str,
+    arity: int | None,
+    infer: Infer,
+    emit: Emit,
+    doc: str,
+    half: bool = False,
+    collective: bool = False,
+    folds: bool = True,
+    broadcasting: bool = False,
+):
+    PRIMITIVES[name] = Primitive(
+        name, arity, infer, emit, doc, half, collective, folds and not collective, broadcasting
+    )
 
 
 def _check(cond: bool, message: str) -> None:
@@ -108,7 +118,11 @@ def _infer_unary(name: str, kind: str) -> Infer:
     return infer
 
 
-for _table, _kind in ((_UNARY_FLOAT, "float"), (_UNARY_NUMERIC, "numeric"), (_UNARY_LOGICAL, "any")):
+for _table, _kind in (
+    (_UNARY_FLOAT, "float"),
+    (_UNARY_NUMERIC, "numeric"),
+    (_UNARY_LOGICAL, "any"),
+):
     for _name, _fmt in _table.items():
         _define(
             _name,
@@ -185,21 +199,34 @@ for _name, _sym in _COMPARE.items():
 def _infer_select(pred: TensorType, a: TensorType, b: TensorType) -> TensorType:
     _check(pred.dtype is DType.bool, f"select: predicate must be pred, got {pred}")
     _same_types("select", (a, b))
-    _check(pred.shape == a.shape, f"select: predicate shape {pred.shape} != operand shape {a.shape}")
+    _check(
+        pred.shape == a.shape, f"select: predicate shape {pred.shape} != operand shape {a.shape}"
+    )
     return a
 
 
-_define("select", 3, _infer_select, lambda p, a, b: f"np.where({p}, {a}, {b})",
-        "`np.where(pred, a, b)`; all three of one shape", broadcasting=True)
+_define(
+    "select",
+    3,
+    _infer_select,
+    lambda p, a, b: f"np.where({p}, {a}, {b})",
+    "`np.where(pred, a, b)`; all three of one shape",
+    broadcasting=True,
+)
 
 
 def _infer_convert(x: TensorType, *, dtype: DType) -> TensorType:
     return TensorType(x.shape, dtype)
 
 
-_define("convert", 1, _infer_convert, lambda x, dtype: f"{x}.astype({dtype.numpy_name})",
-        "element type conversion (`x.astype(dtype)`), float to int truncates toward zero; f64, i64 "
-        "and i32 become f16/bf16 through f32 (rounded twice), as torch converts them")
+_define(
+    "convert",
+    1,
+    _infer_convert,
+    lambda x, dtype: f"{x}.astype({dtype.numpy_name})",
+    "element type conversion (`x.astype(dtype)`), float to int truncates toward zero; f64, i64 "
+    "and i32 become f16/bf16 through f32 (rounded twice), as torch converts them",
+)
 
 
 # -- shape ----------------------------------------------------------------------------------
@@ -212,8 +239,13 @@ def _infer_broadcast(x: TensorType, *, shape: tuple[int, ...]) -> TensorType:
     return TensorType(shape, x.dtype)
 
 
-_define("broadcast", 1, _infer_broadcast, lambda x, shape: f"np.broadcast_to({x}, {tuple(shape)})",
-        "NumPy broadcasting to `shape` (trailing dimensions aligned)")
+_define(
+    "broadcast",
+    1,
+    _infer_broadcast,
+    lambda x, shape: f"np.broadcast_to({x}, {tuple(shape)})",
+    "NumPy broadcasting to `shape` (trailing dimensions aligned)",
+)
 
 
 def _infer_reshape(x: TensorType, *, shape: tuple[int, ...]) -> TensorType:
@@ -223,24 +255,43 @@ def _infer_reshape(x: TensorType, *, shape: tuple[int, ...]) -> TensorType:
     return new
 
 
-_define("reshape", 1, _infer_reshape, lambda x, shape: f"{x}.reshape({tuple(shape)})",
-        "row-major reshape; element count preserved")
+_define(
+    "reshape",
+    1,
+    _infer_reshape,
+    lambda x, shape: f"{x}.reshape({tuple(shape)})",
+    "row-major reshape; element count preserved",
+)
 
 
 def _infer_transpose(x: TensorType, *, perm: tuple[int, ...]) -> TensorType:
-    _check(sorted(perm) == list(range(x.rank)), f"transpose: {list(perm)} is not a permutation of rank {x.rank}")
+    _check(
+        sorted(perm) == list(range(x.rank)),
+        f"transpose: {list(perm)} is not a permutation of rank {x.rank}",
+    )
     return TensorType(tuple(x.shape[p] for p in perm), x.dtype)
 
 
-_define("transpose", 1, _infer_transpose, lambda x, perm: f"{x}.transpose({tuple(perm)})",
-        "permute dimensions: result dim i is operand dim perm[i]")
+_define(
+    "transpose",
+    1,
+    _infer_transpose,
+    lambda x, perm: f"{x}.transpose({tuple(perm)})",
+    "permute dimensions: result dim i is operand dim perm[i]",
+)
 
 
 def _infer_slice(x: TensorType, *, start: tuple, limit: tuple, stride: tuple) -> TensorType:
-    _check(len(start) == len(limit) == len(stride) == x.rank, f"slice: start/limit/stride need rank {x.rank}")
+    _check(
+        len(start) == len(limit) == len(stride) == x.rank,
+        f"slice: start/limit/stride need rank {x.rank}",
+    )
     shape = []
     for d, (s, e, k) in enumerate(zip(start, limit, stride)):
-        _check(k >= 1 and 0 <= s <= e <= x.shape[d], f"slice: bad bounds {s}:{e}:{k} for dim {d} of {x}")
+        _check(
+            k >= 1 and 0 <= s <= e <= x.shape[d],
+            f"slice: bad bounds {s}:{e}:{k} for dim {d} of {x}",
+        )
         shape.append(max(0, -(-(e - s) // k)))
     return TensorType(tuple(shape), x.dtype)
 
@@ -258,29 +309,45 @@ def _infer_concatenate(*xs: TensorType, axis: int) -> TensorType:
     first = xs[0]
     _check(0 <= axis < first.rank, f"concatenate: axis {axis} out of range for {first}")
     for x in xs[1:]:
-        _check(x.dtype == first.dtype and x.rank == first.rank, f"concatenate: {x} does not match {first}")
-        _check(all(a == b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != axis),
-               f"concatenate: {x} and {first} differ outside axis {axis}")
+        _check(
+            x.dtype == first.dtype and x.rank == first.rank,
+            f"concatenate: {x} does not match {first}",
+        )
+        _check(
+            all(a == b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != axis),
+            f"concatenate: {x} and {first} differ outside axis {axis}",
+        )
     shape = list(first.shape)
     shape[axis] = sum(x.shape[axis] for x in xs)
     return TensorType(tuple(shape), first.dtype)
 
 
-_define("concatenate", None, _infer_concatenate,
-        lambda *xs, axis: f"np.concatenate([{', '.join(xs)}], axis={axis})",
-        "join operands along `axis`")
+_define(
+    "concatenate",
+    None,
+    _infer_concatenate,
+    lambda *xs, axis: f"np.concatenate([{', '.join(xs)}], axis={axis})",
+    "join operands along `axis`",
+)
 
 
 def _infer_pad(x: TensorType, value: TensorType, *, low: tuple, high: tuple) -> TensorType:
-    _check(value.shape == () and value.dtype == x.dtype, f"pad: value must be a {x.dtype.value} scalar, got {value}")
+    _check(
+        value.shape == () and value.dtype == x.dtype,
+        f"pad: value must be a {x.dtype.value} scalar, got {value}",
+    )
     _check(len(low) == len(high) == x.rank, f"pad: low/high need rank {x.rank}")
     _check(all(p >= 0 for p in (*low, *high)), "pad: negative padding; use slice")
     return TensorType(tuple(d + lo + hi for d, lo, hi in zip(x.shape, low, high)), x.dtype)
 
 
-_define("pad", 2, _infer_pad,
-        lambda x, v, low, high: f"np.pad({x}, {tuple(zip(low, high))}, constant_values={v})",
-        "constant padding with scalar operand `value`")
+_define(
+    "pad",
+    2,
+    _infer_pad,
+    lambda x, v, low, high: f"np.pad({x}, {tuple(zip(low, high))}, constant_values={v})",
+    "constant padding with scalar operand `value`",
+)
 
 
 # -- indexing -------------------------------------------------------------------------------
@@ -289,11 +356,16 @@ _define("pad", 2, _infer_pad,
 def _infer_take(x: TensorType, idx: TensorType, *, axis: int) -> TensorType:
     _check(idx.dtype.is_integer, f"take: indices must be integers, got {idx}")
     _check(0 <= axis < x.rank, f"take: axis {axis} out of range for {x}")
-    return TensorType(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
+    return TensorType(x.shape[:axis] + idx.shape + x.shape[axis + 1 :], x.dtype)
 
 
-_define("take", 2, _infer_take, lambda x, i, axis: f"np.take({x}, {i}, axis={axis})",
-        "gather whole slices: `np.take(x, indices, axis)`; indices in range")
+_define(
+    "take",
+    2,
+    _infer_take,
+    lambda x, i, axis: f"np.take({x}, {i}, axis={axis})",
+    "gather whole slices: `np.take(x, indices, axis)`; indices in range",
+)
 
 
 def _infer_take_along(x: TensorType, idx: TensorType, *, axis: int) -> TensorType:
@@ -302,17 +374,34 @@ def _infer_take_along(x: TensorType, idx: TensorType, *, axis: int) -> TensorTyp
     return TensorType(idx.shape, x.dtype)
 
 
-_define("take_along_axis", 2, _infer_take_along,
-        lambda x, i, axis: f"np.take_along_axis({x}, {i}, axis={axis})",
-        "elementwise gather along one axis (`torch.gather`)")
+_define(
+    "take_along_axis",
+    2,
+    _infer_take_along,
+    lambda x, i, axis: f"np.take_along_axis({x}, {i}, axis={axis})",
+    "elementwise gather along one axis (`torch.gather`)",
+)
 
 
 def _infer_scatter(name: str) -> Infer:
-    def infer(x: TensorType, idx: TensorType, upd: TensorType, *, axis: int, kind: str = "add") -> TensorType:
-        _check(idx.dtype.is_integer and idx.rank == 1, f"{name}: indices must be 1-D integers, got {idx}")
-        _check(upd.dtype == x.dtype and upd.rank == x.rank, f"{name}: updates {upd} do not match {x}")
-        _check(upd.shape[axis] == idx.shape[0], f"{name}: updates {upd} need {idx.shape[0]} rows on axis {axis}")
-        _check(kind in (_SCATTER_KINDS if name == "scatter_reduce" else ("add",)), f"{name}: unknown kind {kind!r}")
+    def infer(
+        x: TensorType, idx: TensorType, upd: TensorType, *, axis: int, kind: str = "add"
+    ) -> TensorType:
+        _check(
+            idx.dtype.is_integer and idx.rank == 1,
+            f"{name}: indices must be 1-D integers, got {idx}",
+        )
+        _check(
+            upd.dtype == x.dtype and upd.rank == x.rank, f"{name}: updates {upd} do not match {x}"
+        )
+        _check(
+            upd.shape[axis] == idx.shape[0],
+            f"{name}: updates {upd} need {idx.shape[0]} rows on axis {axis}",
+        )
+        _check(
+            kind in (_SCATTER_KINDS if name == "scatter_reduce" else ("add",)),
+            f"{name}: unknown kind {kind!r}",
+        )
         return x
 
     return infer
@@ -322,19 +411,29 @@ def _scatter_index(i: str, axis: int) -> str:
     return "np.s_[{}]".format(", ".join([":"] * axis + [i]))
 
 
-_define("scatter_add", 3, _infer_scatter("scatter_add"),
-        lambda x, i, u, axis: f"_scatter_add({x}, {_scatter_index(i, axis)}, {u})",
-        "`x` with `updates` added at 1-D `indices` along `axis` (duplicates accumulate, `index_add`)",
-        half=True)
+_define(
+    "scatter_add",
+    3,
+    _infer_scatter("scatter_add"),
+    lambda x, i, u, axis: f"_scatter_add({x}, {_scatter_index(i, axis)}, {u})",
+    "`x` with `updates` added at 1-D `indices` along `axis` (duplicates accumulate, `index_add`)",
+    half=True,
+)
 
 #: scatter_reduce kinds -> the NumPy ufunc whose ``at`` combines a position's old and new values
 _SCATTER_KINDS = {"max": "np.maximum", "min": "np.minimum", "prod": "np.multiply"}
 
-_define("scatter_reduce", 3, _infer_scatter("scatter_reduce"),
-        lambda x, i, u, axis, kind: f"_scatter_reduce({x}, {_scatter_index(i, axis)}, {u}, {_SCATTER_KINDS[kind]})",
-        "`x` combined with `updates` at 1-D `indices` along `axis` by `kind` (`max`, `min` propagating "
-        "NaN, `prod`); every update of a position counts (`index_reduce`, XLA's scatter with a combiner)",
-        half=True)
+_define(
+    "scatter_reduce",
+    3,
+    _infer_scatter("scatter_reduce"),
+    lambda x, i, u, axis, kind: (
+        f"_scatter_reduce({x}, {_scatter_index(i, axis)}, {u}, {_SCATTER_KINDS[kind]})"
+    ),
+    "`x` combined with `updates` at 1-D `indices` along `axis` by `kind` (`max`, `min` propagating "
+    "NaN, `prod`); every update of a position counts (`index_reduce`, XLA's scatter with a combiner)",
+    half=True,
+)
 
 
 # -- contraction and reduction --------------------------------------------------------------
@@ -349,19 +448,33 @@ def _infer_dot(a: TensorType, b: TensorType) -> TensorType:
     return TensorType(a.shape[:-1] + b.shape[-1:], a.dtype)
 
 
-_define("dot", 2, _infer_dot, lambda a, b: f"np.matmul({a}, {b})",
-        "batched matrix product `a @ b` over equal leading batch dims", half=True)
+_define(
+    "dot",
+    2,
+    _infer_dot,
+    lambda a, b: f"np.matmul({a}, {b})",
+    "batched matrix product `a @ b` over equal leading batch dims",
+    half=True,
+)
 
 #: reduce kinds, each the ufunc whose ``reduce`` computes it: what ``ndarray.sum`` and the
 #: others call, from a Python function of NumPy's (``np.sum`` adds a dispatch layer more)
 _REDUCE_KINDS = {
-    "sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum", "any": "logical_or", "all": "logical_and",
+    "sum": "add",
+    "prod": "multiply",
+    "max": "maximum",
+    "min": "minimum",
+    "any": "logical_or",
+    "all": "logical_and",
 }
 
 
 def _infer_reduce(x: TensorType, *, kind: str, axes: tuple, keepdims: bool) -> TensorType:
     _check(kind in _REDUCE_KINDS, f"reduce: unknown kind {kind!r}")
-    _check(all(0 <= a < x.rank for a in axes) and len(set(axes)) == len(axes), f"reduce: bad axes {axes} for {x}")
+    _check(
+        all(0 <= a < x.rank for a in axes) and len(set(axes)) == len(axes),
+        f"reduce: bad axes {axes} for {x}",
+    )
     if kind in ("max", "min"):
         _check(all(x.shape[a] > 0 for a in axes), f"reduce: {kind} over an empty axis of {x}")
     shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keepdims or i not in axes)
@@ -370,12 +483,18 @@ def _infer_reduce(x: TensorType, *, kind: str, axes: tuple, keepdims: bool) -> T
 
 
 def _emit_reduce(x: str, *, kind: str, axes: tuple, keepdims: bool) -> str:
-    extra = ", dtype={0}.dtype".format(x) if kind in ("sum", "prod") else ""
+    extra = f", dtype={x}.dtype" if kind in ("sum", "prod") else ""
     return f"np.{_REDUCE_KINDS[kind]}.reduce({x}, axis={tuple(axes)}, keepdims={keepdims}{extra})"
 
 
-_define("reduce", 1, _infer_reduce, _emit_reduce,
-        "reduction (`sum`, `prod`, `max`, `min`, `any`, `all`) over `axes`", half=True)
+_define(
+    "reduce",
+    1,
+    _infer_reduce,
+    _emit_reduce,
+    "reduction (`sum`, `prod`, `max`, `min`, `any`, `all`) over `axes`",
+    half=True,
+)
 
 
 def _infer_argreduce(x: TensorType, *, kind: str, axis: int, keepdims: bool) -> TensorType:
@@ -385,9 +504,15 @@ def _infer_argreduce(x: TensorType, *, kind: str, axis: int, keepdims: bool) -> 
     return TensorType(shape, DType.i64)
 
 
-_define("argreduce", 1, _infer_argreduce,
-        lambda x, kind, axis, keepdims: f"np.{kind}({x}, axis={axis}, keepdims={keepdims}).astype(np.int64)",
-        "index of the first max/min along `axis` (NaN counts as max), i64")
+_define(
+    "argreduce",
+    1,
+    _infer_argreduce,
+    lambda x, kind, axis, keepdims: (
+        f"np.{kind}({x}, axis={axis}, keepdims={keepdims}).astype(np.int64)"
+    ),
+    "index of the first max/min along `axis` (NaN counts as max), i64",
+)
 
 
 def _infer_cumulative(x: TensorType, *, kind: str, axis: int) -> TensorType:
@@ -404,9 +529,14 @@ _SCANS = {
     "cummin": "np.minimum.accumulate({x}, axis={axis})",
 }
 
-_define("cumulative", 1, _infer_cumulative,
-        lambda x, kind, axis: _SCANS[kind].format(x=x, axis=axis),
-        "inclusive scan (`cumsum`, `cumprod`, `cummax`, `cummin`) along `axis`", half=True)
+_define(
+    "cumulative",
+    1,
+    _infer_cumulative,
+    lambda x, kind, axis: _SCANS[kind].format(x=x, axis=axis),
+    "inclusive scan (`cumsum`, `cumprod`, `cummax`, `cummin`) along `axis`",
+    half=True,
+)
 
 
 def _infer_sort(x: TensorType, *, axis: int, descending: bool, indices: bool) -> TensorType:
@@ -417,11 +547,18 @@ def _infer_sort(x: TensorType, *, axis: int, descending: bool, indices: bool) ->
 def _emit_sort(x: str, *, axis: int, descending: bool, indices: bool) -> str:
     key = f"-{x}" if descending else x
     order = f"np.argsort({key}, axis={axis}, kind='stable')"
-    return f"{order}.astype(np.int64)" if indices else f"np.take_along_axis({x}, {order}, axis={axis})"
+    return (
+        f"{order}.astype(np.int64)" if indices else f"np.take_along_axis({x}, {order}, axis={axis})"
+    )
 
 
-_define("sort", 1, _infer_sort, _emit_sort,
-        "stable sort along `axis`; `indices=True` gives the permutation (i64) instead of values")
+_define(
+    "sort",
+    1,
+    _infer_sort,
+    _emit_sort,
+    "stable sort along `axis`; `indices=True` gives the permutation (i64) instead of values",
+)
 
 
 # -- sources --------------------------------------------------------------------------------
@@ -448,7 +585,9 @@ def _emit_constant(*, value: Any) -> str:
     if value.array.size == 0:  # a literal `[]` would lose the shape
         return f"np.zeros({tuple(value.shape)}, dtype={value.dtype.numpy_name})"
     if len(value.data) <= 256:
-        literal = np.array2string(value.array, separator=", ", threshold=10**6, floatmode="unique").replace("\n", "")
+        literal = np.array2string(
+            value.array, separator=", ", threshold=10**6, floatmode="unique"
+        ).replace("\n", "")
         if value.dtype.is_float:
             literal = literal.replace("nan", "np.nan").replace("inf", "np.inf")
         return f"np.array({literal}, dtype={value.dtype.numpy_name})"
@@ -462,19 +601,26 @@ _define("constant", 0, _infer_constant, _emit_constant, "an array literal")
 
 
 def _infer_random_bits(state: TensorType, *, shape: tuple, part: str) -> TensorType:
-    _check(state == TensorType((2,), DType.u64), f"random_bits: state must be u64[2] (key, counter), got {state}")
+    _check(
+        state == TensorType((2,), DType.u64),
+        f"random_bits: state must be u64[2] (key, counter), got {state}",
+    )
     _check(part in ("bits", "state"), f"random_bits: part must be 'bits' or 'state', got {part!r}")
     _check(all(d >= 0 for d in shape), f"random_bits: negative dimension in {list(shape)}")
     return TensorType(shape, DType.u32) if part == "bits" else state
 
 
-_define("random_bits", 1, _infer_random_bits,
-        lambda state, shape, part: f"_random_bits({state}, {tuple(shape)}, {part!r})",
-        "counter-based random bits: Philox4x32-10 keyed by `state[0]`, one 128-bit block per 4 "
-        "values counting from `state[1]`; `part='bits'` gives u32[`shape`], `part='state'` the "
-        "u64[2] state after them (key, counter + blocks used). A pure function of `state`, shaped "
-        "like HLO `rng-bit-generator` (PHILOX); XLA lays out key and counter words its own way, so "
-        "an emitter that must reproduce these bits builds the ten rounds from integer ops")
+_define(
+    "random_bits",
+    1,
+    _infer_random_bits,
+    lambda state, shape, part: f"_random_bits({state}, {tuple(shape)}, {part!r})",
+    "counter-based random bits: Philox4x32-10 keyed by `state[0]`, one 128-bit block per 4 "
+    "values counting from `state[1]`; `part='bits'` gives u32[`shape`], `part='state'` the "
+    "u64[2] state after them (key, counter + blocks used). A pure function of `state`, shaped "
+    "like HLO `rng-bit-generator` (PHILOX); XLA lays out key and counter words its own way, so "
+    "an emitter that must reproduce these bits builds the ten rounds from integer ops",
+)
 
 
 # -- collectives ----------------------------------------------------------------------------
@@ -490,23 +636,35 @@ COLLECTIVE_OPS = ("sum", "prod", "max", "min")
 
 def _group_size(name: str, groups: tuple) -> int:
     """The common size of ``groups``, after checking they are well-formed replica groups."""
-    _check(isinstance(groups, tuple) and len(groups) > 0 and all(isinstance(g, tuple) and g for g in groups),
-           f"{name}: groups must be a non-empty tuple of non-empty tuples of ranks, got {groups!r}")
+    _check(
+        isinstance(groups, tuple)
+        and len(groups) > 0
+        and all(isinstance(g, tuple) and g for g in groups),
+        f"{name}: groups must be a non-empty tuple of non-empty tuples of ranks, got {groups!r}",
+    )
     size = len(groups[0])
     _check(all(len(g) == size for g in groups), f"{name}: groups {groups} differ in size")
     ranks = sorted(r for g in groups for r in g)
-    _check(ranks == list(range(len(ranks))), f"{name}: groups {groups} must hold ranks 0..{len(ranks) - 1} once each")
+    _check(
+        ranks == list(range(len(ranks))),
+        f"{name}: groups {groups} must hold ranks 0..{len(ranks) - 1} once each",
+    )
     return size
 
 
 def _check_op(name: str, x: TensorType, op: str) -> None:
     _check(op in COLLECTIVE_OPS, f"{name}: op must be one of {COLLECTIVE_OPS}, got {op!r}")
-    _check(x.dtype is not DType.bool, f"{name}: needs a numeric operand, got {x}; convert bools first")
+    _check(
+        x.dtype is not DType.bool, f"{name}: needs a numeric operand, got {x}; convert bools first"
+    )
 
 
 def _divided(name: str, x: TensorType, axis: int, size: int) -> None:
     _check(0 <= axis < x.rank, f"{name}: axis {axis} out of range for {x}")
-    _check(x.shape[axis] % size == 0, f"{name}: dimension {axis} of {x} does not divide by the group size {size}")
+    _check(
+        x.shape[axis] % size == 0,
+        f"{name}: dimension {axis} of {x} does not divide by the group size {size}",
+    )
 
 
 def _resized(x: TensorType, axis: int, factor: int, divisor: int = 1) -> tuple[int, ...]:
@@ -532,7 +690,9 @@ def _infer_reduce_scatter(x: TensorType, *, op: str, axis: int, groups: tuple) -
     return TensorType(_resized(x, axis, 1, size), x.dtype)
 
 
-def _infer_all_to_all(x: TensorType, *, split_axis: int, concat_axis: int, groups: tuple) -> TensorType:
+def _infer_all_to_all(
+    x: TensorType, *, split_axis: int, concat_axis: int, groups: tuple
+) -> TensorType:
     size = _group_size("all_to_all", groups)
     _divided("all_to_all", x, split_axis, size)
     _check(0 <= concat_axis < x.rank, f"all_to_all: concat_axis {concat_axis} out of range for {x}")
@@ -542,7 +702,10 @@ def _infer_all_to_all(x: TensorType, *, split_axis: int, concat_axis: int, group
 
 def _infer_collective_broadcast(x: TensorType, *, source: int, groups: tuple) -> TensorType:
     size = _group_size("collective_broadcast", groups)
-    _check(0 <= source < size, f"collective_broadcast: source {source} is not a position in groups of {size}")
+    _check(
+        0 <= source < size,
+        f"collective_broadcast: source {source} is not a position in groups of {size}",
+    )
     return x
 
 
@@ -555,22 +718,43 @@ def _emit_collective(kind: str) -> Emit:
 
 
 for _name, _infer, _doc in (
-    ("all_reduce", _infer_all_reduce,
-     "every rank gets its group's operands combined by `op` (`sum`, `prod`, `max`, `min`)"),
-    ("all_gather", _infer_all_gather,
-     "every rank gets its group's operands concatenated along `axis`, in group order"),
-    ("reduce_scatter", _infer_reduce_scatter,
-     "the group's operands combined by `op`, split into group-size blocks along `axis`; the rank at "
-     "position i keeps block i"),
-    ("all_to_all", _infer_all_to_all,
-     "each operand split into group-size blocks along `split_axis`; the rank at position i gets "
-     "block i of every rank, concatenated along `concat_axis` in group order"),
-    ("collective_broadcast", _infer_collective_broadcast,
-     "every rank gets the operand of the rank at position `source` of its group"),
+    (
+        "all_reduce",
+        _infer_all_reduce,
+        "every rank gets its group's operands combined by `op` (`sum`, `prod`, `max`, `min`)",
+    ),
+    (
+        "all_gather",
+        _infer_all_gather,
+        "every rank gets its group's operands concatenated along `axis`, in group order",
+    ),
+    (
+        "reduce_scatter",
+        _infer_reduce_scatter,
+        "the group's operands combined by `op`, split into group-size blocks along `axis`; the rank at "
+        "position i keeps block i",
+    ),
+    (
+        "all_to_all",
+        _infer_all_to_all,
+        "each operand split into group-size blocks along `split_axis`; the rank at position i gets "
+        "block i of every rank, concatenated along `concat_axis` in group order",
+    ),
+    (
+        "collective_broadcast",
+        _infer_collective_broadcast,
+        "every rank gets the operand of the rank at position `source` of its group",
+    ),
 ):
-    _define(_name, 1, _infer, _emit_collective(_name),
-            _doc + "; `groups` are replica groups (tuples of global ranks, of one size, covering "
-            "every rank once); the cpu runtime runs it through torch.distributed", collective=True)
+    _define(
+        _name,
+        1,
+        _infer,
+        _emit_collective(_name),
+        _doc + "; `groups` are replica groups (tuples of global ranks, of one size, covering "
+        "every rank once); the cpu runtime runs it through torch.distributed",
+        collective=True,
+    )
 
 
 # -- custom calls ---------------------------------------------------------------------------
@@ -583,26 +767,37 @@ for _name, _infer, _doc in (
 # the host, which the cpu runtime runs. The result type is declared, since nothing here can infer it.
 
 
-def _infer_custom_call(*operands: TensorType, target: str, config: Any, host: str, shape: tuple,
-                       dtype: DType) -> TensorType:
-    _check(isinstance(target, str) and target != "", f"custom_call: target must be a non-empty string, got {target!r}")
+def _infer_custom_call(
+    *operands: TensorType, target: str, config: Any, host: str, shape: tuple, dtype: DType
+) -> TensorType:
+    _check(
+        isinstance(target, str) and target != "",
+        f"custom_call: target must be a non-empty string, got {target!r}",
+    )
     module, _, function = host.partition(":") if isinstance(host, str) else ("", "", "")
     _check(bool(module and function), f"custom_call: host must be 'module:function', got {host!r}")
     _check(all(d >= 0 for d in shape), f"custom_call: negative dimension in {list(shape)}")
     return TensorType(tuple(shape), dtype)
 
 
-def _emit_custom_call(*operands: str, target: str, config: Any, host: str, shape: tuple, dtype: DType) -> str:
+def _emit_custom_call(
+    *operands: str, target: str, config: Any, host: str, shape: tuple, dtype: DType
+) -> str:
     text = config.text if hasattr(config, "text") else str(config)
     args = "".join(f", {o}" for o in operands)
     return f"_custom_call({host!r}, {text!r}, {tuple(shape)}, {dtype.numpy_name}{args})"
 
 
-_define("custom_call", None, _infer_custom_call, _emit_custom_call,
-        "a kernel from elsewhere (an NKI kernel): `target` and `config` are the HLO custom call a "
-        "compiler replaces with it, `host` (`module:function`) computes the same "
-        "`fn(config, *operands)` on the host, for the cpu runtime; the result is `dtype[shape]`",
-        folds=False)
+_define(
+    "custom_call",
+    None,
+    _infer_custom_call,
+    _emit_custom_call,
+    "a kernel from elsewhere (an NKI kernel): `target` and `config` are the HLO custom call a "
+    "compiler replaces with it, `host` (`module:function`) computes the same "
+    "`fn(config, *operands)` on the host, for the cpu runtime; the result is `dtype[shape]`",
+    folds=False,
+)
 
 
 def primitive(name: str) -> Primitive:

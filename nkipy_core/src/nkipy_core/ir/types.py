@@ -106,9 +106,7 @@ _TO_NUMPY = {
     DType.f64: np.dtype(np.float64),
 }
 _FROM_NUMPY = {v: k for k, v in _TO_NUMPY.items()}
-_NUMPY_NAMES = {
-    d: ("bfloat16" if d is DType.bf16 else f"np.{_TO_NUMPY[d].name}") for d in DType
-}
+_NUMPY_NAMES = {d: ("bfloat16" if d is DType.bf16 else f"np.{_TO_NUMPY[d].name}") for d in DType}
 _NUMPY_NAMES[DType.bool] = "np.bool_"
 _TO_TORCH = {
     DType.bool: torch.bool,

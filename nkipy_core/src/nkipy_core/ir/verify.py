@@ -29,7 +29,9 @@ def verify(kernel: Kernel) -> None:
         except TypeError as exc:
             raise VerificationError(f"{where}: {exc}") from None
         if expected != op.result.type:
-            raise VerificationError(f"{where}: result type should be {expected}, not {op.result.type}")
+            raise VerificationError(
+                f"{where}: result type should be {expected}, not {op.result.type}"
+            )
         defined[op.result.id] = op.result.type
     for out in kernel.outputs:
         if defined.get(out.id) != out.type:

@@ -83,7 +83,17 @@ class KernelRecord:
 
     A call does ``start = record.start()`` on entry and ``record.stop(start)`` on return."""
 
-    __slots__ = ("key", "name", "ops", "roots", "bytes_in", "bytes_out", "event_name", "calls", "total_ns")
+    __slots__ = (
+        "key",
+        "name",
+        "ops",
+        "roots",
+        "bytes_in",
+        "bytes_out",
+        "event_name",
+        "calls",
+        "total_ns",
+    )
 
     def __init__(self, key: str, name: str, ops: str, bytes_in: int, bytes_out: int):
         self.key, self.name, self.ops = key, name, ops
@@ -110,7 +120,12 @@ class KernelRecord:
 
     def snapshot(self) -> KernelStats:
         return KernelStats(
-            self.key, self.name, self.ops, self.calls, self.total_ns, self.calls * self.bytes_in,
+            self.key,
+            self.name,
+            self.ops,
+            self.calls,
+            self.total_ns,
+            self.calls * self.bytes_in,
             self.calls * self.bytes_out,
         )
 
@@ -150,7 +165,9 @@ def _nbytes(types: Iterable[Any]) -> int:
     return sum(t.size * t.dtype.numpy.itemsize for t in types)
 
 
-def record(root: str | os.PathLike, key: str, name: str, ops: Mapping[str, int], signature: Any) -> KernelRecord:
+def record(
+    root: str | os.PathLike, key: str, name: str, ops: Mapping[str, int], signature: Any
+) -> KernelRecord:
     """The record of kernel ``key`` (created on first use: a kernel called under two names keeps
     the first), whose counters go to the cache ``root`` at exit. ``ops``: its ``op_counts``;
     ``signature``: its executable's input and output types."""
@@ -214,8 +231,10 @@ def write_last_run() -> list[Path]:
     written = []
     for root, rows in by_root.items():
         data = {
-            "rank": rank, "world_size": world_size, "pid": os.getpid(),
-            "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds"),
+            "rank": rank,
+            "world_size": world_size,
+            "pid": os.getpid(),
+            "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds"),
             "kernels": [s.as_dict() for s in sorted(rows, key=lambda s: (-s.total_ns, s.key))],
         }
         path = stats_file(root, rank, world_size)
@@ -239,7 +258,9 @@ def read_last_run(root: str | os.PathLike) -> list[dict[str, Any]]:
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
-            log.warning("nkipy: kernel statistics file %s is unreadable (%s); skipping it", path, exc)
+            log.warning(
+                "nkipy: kernel statistics file %s is unreadable (%s); skipping it", path, exc
+            )
             continue
         found.append({**data, "file": str(path)})
     if not found:
@@ -247,4 +268,6 @@ def read_last_run(root: str | os.PathLike) -> list[dict[str, Any]]:
     newest = max(found, key=lambda d: d["finished"])
     if newest["world_size"] <= 1:
         return [newest]
-    return sorted((d for d in found if d["world_size"] == newest["world_size"]), key=lambda d: d["rank"])
+    return sorted(
+        (d for d in found if d["world_size"] == newest["world_size"]), key=lambda d: d["rank"]
+    )

@@ -68,8 +68,12 @@ class CompileProgress:
         from tqdm import tqdm
 
         bar = tqdm(
-            total=self.total, initial=self._finished, desc=f"nkipy: compiling for {self.runtime_name}",
-            unit="kernel", file=sys.stderr, dynamic_ncols=True,
+            total=self.total,
+            initial=self._finished,
+            desc=f"nkipy: compiling for {self.runtime_name}",
+            unit="kernel",
+            file=sys.stderr,
+            dynamic_ncols=True,
         )
         bar.start_t -= time.monotonic() - self._start  # its clock counts from the batch's start
         bar.refresh()
@@ -80,7 +84,8 @@ class CompileProgress:
         print(
             f"nkipy: compiling {self.total} kernel(s) for {self.runtime_name}: "
             f"{self._finished}/{self.total} done, {elapsed:.1f} s",
-            file=sys.stderr, flush=True,
+            file=sys.stderr,
+            flush=True,
         )
 
 

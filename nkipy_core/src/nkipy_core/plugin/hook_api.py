@@ -60,9 +60,7 @@ def incompatibility(declared: str | None) -> str:
     try:
         supported = SpecifierSet(declared)
     except InvalidSpecifier:
-        return (
-            f"its {DECLARATION} = {declared!r} is not a version range; write it like \">=1.0,<2\""
-        )
+        return f'its {DECLARATION} = {declared!r} is not a version range; write it like ">=1.0,<2"'
     if Version(HOOK_API_VERSION) in supported:
         return ""
     return (

@@ -19,9 +19,14 @@ from typing import Any
 import attrs
 import pluggy
 
-from nkipy_core.plugin import hook_api, hookspecs
 from nkipy_core.errors import PluginConflictError, PluginError
-from nkipy_core.plugin.registry import DecompositionRegistry, LoweringRegistry, Provenance, RuntimeRegistry
+from nkipy_core.plugin import hook_api, hookspecs
+from nkipy_core.plugin.registry import (
+    DecompositionRegistry,
+    LoweringRegistry,
+    Provenance,
+    RuntimeRegistry,
+)
 
 log = logging.getLogger("nkipy.plugins")
 
@@ -77,11 +82,18 @@ _loaded: Plugins | None = None
 _extra: list[_Candidate] = []
 
 
-def register(plugin: Any, name: str, distribution: str = "<in-process>", version: str = "0") -> None:
+def register(
+    plugin: Any, name: str, distribution: str = "<in-process>", version: str = "0"
+) -> None:
     """Add a plugin object (e.g. a module) without an entry point; takes effect at ``reload()``."""
-    _extra.append(_Candidate(
-        name, Provenance(name, distribution, version), lambda: plugin, lambda: hook_api.declared_by(plugin),
-    ))
+    _extra.append(
+        _Candidate(
+            name,
+            Provenance(name, distribution, version),
+            lambda: plugin,
+            lambda: hook_api.declared_by(plugin),
+        )
+    )
 
 
 def unregister(name: str) -> None:
@@ -114,7 +126,14 @@ def _entry_point_candidates() -> list[_Candidate]:
         provenance = Provenance(
             ep.name, dist.metadata["Name"] if dist else "<unknown>", dist.version if dist else "?"
         )
-        found.append(_Candidate(ep.name, provenance, ep.load, lambda module=ep.module: hook_api.declared_range(module)))
+        found.append(
+            _Candidate(
+                ep.name,
+                provenance,
+                ep.load,
+                lambda module=ep.module: hook_api.declared_range(module),
+            )
+        )
     return found
 
 
@@ -125,15 +144,21 @@ def _fail(candidate: _Candidate, what: str, exc: BaseException, strict: bool) ->
             f"plugin {candidate.name!r} ({candidate.provenance}) failed to {message}. "
             "Fix or uninstall it, or run without strict mode to skip it."
         ) from exc
-    log.warning("nkipy plugin %r (%s) skipped: failed to %s", candidate.name, candidate.provenance, message)
+    log.warning(
+        "nkipy plugin %r (%s) skipped: failed to %s", candidate.name, candidate.provenance, message
+    )
     return PluginStatus(candidate.name, "", candidate.provenance, False, message)
 
 
 def _incompatible(candidate: _Candidate, declared: str, reason: str, strict: bool) -> PluginStatus:
     if strict:
-        raise PluginError(f"plugin {candidate.name!r} ({candidate.provenance}) was not loaded: {reason}.")
+        raise PluginError(
+            f"plugin {candidate.name!r} ({candidate.provenance}) was not loaded: {reason}."
+        )
     log.warning("nkipy plugin %r (%s) not loaded: %s", candidate.name, candidate.provenance, reason)
-    return PluginStatus(candidate.name, "", candidate.provenance, False, reason, declared, incompatible=True)
+    return PluginStatus(
+        candidate.name, "", candidate.provenance, False, reason, declared, incompatible=True
+    )
 
 
 def _build(strict: bool) -> Plugins:
@@ -169,8 +194,18 @@ def _build(strict: bool) -> Plugins:
             statuses.append(_fail(candidate, "register", exc, strict))
             continue
         module = getattr(plugin, "__name__", type(plugin).__name__)
-        statuses.append(PluginStatus(candidate.name, module, candidate.provenance, True, hook_api=declared or ""))
-    return Plugins(manager, statuses, registries["lowerings"], registries["decompositions"], registries["runtimes"])
+        statuses.append(
+            PluginStatus(
+                candidate.name, module, candidate.provenance, True, hook_api=declared or ""
+            )
+        )
+    return Plugins(
+        manager,
+        statuses,
+        registries["lowerings"],
+        registries["decompositions"],
+        registries["runtimes"],
+    )
 
 
 def get(strict: bool = False) -> Plugins:
@@ -181,7 +216,9 @@ def get(strict: bool = False) -> Plugins:
             _loaded = _build(strict)
         elif strict and _loaded.failed():
             bad = _loaded.failed()[0]
-            raise PluginError(f"plugin {bad.name!r} ({bad.provenance}) failed to {bad.error} (strict mode)")
+            raise PluginError(
+                f"plugin {bad.name!r} ({bad.provenance}) failed to {bad.error} (strict mode)"
+            )
         return _loaded
 
 

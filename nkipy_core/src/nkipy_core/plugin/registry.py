@@ -254,15 +254,15 @@ class RuntimeRegistry:
 class RuleSet:
     """Rules a pack declares at import time with a decorator and installs from its hook::
 
-        rules = RuleSet()
+    rules = RuleSet()
 
-        @rules.register(torch.ops.aten.exp.default)
-        def exp(ctx, x):
-            return knp.exp(x)
+    @rules.register(torch.ops.aten.exp.default)
+    def exp(ctx, x):
+        return knp.exp(x)
 
-        @hookimpl
-        def nkipy_register_lowerings(registry):
-            rules.install(registry)
+    @hookimpl
+    def nkipy_register_lowerings(registry):
+        rules.install(registry)
     """
 
     def __init__(self, priority: int = 0) -> None:

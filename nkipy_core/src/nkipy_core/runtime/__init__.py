@@ -4,9 +4,24 @@ This package's names are the public runtime API that runtime packs (``nkipy-runt
 packs import; ``base`` and ``cpu`` are its implementation.
 """
 
-from nkipy_core.runtime.base import CompileOptions, DeviceArray, DeviceStats, Executable, Runtime, Signature, contiguous_strides, runs_custom_call
+from nkipy_core.runtime.base import (
+    CompileOptions,
+    DeviceArray,
+    DeviceStats,
+    Executable,
+    Runtime,
+    Signature,
+    contiguous_strides,
+    runs_custom_call,
+)
 
 __all__ = [
-    "CompileOptions", "DeviceArray", "DeviceStats", "Executable", "Runtime", "Signature", "contiguous_strides",
+    "CompileOptions",
+    "DeviceArray",
+    "DeviceStats",
+    "Executable",
+    "Runtime",
+    "Signature",
+    "contiguous_strides",
     "runs_custom_call",
 ]

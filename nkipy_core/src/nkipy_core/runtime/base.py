@@ -101,8 +101,10 @@ class DeviceStats:
 
     def transfers(self) -> dict[str, int]:
         return {
-            "host_to_device": self.host_to_device, "host_to_device_bytes": self.host_to_device_bytes,
-            "device_to_host": self.device_to_host, "device_to_host_bytes": self.device_to_host_bytes,
+            "host_to_device": self.host_to_device,
+            "host_to_device_bytes": self.host_to_device_bytes,
+            "device_to_host": self.device_to_host,
+            "device_to_host_bytes": self.device_to_host_bytes,
         }
 
 
@@ -137,7 +139,9 @@ class Runtime(Protocol):
 
     def compile(self, kernel: Kernel, options: CompileOptions) -> Executable: ...
 
-    def load(self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions) -> Executable: ...
+    def load(
+        self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions
+    ) -> Executable: ...
 
     # -- device memory: the only code that knows what a buffer is ------------------------
 
@@ -204,4 +208,6 @@ class Runtime(Protocol):
 
 def runs_custom_call(runtime: Any, target: str) -> bool:
     """Whether kernels on ``runtime`` may hold a custom call to ``target`` (see ``Runtime``)."""
-    return bool(getattr(runtime, "host_custom_calls", False)) or target in getattr(runtime, "custom_call_targets", ())
+    return bool(getattr(runtime, "host_custom_calls", False)) or target in getattr(
+        runtime, "custom_call_targets", ()
+    )

@@ -62,7 +62,9 @@ class TorchDistributedCommunicator:
         index = next(i for i, g in enumerate(groups) if rank in g)
         return self._subgroups[groups][index], groups[index]
 
-    def _gathered(self, t: torch.Tensor, group: Any, members: tuple[int, ...]) -> list[torch.Tensor]:
+    def _gathered(
+        self, t: torch.Tensor, group: Any, members: tuple[int, ...]
+    ) -> list[torch.Tensor]:
         """Every member's tensor, in the order ``members`` lists them. torch orders a group's
         ranks ascending, which a replica group need not."""
         parts = [torch.empty_like(t) for _ in members]
@@ -74,24 +76,40 @@ class TorchDistributedCommunicator:
         dist.all_reduce(t, op=getattr(dist.ReduceOp, _REDUCE_OPS[op]), group=group)
         return t
 
-    def _all_reduce(self, t: torch.Tensor, group: Any, members: tuple[int, ...], *, op: str) -> torch.Tensor:
+    def _all_reduce(
+        self, t: torch.Tensor, group: Any, members: tuple[int, ...], *, op: str
+    ) -> torch.Tensor:
         return self._reduced(t, group, op)
 
-    def _all_gather(self, t: torch.Tensor, group: Any, members: tuple[int, ...], *, axis: int) -> torch.Tensor:
+    def _all_gather(
+        self, t: torch.Tensor, group: Any, members: tuple[int, ...], *, axis: int
+    ) -> torch.Tensor:
         return torch.cat(self._gathered(t, group, members), dim=axis)
 
-    def _reduce_scatter(self, t: torch.Tensor, group: Any, members: tuple[int, ...], *, op: str,
-                        axis: int) -> torch.Tensor:
+    def _reduce_scatter(
+        self, t: torch.Tensor, group: Any, members: tuple[int, ...], *, op: str, axis: int
+    ) -> torch.Tensor:
         blocks = self._reduced(t, group, op).chunk(len(members), dim=axis)
         return blocks[members.index(dist.get_rank())]
 
-    def _all_to_all(self, t: torch.Tensor, group: Any, members: tuple[int, ...], *, split_axis: int,
-                    concat_axis: int) -> torch.Tensor:
+    def _all_to_all(
+        self,
+        t: torch.Tensor,
+        group: Any,
+        members: tuple[int, ...],
+        *,
+        split_axis: int,
+        concat_axis: int,
+    ) -> torch.Tensor:
         mine = members.index(dist.get_rank())
-        blocks = [part.chunk(len(members), dim=split_axis)[mine] for part in self._gathered(t, group, members)]
+        blocks = [
+            part.chunk(len(members), dim=split_axis)[mine]
+            for part in self._gathered(t, group, members)
+        ]
         return torch.cat(blocks, dim=concat_axis)
 
-    def _collective_broadcast(self, t: torch.Tensor, group: Any, members: tuple[int, ...], *,
-                              source: int) -> torch.Tensor:
+    def _collective_broadcast(
+        self, t: torch.Tensor, group: Any, members: tuple[int, ...], *, source: int
+    ) -> torch.Tensor:
         dist.broadcast(t, src=members[source], group=group)
         return t

@@ -12,11 +12,17 @@ from functools import lru_cache
 
 import numpy as np
 
-from nkipy_core.plugin.hookspecs import hookimpl
 from nkipy_core.ir import codegen
 from nkipy_core.ir.graph import Kernel
 from nkipy_core.ir.types import TensorType
-from nkipy_core.runtime.base import CompileOptions, DeviceArray, DeviceStats, Signature, contiguous_strides
+from nkipy_core.plugin.hookspecs import hookimpl
+from nkipy_core.runtime.base import (
+    CompileOptions,
+    DeviceArray,
+    DeviceStats,
+    Signature,
+    contiguous_strides,
+)
 from nkipy_core.runtime.communicator import TorchDistributedCommunicator
 
 SOURCE = "kernel.py"
@@ -37,13 +43,19 @@ _ERRSTATE = _errstate_ignore()
 
 
 class CpuExecutable:
-    def __init__(self, source: str, signature: Signature, communicator: TorchDistributedCommunicator):
+    def __init__(
+        self, source: str, signature: Signature, communicator: TorchDistributedCommunicator
+    ):
         self.source = source
         self.signature = signature
-        self._fn = codegen.load(source, filename=f"<nkipy cpu kernel {hash(source) & 0xFFFF:04x}>",
-                                communicator=communicator)
+        self._fn = codegen.load(
+            source,
+            filename=f"<nkipy cpu kernel {hash(source) & 0xFFFF:04x}>",
+            communicator=communicator,
+        )
 
     if _ERRSTATE is not None:
+
         def __call__(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
             """The kernel under ``np.errstate(all="ignore")`` (kernels compute inf and NaN
             silently, as torch does). Entering ``np.errstate`` builds its error object anew each
@@ -56,6 +68,7 @@ class CpuExecutable:
             finally:
                 variable.reset(token)
     else:
+
         def __call__(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
             with np.errstate(all="ignore"):
                 return self._fn(*arrays)
@@ -87,7 +100,9 @@ class CpuRuntime:
     def compile(self, kernel: Kernel, options: CompileOptions) -> CpuExecutable:
         return CpuExecutable(codegen.generate(kernel), Signature.of(kernel), self.communicator)
 
-    def load(self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions) -> CpuExecutable:
+    def load(
+        self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions
+    ) -> CpuExecutable:
         return CpuExecutable(artifacts[SOURCE].decode(), signature, self.communicator)
 
     # -- device memory ---------------------------------------------------------------------
@@ -117,7 +132,12 @@ class CpuRuntime:
         outputs = self.run_host(executable, [_view(a) for a in inputs])
         return [self._adopt(o, t) for o, t in zip(outputs, executable.signature.outputs)]
 
-    def run_into(self, executable: CpuExecutable, inputs: Sequence[DeviceArray], outputs: Sequence[DeviceArray]) -> None:
+    def run_into(
+        self,
+        executable: CpuExecutable,
+        inputs: Sequence[DeviceArray],
+        outputs: Sequence[DeviceArray],
+    ) -> None:
         """``run``, writing the results into ``outputs`` (arrays of the results' types, which
         may be inputs too): an in-place op stores its result where it belongs, without a new
         buffer in between (see ``Runtime``)."""
@@ -189,7 +209,9 @@ def _view(array: DeviceArray) -> np.ndarray:
     and a list are what ``np.ndarray`` parses fastest)."""
     dtype = array.dtype.numpy
     size = dtype.itemsize
-    return np.ndarray(array.shape, dtype, array.buffer, array.offset * size, [s * size for s in array.strides])
+    return np.ndarray(
+        array.shape, dtype, array.buffer, array.offset * size, [s * size for s in array.strides]
+    )
 
 
 @hookimpl

@@ -21,7 +21,10 @@ HALF = (torch.bfloat16, torch.float16)
 
 def upcast(value: Any) -> Any:
     """``value`` with every half-float tensor made float64 (for the exact run of an op)."""
-    return tree_map(lambda t: t.detach().double() if isinstance(t, torch.Tensor) and t.dtype in HALF else t, value)
+    return tree_map(
+        lambda t: t.detach().double() if isinstance(t, torch.Tensor) and t.dtype in HALF else t,
+        value,
+    )
 
 
 def assert_close_to_eager(
@@ -37,13 +40,17 @@ def assert_close_to_eager(
         return
     except AssertionError:
         pairs = list(zip(tree_leaves(actual), tree_leaves(expected)))
-        if exact is None or not any(isinstance(e, torch.Tensor) and e.dtype in HALF for _, e in pairs):
+        if exact is None or not any(
+            isinstance(e, torch.Tensor) and e.dtype in HALF for _, e in pairs
+        ):
             raise
     for (a, e), x in zip(pairs, tree_leaves(exact()), strict=True):
         if not (isinstance(e, torch.Tensor) and e.dtype in HALF and isinstance(a, torch.Tensor)):
             torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True)
             continue
-        assert (a.shape, a.dtype) == (e.shape, e.dtype), f"{a.shape}/{a.dtype} != {e.shape}/{e.dtype}"
+        assert (a.shape, a.dtype) == (e.shape, e.dtype), (
+            f"{a.shape}/{a.dtype} != {e.shape}/{e.dtype}"
+        )
         a64, e64, x64 = a.detach().double(), e.detach().double(), x.detach().double()
         bound = (e64 - x64).abs() + atol + rtol * x64.abs()
         ok = ((a64 - x64).abs() <= bound) | (a64.isnan() & e64.isnan()) | (a64 == e64)

@@ -65,12 +65,28 @@ import torch
 from nkipy_core.testing.expected_failures import ExpectedFailures
 from nkipy_core.testing.observation import kernel_cache
 from nkipy_core.testing.op_results import STATUSES, TOLERANCES, OpResult, run_case
-from nkipy_core.testing.opinfo_cases import EXTRA_OPINFOS, OpCase, conformance_cases, load_op_db, lowered_ops
+from nkipy_core.testing.opinfo_cases import (
+    EXTRA_OPINFOS,
+    OpCase,
+    conformance_cases,
+    load_op_db,
+    lowered_ops,
+)
 
 __all__ = [
-    "EXTRA_OPINFOS", "STATUSES", "TOLERANCES", "ConformanceReport", "OpCase", "OpResult",
-    "assert_conformance", "check_case", "conformance_cases", "load_op_db", "lowered_ops",
-    "run_case", "run_conformance",
+    "EXTRA_OPINFOS",
+    "STATUSES",
+    "TOLERANCES",
+    "ConformanceReport",
+    "OpCase",
+    "OpResult",
+    "assert_conformance",
+    "check_case",
+    "conformance_cases",
+    "load_op_db",
+    "lowered_ops",
+    "run_case",
+    "run_conformance",
 ]
 
 
@@ -105,10 +121,16 @@ class ConformanceReport:
 
     def summary_line(self) -> str:
         counts = ", ".join(f"{n} {s}" for s, n in self.summary().items())
-        verified = f"; {len(self.verified_ops())}/{len(self.lowered_ops)} lowered overloads verified" if self.lowered_ops else ""
+        verified = (
+            f"; {len(self.verified_ops())}/{len(self.lowered_ops)} lowered overloads verified"
+            if self.lowered_ops
+            else ""
+        )
         return f"{len(self.rows)} rows: {counts}{verified} ({self.seconds:.1f}s)"
 
-    def table(self, note_width: int | None = 100, op_width: int | None = 42, summary: bool = True) -> str:
+    def table(
+        self, note_width: int | None = 100, op_width: int | None = 42, summary: bool = True
+    ) -> str:
         """A fixed-width text table: op, dtype, status, samples, fwd, bwd, note, then the summary.
 
         ``samples`` is how many OpInfo samples ran; ``fwd`` compiled runs whose outputs matched /
@@ -118,10 +140,21 @@ class ConformanceReport:
         header = ("op", "dtype", "status", "samples", "fwd", "bwd", "note")
         lines = []
         for r in self.rows:
-            lines.append((
-                _shorten(r.op, op_width), r.dtype, r.status, str(r.samples), r.fwd, r.bwd, _shorten(r.note, note_width)
-            ))
-        widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
+            lines.append(
+                (
+                    _shorten(r.op, op_width),
+                    r.dtype,
+                    r.status,
+                    str(r.samples),
+                    r.fwd,
+                    r.bwd,
+                    _shorten(r.note, note_width),
+                )
+            )
+        widths = [
+            max(len(h), *(len(line[i]) for line in lines)) if lines else len(h)
+            for i, h in enumerate(header)
+        ]
         widths[-1] = 0
 
         def fmt(cells: Sequence[str]) -> str:
@@ -175,18 +208,33 @@ def run_conformance(
         for case in cases:
             for dtype in dtypes:
                 if budget is not None and time.monotonic() - start > budget:
-                    row = OpResult(case.name, str(dtype).removeprefix("torch."), "skip", case.targets,
-                                   note="time budget of the run exhausted")
+                    row = OpResult(
+                        case.name,
+                        str(dtype).removeprefix("torch."),
+                        "skip",
+                        case.targets,
+                        note="time budget of the run exhausted",
+                    )
                 else:
-                    remaining = None if budget is None else max(0.0, budget - (time.monotonic() - start))
-                    per_op = op_budget if remaining is None else min(op_budget or math.inf, remaining)
+                    remaining = (
+                        None if budget is None else max(0.0, budget - (time.monotonic() - start))
+                    )
+                    per_op = (
+                        op_budget if remaining is None else min(op_budget or math.inf, remaining)
+                    )
                     row = run_case(
-                        case, dtype=dtype, max_samples=max_samples, backward=backward,
+                        case,
+                        dtype=dtype,
+                        max_samples=max_samples,
+                        backward=backward,
                         backward_samples=backward_samples,
                         inference_for_backward_samples=inference_for_backward_samples,
                         search_samples=search_samples,
-                        tolerances=tolerances, cache_dir=cache,
-                        options=options, time_budget=per_op, seed=seed,
+                        tolerances=tolerances,
+                        cache_dir=cache,
+                        options=options,
+                        time_budget=per_op,
+                        seed=seed,
                     )
                 rows.append(row)
                 if progress is not None:
@@ -214,21 +262,29 @@ def assert_conformance(
         report = ConformanceReport((report,))
     expected = expected_failures or ExpectedFailures()
     bad = [
-        row for row in report.rows
-        if (row.status == "fail" and any((row.op, row.dtype, s) not in expected.reasons for s, _ in row.failed_samples))
+        row
+        for row in report.rows
+        if (
+            row.status == "fail"
+            and any((row.op, row.dtype, s) not in expected.reasons for s, _ in row.failed_samples)
+        )
         or (row.status == "fallback" and not allow_fallback)
         or (row.status == "skip" and not allow_skip)
     ]
     lines = []
     if bad:
         lines.append(f"{len(bad)} conformance row(s) not acceptable:")
-        lines.append(ConformanceReport(tuple(bad)).table(note_width=None, op_width=None, summary=False))
+        lines.append(
+            ConformanceReport(tuple(bad)).table(note_width=None, op_width=None, summary=False)
+        )
     lines.extend(expected.compare(report).lines())
     if lines:
         raise AssertionError("\n".join(lines))
 
 
-def check_case(case: OpCase, *, allow_fallback: bool = True, allow_skip: bool = True, **kwargs: Any) -> OpResult:
+def check_case(
+    case: OpCase, *, allow_fallback: bool = True, allow_skip: bool = True, **kwargs: Any
+) -> OpResult:
     """``run_case`` then ``assert_conformance`` on its row (for a test per case)."""
     row = run_case(case, **kwargs)
     assert_conformance(row, allow_fallback=allow_fallback, allow_skip=allow_skip)

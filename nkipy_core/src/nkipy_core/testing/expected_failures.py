@@ -45,13 +45,19 @@ class Verdict:
     def lines(self) -> list[str]:
         out = []
         if self.unexpected_failures:
-            out.append(f"{len(self.unexpected_failures)} failing sample(s) not in the expected failures:")
+            out.append(
+                f"{len(self.unexpected_failures)} failing sample(s) not in the expected failures:"
+            )
             out.extend(f"  {line}" for line in self.unexpected_failures)
         if self.unexpected_passes:
-            out.append(f"{len(self.unexpected_passes)} expected failure(s) that no longer fail (remove the lines):")
+            out.append(
+                f"{len(self.unexpected_passes)} expected failure(s) that no longer fail (remove the lines):"
+            )
             out.extend(f"  {line}" for line in self.unexpected_passes)
         if out:
-            out.append(f"Fix the failures, or rewrite the file from this run with {UPDATE_ENV}=1 and review the diff.")
+            out.append(
+                f"Fix the failures, or rewrite the file from this run with {UPDATE_ENV}=1 and review the diff."
+            )
         return out
 
 
@@ -74,7 +80,9 @@ class ExpectedFailures:
                 continue
             fields = line.split(None, 3)
             if len(fields) < 4:
-                raise ValueError(f"{source}:{number}: expected '<op> <dtype> <sample> <reason>', got {raw!r}")
+                raise ValueError(
+                    f"{source}:{number}: expected '<op> <dtype> <sample> <reason>', got {raw!r}"
+                )
             op, dtype, sample, reason = fields
             if (op, dtype, sample) in reasons:
                 raise ValueError(f"{source}:{number}: {op} {dtype} {sample} is listed twice")
@@ -92,7 +100,9 @@ class ExpectedFailures:
         widths = [max((len(k[i]) for k in keys), default=0) for i in range(3)]
         lines = [self.header] if self.header else []
         lines.extend(
-            "  ".join(part.ljust(width) for part, width in zip(key, widths)) + "  " + self.reasons[key]
+            "  ".join(part.ljust(width) for part, width in zip(key, widths))
+            + "  "
+            + self.reasons[key]
             for key in keys
         )
         return "\n".join(lines) + "\n"
@@ -106,7 +116,8 @@ class ExpectedFailures:
         dtypes = {r.dtype for r in report.rows}
         unexpected_failures = [
             f"{row.op} {row.dtype} {sample}: {why}"
-            for row in report.rows for sample, why in row.failed_samples
+            for row in report.rows
+            for sample, why in row.failed_samples
             if (row.op, row.dtype, sample) not in self.reasons
         ]
         unexpected_passes, not_run = [], []
@@ -114,11 +125,15 @@ class ExpectedFailures:
             op, dtype, sample = key
             row = rows.get((op, dtype))
             if row is None:
-                unexpected_passes.append(f"{op} {dtype} {sample}: the run has no row {op} [{dtype}]")
+                unexpected_passes.append(
+                    f"{op} {dtype} {sample}: the run has no row {op} [{dtype}]"
+                )
             elif sample in dict(row.failed_samples):
                 continue
             elif sample in row.checked_samples:
-                unexpected_passes.append(f"{op} {dtype} {sample}: passes now (listed as: {self.reasons[key]})")
+                unexpected_passes.append(
+                    f"{op} {dtype} {sample}: passes now (listed as: {self.reasons[key]})"
+                )
             else:
                 not_run.append(key)
         return Verdict(tuple(unexpected_failures), tuple(unexpected_passes), tuple(not_run))
@@ -129,10 +144,14 @@ class ExpectedFailures:
         dropped, lines the run did not judge (other dtypes, samples not run) stay."""
         verdict = self.compare(report)
         dtypes = {r.dtype for r in report.rows}
-        reasons = {k: why for k, why in self.reasons.items() if k[1] not in dtypes or k in verdict.not_run}
+        reasons = {
+            k: why for k, why in self.reasons.items() if k[1] not in dtypes or k in verdict.not_run
+        }
         for row in report.rows:
             for sample, why in row.failed_samples:
-                reasons[row.op, row.dtype, sample] = self.reasons.get((row.op, row.dtype, sample), why)
+                reasons[row.op, row.dtype, sample] = self.reasons.get(
+                    (row.op, row.dtype, sample), why
+                )
         return ExpectedFailures(reasons, self.header)
 
 
@@ -145,4 +164,3 @@ def expected_failures_for(report: ConformanceReport, path: str | os.PathLike) ->
         expected = expected.updated(report)
         expected.write(path)
     return expected
-

@@ -21,7 +21,7 @@ def _init_(module: nn.Module, seed: int) -> None:
     ±1/sqrt(fan_in) (torch's default scale), other parameters 1 plus a little noise."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, param in module.named_parameters():
+        for param in module.parameters():
             noise = torch.rand(param.shape, generator=generator, dtype=torch.float32) * 2 - 1
             if param.dim() == 2:
                 param.copy_(noise / math.sqrt(param.shape[1]))
@@ -34,7 +34,9 @@ class QuickStartMLP(nn.Module):
 
     def __init__(self, features: int = 64, hidden: int = 128, *, seed: int = 0):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(features, hidden), nn.SiLU(), nn.Linear(hidden, features))
+        self.net = nn.Sequential(
+            nn.Linear(features, hidden), nn.SiLU(), nn.Linear(hidden, features)
+        )
         _init_(self, seed)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -98,7 +100,9 @@ class LlamaBlock(nn.Module):
         self.gate_proj = nn.Linear(h, i, bias=False)
         self.up_proj = nn.Linear(h, i, bias=False)
         self.down_proj = nn.Linear(i, h, bias=False)
-        inv_freq = 1.0 / config.rope_theta ** (torch.arange(0, config.head_dim, 2, dtype=torch.float32) / config.head_dim)
+        inv_freq = 1.0 / config.rope_theta ** (
+            torch.arange(0, config.head_dim, 2, dtype=torch.float32) / config.head_dim
+        )
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         _init_(self, seed)
 

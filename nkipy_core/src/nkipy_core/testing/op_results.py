@@ -13,7 +13,12 @@ from typing import Any
 import attrs
 import torch
 
-from nkipy_core.testing.observation import kernel_cache, observing, quiet_torch_logs, traceable_opinfo_wrappers
+from nkipy_core.testing.observation import (
+    kernel_cache,
+    observing,
+    quiet_torch_logs,
+    traceable_opinfo_wrappers,
+)
 from nkipy_core.testing.opinfo_cases import OpCase, packet
 from nkipy_core.testing.samples import SampleOutcome, fallbacks_named, one_line, run_sample
 
@@ -64,11 +69,17 @@ class OpResult:
         return f"{self.bwd_ok}/{self.bwd_checked}" if self.bwd_checked else "-"
 
 
-def _tolerance(dtype: torch.dtype, tolerances: dict[torch.dtype, tuple[float, float]] | None) -> tuple[float, float]:
+def _tolerance(
+    dtype: torch.dtype, tolerances: dict[torch.dtype, tuple[float, float]] | None
+) -> tuple[float, float]:
     table = {**TOLERANCES, **(tolerances or {})}
     if dtype in table:
         return table[dtype]
-    return (0.0, 0.0) if not (dtype.is_floating_point or dtype.is_complex) else TOLERANCES[torch.float32]
+    return (
+        (0.0, 0.0)
+        if not (dtype.is_floating_point or dtype.is_complex)
+        else TOLERANCES[torch.float32]
+    )
 
 
 def _wants_backward(case: OpCase, backward: bool | Collection[str]) -> bool:
@@ -91,7 +102,9 @@ def _deterministic(sample: Any) -> bool:
     return any(sample.kwargs.get(name, None) == 0 for name in _RANDOMNESS_KWARGS)
 
 
-def _samples(opinfo: Any, dtype: torch.dtype, requires_grad: bool, count: int, seed: int) -> list[Any]:
+def _samples(
+    opinfo: Any, dtype: torch.dtype, requires_grad: bool, count: int, seed: int
+) -> list[Any]:
     """The first ``count`` samples (among the first 64)."""
     torch.manual_seed(seed)
     out = []
@@ -162,7 +175,9 @@ def run_case(
         extra_bwd = search_samples if case.backward_only else 0
         bwd = _samples(opinfo, dtype, True, backward_samples + extra_bwd, seed) if want_bwd else []
     except Exception as exc:  # noqa: BLE001
-        return done("skip", f"OpInfo samples raised {type(exc).__name__}: {one_line(str(exc), 120)}")
+        return done(
+            "skip", f"OpInfo samples raised {type(exc).__name__}: {one_line(str(exc), 120)}"
+        )
     if not fwd and not bwd:
         return done("skip", f"OpInfo has no {dtype_name} samples")
 
@@ -179,19 +194,34 @@ def run_case(
         elif j >= max_samples and not case.backward_only and j < len(fwd):
             search.append((j, fwd[j], False))
     truncated = False
-    with kernel_cache(cache_dir) as cache, observing() as observer, traceable_opinfo_wrappers(), quiet_torch_logs():
+    with (
+        kernel_cache(cache_dir) as cache,
+        observing() as observer,
+        traceable_opinfo_wrappers(),
+        quiet_torch_logs(),
+    ):
         opts = {"nkipy_cache": str(cache), **(options or {})}
         for i, (index, sample, is_bwd) in enumerate(runs + search):
             if deadline is not None and time.monotonic() > deadline and results:
                 truncated = True
                 break
-            if i >= len(runs) and (observer.seen & set(case.targets) or any(r.error for r in results)):
+            if i >= len(runs) and (
+                observer.seen & set(case.targets) or any(r.error for r in results)
+            ):
                 break  # the search for a sample that reaches the op is over
-            result = SampleOutcome(index=index, grad=is_bwd, values=not random or _deterministic(sample))
+            result = SampleOutcome(
+                index=index, grad=is_bwd, values=not random or _deterministic(sample)
+            )
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 run_sample(
-                    opinfo, sample, backward=is_bwd, tol=tol, options=opts, seed=seed + i, result=result
+                    opinfo,
+                    sample,
+                    backward=is_bwd,
+                    tol=tol,
+                    options=opts,
+                    seed=seed + i,
+                    result=result,
                 )
             result.fallbacks = fallbacks_named(caught)
             results.append(result)
@@ -208,7 +238,9 @@ def _is_random(overload: str) -> bool:
         return False
 
 
-def _classify(case: OpCase, results: list[SampleOutcome], seen: set[str], truncated: bool, done) -> OpResult:
+def _classify(
+    case: OpCase, results: list[SampleOutcome], seen: set[str], truncated: bool, done
+) -> OpResult:
     packets = {packet(t) for t in case.targets}
     fallbacks: dict[str, str] = {}
     others: dict[str, str] = {}
@@ -236,7 +268,9 @@ def _classify(case: OpCase, results: list[SampleOutcome], seen: set[str], trunca
         return done("fail", message + budget, error=message, **counts)
     if not any(r.fwd_ok or r.bwd_ok for r in results):
         skips = [r.skipped for r in results if r.skipped]
-        return done("skip", (skips[0] if skips else "no sample had anything to compare") + budget, **counts)
+        return done(
+            "skip", (skips[0] if skips else "no sample had anything to compare") + budget, **counts
+        )
     if fallbacks:
         op, why = sorted(fallbacks.items())[0]
         more = f" (+{len(fallbacks) - 1} more)" if len(fallbacks) > 1 else ""
@@ -245,7 +279,10 @@ def _classify(case: OpCase, results: list[SampleOutcome], seen: set[str], trunca
         ran = sorted(seen) or ["nothing"]
         return done(
             "skip",
-            one_line(f"samples never reach {', '.join(case.targets)} (graphs had {', '.join(ran[:6])})") + budget,
+            one_line(
+                f"samples never reach {', '.join(case.targets)} (graphs had {', '.join(ran[:6])})"
+            )
+            + budget,
             **counts,
         )
     notes = [f"also on CPU: {', '.join(sorted(others))}"] if others else []

@@ -20,8 +20,11 @@ from nkipy_core.plugin.registry import op_name
 #: ATen packet -> OpInfo names that reach it although their names differ
 EXTRA_OPINFOS: dict[str, tuple[str, ...]] = {
     "convolution": (
-        "nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv3d",
-        "nn.functional.conv_transpose1d", "nn.functional.conv_transpose2d",
+        "nn.functional.conv1d",
+        "nn.functional.conv2d",
+        "nn.functional.conv3d",
+        "nn.functional.conv_transpose1d",
+        "nn.functional.conv_transpose2d",
         "nn.functional.conv_transpose3d",
     ),
     "convolution_backward": ("nn.functional.conv1d", "nn.functional.conv2d"),
@@ -86,10 +89,14 @@ def lowered_ops(target: str | Iterable[Any]) -> list[str]:
     if isinstance(target, str) and "::" not in target:
         wanted = _normalise(target)
         registry = plugins.get().lowerings
-        ops = sorted({
-            rule.op for rule in registry.all_rules()
-            if wanted in (_normalise(rule.provenance.distribution), _normalise(rule.provenance.plugin))
-        })
+        ops = sorted(
+            {
+                rule.op
+                for rule in registry.all_rules()
+                if wanted
+                in (_normalise(rule.provenance.distribution), _normalise(rule.provenance.plugin))
+            }
+        )
         if not ops:
             known = sorted({rule.provenance.distribution for rule in registry.all_rules()})
             raise ValueError(
@@ -97,7 +104,11 @@ def lowered_ops(target: str | Iterable[Any]) -> list[str]:
                 f"rules: {known or 'none'}. Install the pack, or pass a list of ATen overloads."
             )
         return ops
-    items = [target] if isinstance(target, (str, torch._ops.OpOverload, torch._ops.OpOverloadPacket)) else target
+    items = (
+        [target]
+        if isinstance(target, (str, torch._ops.OpOverload, torch._ops.OpOverloadPacket))
+        else target
+    )
     names: list[str] = []
     for item in items:
         if isinstance(item, torch._ops.OpOverloadPacket):
@@ -126,7 +137,7 @@ def _packet_keys(packet: str) -> tuple[set[str], bool]:
     keys.update(EXTRA_OPINFOS.get(base, ()))
     base = base.lstrip("_")
     if base.startswith("native_"):
-        base = base[len("native_"):]
+        base = base[len("native_") :]
     if base.endswith("_") and not base.endswith("__"):
         base = base[:-1]
     keys.add(base)
@@ -142,9 +153,9 @@ def _opinfo_keys(opinfo: Any) -> set[str]:
         keys.add(name)
         for prefix in _NAMESPACES:
             if name.startswith(prefix):
-                keys.add(name[len(prefix):])
+                keys.add(name[len(prefix) :])
         if name.startswith("torch."):
-            keys.add(name[len("torch."):])
+            keys.add(name[len("torch.") :])
     return keys
 
 
@@ -195,7 +206,11 @@ def conformance_cases(
     cases.extend(OpCase(overload, (overload,)) for overload in ops if overload not in covered)
 
     def wanted(case: OpCase) -> bool:
-        names = {case.name, case.name.split(".")[0] if case.opinfo is None else case.opinfo.name, *case.targets}
+        names = {
+            case.name,
+            case.name.split(".")[0] if case.opinfo is None else case.opinfo.name,
+            *case.targets,
+        }
         if include is not None and not names & set(include):
             return False
         return not names & set(exclude)

@@ -35,18 +35,28 @@ DTYPES = ("float32", "bfloat16")
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("nkipy", "nkipy op-pack conformance")
     group.addoption(
-        "--nkipy-conformance", action="append", default=[], metavar="PACK",
+        "--nkipy-conformance",
+        action="append",
+        default=[],
+        metavar="PACK",
         help="add OpInfo conformance tests of every op the distribution PACK lowers (repeatable)",
     )
     group.addoption(
-        "--nkipy-expected-failures", default=None, metavar="PATH",
+        "--nkipy-expected-failures",
+        default=None,
+        metavar="PATH",
         help=f"expected-failures file for --nkipy-conformance (default: tests/{EXPECTED_FAILURES} under the rootdir)",
     )
     group.addoption(
-        "--nkipy-conformance-samples", type=int, default=2, metavar="N",
+        "--nkipy-conformance-samples",
+        type=int,
+        default=2,
+        metavar="N",
         help="OpInfo samples per op and dtype (default 2; the first also runs backward)",
     )
-    parser.addini("nkipy_conformance", "distributions whose ops get OpInfo conformance tests", type="linelist")
+    parser.addini(
+        "nkipy_conformance", "distributions whose ops get OpInfo conformance tests", type="linelist"
+    )
 
 
 def run_pack_conformance(pack: str, dtype_name: str, expected: Path, samples: int) -> str:
@@ -58,7 +68,11 @@ def run_pack_conformance(pack: str, dtype_name: str, expected: Path, samples: in
     from nkipy_core.testing.expected_failures import expected_failures_for
 
     report = run_conformance(
-        pack, dtypes=(getattr(torch, dtype_name),), max_samples=samples, backward=True, backward_samples=1,
+        pack,
+        dtypes=(getattr(torch, dtype_name),),
+        max_samples=samples,
+        backward=True,
+        backward_samples=1,
         inference_for_backward_samples=False,
     )
     if not report.rows:
@@ -75,7 +89,12 @@ class ConformanceItem(pytest.Item):
 
     def __init__(self, *, pack: str, dtype_name: str, expected: Path, samples: int, **kwargs):
         super().__init__(**kwargs)
-        self.pack, self.dtype_name, self.expected, self.samples = pack, dtype_name, expected, samples
+        self.pack, self.dtype_name, self.expected, self.samples = (
+            pack,
+            dtype_name,
+            expected,
+            samples,
+        )
 
     def runtest(self) -> None:
         table = run_pack_conformance(self.pack, self.dtype_name, self.expected, self.samples)
@@ -91,10 +110,14 @@ class ConformanceItem(pytest.Item):
 
 
 def _packs(config: pytest.Config) -> list[str]:
-    return list(dict.fromkeys([*config.getoption("nkipy_conformance"), *config.getini("nkipy_conformance")]))
+    return list(
+        dict.fromkeys([*config.getoption("nkipy_conformance"), *config.getini("nkipy_conformance")])
+    )
 
 
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
     packs = _packs(config)
     if not packs:
         return
@@ -103,10 +126,16 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     samples = config.getoption("nkipy_conformance_samples")
     for pack in packs:
         for dtype_name in DTYPES:
-            items.append(ConformanceItem.from_parent(
-                session, name=f"nkipy-conformance[{pack}-{dtype_name}]", pack=pack, dtype_name=dtype_name,
-                expected=expected, samples=samples,
-            ))
+            items.append(
+                ConformanceItem.from_parent(
+                    session,
+                    name=f"nkipy-conformance[{pack}-{dtype_name}]",
+                    pack=pack,
+                    dtype_name=dtype_name,
+                    expected=expected,
+                    samples=samples,
+                )
+            )
 
 
 @pytest.fixture
@@ -117,6 +146,8 @@ def nkipy_conformance(request: pytest.FixtureRequest):
 
     def check(pack: str, dtypes: tuple[str, ...] = DTYPES, samples: int = 2) -> None:
         for dtype_name in dtypes:
-            print(run_pack_conformance(pack, dtype_name, expected, samples))  # shown with -s or on failure
+            print(
+                run_pack_conformance(pack, dtype_name, expected, samples)
+            )  # shown with -s or on failure
 
     return check

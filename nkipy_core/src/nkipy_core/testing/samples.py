@@ -14,7 +14,14 @@ from nkipy_core.compiler.pipeline import FallbackWarning
 from nkipy_core.testing.closeness import assert_close_to_eager, upcast
 
 #: OpInfos whose results are uninitialised memory: only shape and dtype are compared
-_UNDEFINED_VALUES = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"}
+_UNDEFINED_VALUES = {
+    "empty",
+    "empty_like",
+    "new_empty",
+    "new_empty_strided",
+    "empty_strided",
+    "empty_permuted",
+}
 _FALLBACK = re.compile(r"^nkipy: (\S+) runs on CPU: (.*)$", re.S)
 _RAISED = re.compile(r"(?:^|; )(\S+) raised (\w+): ")
 
@@ -68,8 +75,14 @@ def one_line(text: str, limit: int = 400) -> str:
     return joined if len(joined) <= limit else joined[: limit - 3] + "..."
 
 
-def _compare(actual: Any, expected: Any, tol: tuple[float, float], what: str, values: bool = True,
-             exact: Callable[[], Any] | None = None) -> None:
+def _compare(
+    actual: Any,
+    expected: Any,
+    tol: tuple[float, float],
+    what: str,
+    values: bool = True,
+    exact: Callable[[], Any] | None = None,
+) -> None:
     try:
         if values:
             assert_close_to_eager(actual, expected, rtol=tol[0], atol=tol[1], exact=exact)
@@ -77,7 +90,9 @@ def _compare(actual: Any, expected: Any, tol: tuple[float, float], what: str, va
             for a, e in zip(_leaves(actual), _leaves(expected), strict=True):
                 if isinstance(e, torch.Tensor):
                     assert isinstance(a, torch.Tensor), f"expected a tensor, got {type(a).__name__}"
-                    assert (a.shape, a.dtype) == (e.shape, e.dtype), f"{a.shape}/{a.dtype} != {e.shape}/{e.dtype}"
+                    assert (a.shape, a.dtype) == (e.shape, e.dtype), (
+                        f"{a.shape}/{a.dtype} != {e.shape}/{e.dtype}"
+                    )
     except (AssertionError, ValueError, TypeError) as exc:
         raise _Mismatch(f"{what}: {one_line(str(exc))}") from None
 
@@ -110,7 +125,9 @@ class SampleOutcome:
         if self.error:
             return self.error
         raised = [(op, why) for op, why in sorted(self.fallbacks.items()) if _RAISED.search(why)]
-        return one_line(f"rule raised while lowering {raised[0][0]}: {raised[0][1]}") if raised else ""
+        return (
+            one_line(f"rule raised while lowering {raised[0][0]}: {raised[0][1]}") if raised else ""
+        )
 
 
 def _compiled(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
@@ -119,7 +136,13 @@ def _compiled(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..., 
 
 
 def run_sample(
-    opinfo: Any, sample: Any, *, backward: bool, tol: tuple[float, float], options: dict[str, Any], seed: int,
+    opinfo: Any,
+    sample: Any,
+    *,
+    backward: bool,
+    tol: tuple[float, float],
+    options: dict[str, Any],
+    seed: int,
     result: SampleOutcome,
 ) -> None:
     """Compare one sample compiled vs eager and fill ``result``.
@@ -162,7 +185,9 @@ def run_sample(
     try:
         with grad_mode():
             actual = _compiled(call, options)(*compiled_in)
-        _compare(actual, expected, tol, f"{what} output", values, exact=lambda: call(*upcast(tensors)))
+        _compare(
+            actual, expected, tol, f"{what} output", values, exact=lambda: call(*upcast(tensors))
+        )
         result.fwd_ok = True
         if not outs:
             return
@@ -171,7 +196,9 @@ def run_sample(
         outs_c = differentiable(actual)
         if len(outs_c) != len(outs):
             raise _Mismatch(f"bwd: {len(outs_c)} differentiable outputs, eager has {len(outs)}")
-        grads_c = torch.autograd.grad(outs_c, [compiled_in[i] for i in wrt], cotangents, allow_unused=True)
+        grads_c = torch.autograd.grad(
+            outs_c, [compiled_in[i] for i in wrt], cotangents, allow_unused=True
+        )
         for gc, ge, i in zip(grads_c, grads, wrt):
             gc = torch.zeros_like(compiled_in[i]) if gc is None else gc
             ge = torch.zeros_like(eager_in[i]) if ge is None else ge
@@ -186,7 +213,9 @@ def run_sample(
 
 def _unwrap(exc: BaseException) -> BaseException:
     """The backend's own exception inside dynamo's ``BackendCompilerFailed``."""
-    while isinstance(exc, torch._dynamo.exc.BackendCompilerFailed) and exc.inner_exception is not None:
+    while (
+        isinstance(exc, torch._dynamo.exc.BackendCompilerFailed) and exc.inner_exception is not None
+    ):
         exc = exc.inner_exception
     return exc
 

@@ -31,7 +31,9 @@ class Program:
     ids: tuple[int, ...]
     allocations: Counter = attrs.field(factory=Counter, eq=False)
 
-    def hbm_array(self, shape: tuple[int, ...], dtype: np.dtype, site: tuple[str, int]) -> np.ndarray:
+    def hbm_array(
+        self, shape: tuple[int, ...], dtype: np.dtype, site: tuple[str, int]
+    ) -> np.ndarray:
         """The array behind ``nl.ndarray(..., buffer=nl.shared_hbm)``: allocated by the first
         program, then the same one for every later program, so that SPMD programs that each store
         one part of an output all store into the one output."""

@@ -52,7 +52,8 @@ def _program(axis: int) -> Program:
     program = current.get()
     if program is None:
         raise kernel_error(
-            NKIError, "no kernel launch is running; run the kernel with interpreter.run(fn, arrays, grid)"
+            NKIError,
+            "no kernel launch is running; run the kernel with interpreter.run(fn, arrays, grid)",
         )
     rank = len(program.ids)
     if not (0 <= axis < rank or (axis == 0 and rank == 0)):

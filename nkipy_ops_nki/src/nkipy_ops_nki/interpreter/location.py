@@ -14,7 +14,9 @@ from pathlib import Path
 from nkipy_ops_nki.errors import NKIError
 from nkipy_ops_nki.interpreter.context import current
 
-_OWN_DIRS = tuple(str(d) + "/" for d in (Path(__file__).parent, Path(__file__).parent.parent / "nki"))
+_OWN_DIRS = tuple(
+    str(d) + "/" for d in (Path(__file__).parent, Path(__file__).parent.parent / "nki")
+)
 
 
 def kernel_frame() -> tuple[str, int, str]:

@@ -19,7 +19,9 @@ from nkipy_ops_nki.interpreter.tiles import Tensor, psum, sbuf, values
 def _matrix(x, role: str) -> np.ndarray:
     array = values(x).astype(np.float32)
     if array.ndim != 2:
-        raise kernel_error(NKIError, f"the {role} operand of a matmul must be a 2-D tile, not {array.shape}")
+        raise kernel_error(
+            NKIError, f"the {role} operand of a matmul must be a 2-D tile, not {array.shape}"
+        )
     return array
 
 
@@ -29,18 +31,34 @@ def nc_matmul(stationary, moving, mask=None) -> Tensor:
     a, b = _matrix(stationary, "stationary"), _matrix(moving, "moving")
     (k, m), (k2, n) = a.shape, b.shape
     for size, limit, what, fix in (
-        (k, PARTITIONS, "contraction dimension K", "nl.tile_size.pmax; split K into blocks "
-         "of 128 and accumulate their products in one psum tile (acc += ...)"),
-        (m, GEMM_STATIONARY_FREE, "stationary free dimension M", "nl.tile_size.gemm_stationary_fmax; "
-         "compute the output in blocks of 128 rows"),
-        (n, GEMM_MOVING_FREE, "moving free dimension N", "nl.tile_size.gemm_moving_fmax; "
-         "compute the output in blocks of 512 columns"),
+        (
+            k,
+            PARTITIONS,
+            "contraction dimension K",
+            "nl.tile_size.pmax; split K into blocks "
+            "of 128 and accumulate their products in one psum tile (acc += ...)",
+        ),
+        (
+            m,
+            GEMM_STATIONARY_FREE,
+            "stationary free dimension M",
+            "nl.tile_size.gemm_stationary_fmax; compute the output in blocks of 128 rows",
+        ),
+        (
+            n,
+            GEMM_MOVING_FREE,
+            "moving free dimension N",
+            "nl.tile_size.gemm_moving_fmax; compute the output in blocks of 512 columns",
+        ),
     ):
         if size > limit:
-            raise kernel_error(NKILimitError, f"matmul {what} is {size}, over its limit of {limit} ({fix})")
+            raise kernel_error(
+                NKILimitError, f"matmul {what} is {size}, over its limit of {limit} ({fix})"
+            )
     if k != k2:
         raise kernel_error(
-            NKIError, f"matmul contraction sizes differ: stationary [K={k}, M={m}], moving [K={k2}, N={n}]"
+            NKIError,
+            f"matmul contraction sizes differ: stationary [K={k}, M={m}], moving [K={k2}, N={n}]",
         )
     result = a.T @ b
     if mask is not None:

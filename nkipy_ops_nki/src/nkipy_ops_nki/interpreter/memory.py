@@ -54,7 +54,9 @@ def _hbm_access(target, what: str) -> Access:
     if isinstance(target, Tensor):
         target = Access(target, ...)
     if not isinstance(target, Access) or target.tensor.buffer.on_chip:
-        raise kernel_error(NKIError, f"{what} takes an HBM tensor (or a subscript of one), got {target!r}")
+        raise kernel_error(
+            NKIError, f"{what} takes an HBM tensor (or a subscript of one), got {target!r}"
+        )
     return target
 
 

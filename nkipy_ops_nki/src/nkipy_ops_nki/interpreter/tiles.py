@@ -148,7 +148,8 @@ class Access(Operand):
             array = np.broadcast_to(array, self.shape).astype(self.dtype)
         except ValueError:
             raise kernel_error(
-                NKIError, f"a value of shape {array.shape} cannot be written to a tile of shape {self.shape}"
+                NKIError,
+                f"a value of shape {array.shape} cannot be written to a tile of shape {self.shape}",
             ) from None
         if live is None:
             self.tensor.data[tuple(self.coords)] = array
@@ -162,7 +163,8 @@ def values(x) -> np.ndarray:
         tensor = x if isinstance(x, Tensor) else x.tensor
         if not tensor.buffer.on_chip:
             raise kernel_error(
-                NKIError, "compute ops take on-chip tiles, not HBM tensors: nl.load the tensor first"
+                NKIError,
+                "compute ops take on-chip tiles, not HBM tensors: nl.load the tensor first",
             )
         return x.data if isinstance(x, Tensor) else x.read()
     if isinstance(x, (Index, Mask)):
@@ -174,7 +176,9 @@ def apply(fn, *operands, dtype=None, mask=None) -> Tensor:
     """Compute ``fn`` over the operands in fp32, zero outside ``mask``, cast to ``dtype`` (default:
     the promoted dtype of the tile operands) into a new tile."""
     arrays = [values(x).astype(np.float32) for x in operands]
-    with np.errstate(all="ignore"):  # like the engines: padding lanes of partial tiles may give inf/nan
+    with np.errstate(
+        all="ignore"
+    ):  # like the engines: padding lanes of partial tiles may give inf/nan
         result = np.asarray(fn(*arrays))
     if mask is not None:
         result = np.where(mask_values(mask), result, 0)

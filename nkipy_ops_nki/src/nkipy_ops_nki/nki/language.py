@@ -24,22 +24,79 @@ tile values, scheduling and performance.
 """
 
 from nkipy_ops_nki.interpreter.dtypes import (
-    bfloat16, bool_, float16, float32, int8, int16, int32, uint8, uint32,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    int8,
+    int16,
+    int32,
+    uint8,
+    uint32,
 )
 from nkipy_ops_nki.interpreter.indexing import arange, mgrid
 from nkipy_ops_nki.interpreter.launch import nc, num_programs, program_id, program_ndim, spmd_dim
 from nkipy_ops_nki.interpreter.limits import tile_size
 from nkipy_ops_nki.interpreter.matmul import matmul, transpose
 from nkipy_ops_nki.interpreter.memory import (
-    broadcast_to, full, load, ndarray, ones, par_dim, store, zeros, zeros_like,
+    broadcast_to,
+    full,
+    load,
+    ndarray,
+    ones,
+    par_dim,
+    store,
+    zeros,
+    zeros_like,
 )
 from nkipy_ops_nki.interpreter.ops import (
-    abs, add, ceil, copy, cos, divide, equal, erf, exp, floor, gelu, gelu_apprx_tanh, greater,
-    greater_equal, less, less_equal, log, logical_and, logical_not, logical_or, max, maximum, mean,
-    min, minimum, multiply, negative, not_equal, power, prod, reciprocal, relu, rsqrt, select,
-    sigmoid, sign, silu, sin, softplus, sqrt, square, subtract, sum, tanh, where,
+    abs,
+    add,
+    ceil,
+    copy,
+    cos,
+    divide,
+    equal,
+    erf,
+    exp,
+    floor,
+    gelu,
+    gelu_apprx_tanh,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    log,
+    logical_and,
+    logical_not,
+    logical_or,
+    max,
+    maximum,
+    mean,
+    min,
+    minimum,
+    multiply,
+    negative,
+    not_equal,
+    power,
+    prod,
+    reciprocal,
+    relu,
+    rsqrt,
+    select,
+    sigmoid,
+    sign,
+    silu,
+    sin,
+    softplus,
+    sqrt,
+    square,
+    subtract,
+    sum,
+    tanh,
+    where,
 )
-from nkipy_ops_nki.interpreter.tiles import sbuf, psum, shared_hbm
+from nkipy_ops_nki.interpreter.tiles import psum, sbuf, shared_hbm
 
 hbm = shared_hbm
 affine_range = sequential_range = static_range = range

@@ -37,7 +37,9 @@ def parse_visible_cores(text: str) -> tuple[int, ...]:
                 "or a comma-separated list (4,5,7)"
             ) from None
         if lo < 0 or hi < lo:
-            raise CoreMappingError(f"{VISIBLE_CORES}={text!r}: the range {part!r} is empty or negative")
+            raise CoreMappingError(
+                f"{VISIBLE_CORES}={text!r}: the range {part!r} is empty or negative"
+            )
         cores.extend(range(lo, hi + 1))
     if len(set(cores)) != len(cores):
         raise CoreMappingError(f"{VISIBLE_CORES}={text!r} names a core twice")
@@ -51,7 +53,9 @@ def format_visible_cores(cores: tuple[int, ...]) -> str:
     return ",".join(map(str, cores))
 
 
-def cores_for_local_rank(cores: tuple[int, ...], local_rank: int, local_world_size: int) -> tuple[int, ...]:
+def cores_for_local_rank(
+    cores: tuple[int, ...], local_rank: int, local_world_size: int
+) -> tuple[int, ...]:
     """This local rank's share of ``cores``: an equal, contiguous block per rank."""
     if not 0 <= local_rank < local_world_size:
         raise CoreMappingError(
@@ -65,7 +69,7 @@ def cores_for_local_rank(cores: tuple[int, ...], local_rank: int, local_world_si
             f"(torchrun --nproc-per-node), make more cores visible ({VISIBLE_CORES}), or use a larger instance"
         )
     per_rank = len(cores) // local_world_size
-    return cores[local_rank * per_rank:(local_rank + 1) * per_rank]
+    return cores[local_rank * per_rank : (local_rank + 1) * per_rank]
 
 
 def assign_visible_cores(total_cores: int, environ: Mapping[str, str] | None = None) -> str | None:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import attrs
 import numpy as np
+
 from nkipy_core.errors import DeviceError, NkipyError
 from nkipy_core.ir import TensorType
 from nkipy_core.runtime import DeviceArray, DeviceStats
@@ -97,7 +98,9 @@ class NrtDevice:
         runs = layout.common_runs(src, dst)
         if runs.count <= MAX_COPY_RUNS:
             for src_offset, dst_offset in runs:
-                self.library.copy(src.buffer.tensor, src_offset, dst.buffer.tensor, dst_offset, runs.nbytes)
+                self.library.copy(
+                    src.buffer.tensor, src_offset, dst.buffer.tensor, dst_offset, runs.nbytes
+                )
             return
         self.stats.device_to_host += 1
         self.stats.device_to_host_bytes += src.nbytes
@@ -107,7 +110,9 @@ class NrtDevice:
 
     # -- running a NEFF --------------------------------------------------------------------
 
-    def run(self, neff: bytes, inputs: Sequence[DeviceArray], output_types: Sequence[TensorType]) -> list[DeviceArray]:
+    def run(
+        self, neff: bytes, inputs: Sequence[DeviceArray], output_types: Sequence[TensorType]
+    ) -> list[DeviceArray]:
         """Execute ``neff`` on ``inputs``; new contiguous device arrays of ``output_types``."""
         model = self.model(neff)
         _check_binding("input", model.inputs, [a.nbytes for a in inputs])
@@ -115,8 +120,12 @@ class NrtDevice:
         temporaries: list[NrtBuffer] = []
         outputs: list[DeviceArray] = []
         try:
-            bound_inputs = {info.name: self._bind(a, temporaries) for info, a in zip(model.inputs, inputs)}
-            for type_ in output_types:  # appended one by one: a failed allocation frees the earlier ones
+            bound_inputs = {
+                info.name: self._bind(a, temporaries) for info, a in zip(model.inputs, inputs)
+            }
+            for (
+                type_
+            ) in output_types:  # appended one by one: a failed allocation frees the earlier ones
                 outputs.append(DeviceArray.contiguous(self.allocate(_nbytes(type_)), type_))
             bound_outputs = {info.name: o.buffer.tensor for info, o in zip(model.outputs, outputs)}
             self.library.execute(model.handle, bound_inputs, bound_outputs)

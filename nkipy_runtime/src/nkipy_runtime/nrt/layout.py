@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import attrs
 import numpy as np
+
 from nkipy_core.runtime import DeviceArray
 
 
@@ -33,7 +34,9 @@ def span(array: DeviceArray) -> tuple[int, int]:
     """(first element, element count) of the smallest range of the buffer holding the view."""
     if math.prod(array.shape) == 0:
         return array.offset, 0
-    return array.offset, 1 + sum((size - 1) * stride for size, stride in zip(array.shape, array.strides))
+    return array.offset, 1 + sum(
+        (size - 1) * stride for size, stride in zip(array.shape, array.strides)
+    )
 
 
 def view_in_span(staging: np.ndarray, array: DeviceArray) -> np.ndarray:
@@ -49,7 +52,9 @@ class Runs:
     """A copy between two views of one shape as contiguous runs of ``nbytes`` each."""
 
     nbytes: int
-    outer: tuple[tuple[int, int, int], ...]  # (size, src stride, dst stride) of the other dimensions
+    outer: tuple[
+        tuple[int, int, int], ...
+    ]  # (size, src stride, dst stride) of the other dimensions
     src_offset: int  # elements
     dst_offset: int
     step: int  # bytes per element

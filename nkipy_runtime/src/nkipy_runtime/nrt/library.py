@@ -26,6 +26,7 @@ from importlib import metadata
 
 import attrs
 import numpy as np
+
 from nkipy_core.errors import NkipyError
 
 from . import cores
@@ -87,8 +88,14 @@ _SIGNATURES: dict[str, tuple[type | None, list[type]]] = {
     "nrt_unload": (_STATUS, [_P]),
     "nrt_get_model_tensor_info": (_STATUS, [_P, ctypes.POINTER(ctypes.POINTER(_CTensorInfoArray))]),
     "nrt_free_model_tensor_info": (_STATUS, [ctypes.POINTER(_CTensorInfoArray)]),
-    "nrt_tensor_allocate": (_STATUS, [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p, _PP]),
-    "nrt_tensor_allocate_slice": (_STATUS, [_P, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_char_p, _PP]),
+    "nrt_tensor_allocate": (
+        _STATUS,
+        [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p, _PP],
+    ),
+    "nrt_tensor_allocate_slice": (
+        _STATUS,
+        [_P, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_char_p, _PP],
+    ),
     "nrt_tensor_free": (None, [_PP]),
     "nrt_tensor_read": (_STATUS, [_P, _P, ctypes.c_size_t, ctypes.c_size_t]),
     "nrt_tensor_write": (_STATUS, [_P, _P, ctypes.c_size_t, ctypes.c_size_t]),
@@ -143,7 +150,9 @@ class NrtLibrary:
         if self._initialized:
             return
         if self._closed:
-            raise NkipyError("libnrt was closed at interpreter exit; no device work can run after it")
+            raise NkipyError(
+                "libnrt was closed at interpreter exit; no device work can run after it"
+            )
         visible = cores.assign_visible_cores(self.total_nc_count())
         if visible is not None:
             os.environ[cores.VISIBLE_CORES] = visible
@@ -170,7 +179,9 @@ class NrtLibrary:
         """Load a NEFF onto visible core ``vnc``; the model handle."""
         self.init()
         model = ctypes.c_void_p()
-        status = self._lib.nrt_load(neff, len(neff), vnc, _VNC_COUNT_DEPRECATED, ctypes.byref(model))
+        status = self._lib.nrt_load(
+            neff, len(neff), vnc, _VNC_COUNT_DEPRECATED, ctypes.byref(model)
+        )
         check("nrt_load", status, f"{len(neff)}-byte NEFF on core {vnc}")
         return model.value
 
@@ -180,14 +191,18 @@ class NrtLibrary:
     def tensor_info(self, model: int) -> list[TensorInfo]:
         """The model's inputs and outputs, in the order libnrt lists them."""
         array = ctypes.POINTER(_CTensorInfoArray)()
-        check("nrt_get_model_tensor_info", self._lib.nrt_get_model_tensor_info(model, ctypes.byref(array)))
+        check(
+            "nrt_get_model_tensor_info",
+            self._lib.nrt_get_model_tensor_info(model, ctypes.byref(array)),
+        )
         try:
             count = array.contents.tensor_count
             entries = (_CTensorInfo * count).from_address(
                 ctypes.addressof(array.contents) + _CTensorInfoArray.tensor_array.offset
             )
             return [
-                TensorInfo(e.name.decode(), e.usage, e.size, e.dtype, e.shape[: e.ndim]) for e in entries
+                TensorInfo(e.name.decode(), e.usage, e.size, e.dtype, e.shape[: e.ndim])
+                for e in entries
             ]
         finally:
             check("nrt_free_model_tensor_info", self._lib.nrt_free_model_tensor_info(array))
@@ -215,14 +230,18 @@ class NrtLibrary:
         """A new device tensor of ``nbytes`` on visible core ``vnc``."""
         self.init()
         tensor = ctypes.c_void_p()
-        status = self._lib.nrt_tensor_allocate(PLACEMENT_DEVICE, vnc, nbytes, name.encode(), ctypes.byref(tensor))
+        status = self._lib.nrt_tensor_allocate(
+            PLACEMENT_DEVICE, vnc, nbytes, name.encode(), ctypes.byref(tensor)
+        )
         check("nrt_tensor_allocate", status, f"{nbytes} bytes on core {vnc}")
         return tensor.value
 
     def allocate_slice(self, source: int, offset: int, nbytes: int, name: str) -> int:
         """A tensor aliasing ``nbytes`` of ``source`` from byte ``offset`` (no copy)."""
         tensor = ctypes.c_void_p()
-        status = self._lib.nrt_tensor_allocate_slice(source, offset, nbytes, name.encode(), ctypes.byref(tensor))
+        status = self._lib.nrt_tensor_allocate_slice(
+            source, offset, nbytes, name.encode(), ctypes.byref(tensor)
+        )
         check("nrt_tensor_allocate_slice", status, f"{nbytes} bytes at offset {offset}")
         return tensor.value
 

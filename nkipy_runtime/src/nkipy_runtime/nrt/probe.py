@@ -25,7 +25,10 @@ def neuron_devices() -> list[str]:
 
 def compiler_missing() -> list[str]:
     """What keeps kernels from being compiled to NEFF here (no device needed for that)."""
-    from .. import neuronx_cc, xla_bridge  # not at import: the hardware probe must stay light
+    from nkipy_runtime import (  # not at import: the hardware probe must stay light
+        neuronx_cc,
+        xla_bridge,
+    )
 
     found = []
     if neuronx_cc.compiler_path() is None:

@@ -47,20 +47,20 @@ _DEFAULT_ADVICE = "see the Neuron Runtime log (NEURON_RT_LOG_LEVEL=INFO) for the
 # What a user can do about the statuses they are likely to meet; the rest get the default.
 _ADVICE: dict[int, str] = {
     2: "the NEFF or a tensor does not match what the call expects (name, size or offset); "
-       "recompile the kernel (clear its cache entry) and check the runtime log",
+    "recompile the kernel (clear its cache entry) and check the runtime log",
     4: "device memory or queues are exhausted; free tensors, run fewer models per core, or use a larger instance",
     5: "the operation timed out; check `neuron-top` for a hung core and rerun",
     6: "the hardware reported a failure; run `neuron-ls`, and replace the instance if it persists",
     9: "fewer NeuronCores are free than the NEFF needs; check NEURON_RT_VISIBLE_CORES and other "
-       "processes holding cores (`neuron-ls`)",
+    "processes holding cores (`neuron-ls`)",
     10: "the NEFF was built by a neuronx-cc that this libnrt does not support; upgrade the Neuron SDK "
-        "or recompile with a matching compiler",
+    "or recompile with a matching compiler",
     13: "libnrt was used before nrt_init; this is a bug in nkipy, please report it",
     14: "libnrt was used after nrt_close (at interpreter exit); keep device work out of atexit handlers",
     1002: "the inputs given to nrt_execute do not match the NEFF's; recompile the kernel",
     1003: "the kernel produced NaN or Inf; check the model's numerics",
     1005: "another process or model holds this NeuronCore; give each process its own cores "
-          "with NEURON_RT_VISIBLE_CORES",
+    "with NEURON_RT_VISIBLE_CORES",
 }
 
 

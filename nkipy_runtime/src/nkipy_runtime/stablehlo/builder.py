@@ -18,9 +18,18 @@ from nkipy_core.ir import DType, TensorType
 
 #: IR dtype -> MLIR element type
 ELEMENT_TYPES = {
-    DType.bool: "i1", DType.i8: "i8", DType.i16: "i16", DType.i32: "i32", DType.i64: "i64",
-    DType.u8: "ui8", DType.u32: "ui32", DType.u64: "ui64",
-    DType.f16: "f16", DType.bf16: "bf16", DType.f32: "f32", DType.f64: "f64",
+    DType.bool: "i1",
+    DType.i8: "i8",
+    DType.i16: "i16",
+    DType.i32: "i32",
+    DType.i64: "i64",
+    DType.u8: "ui8",
+    DType.u32: "ui32",
+    DType.u64: "ui64",
+    DType.f16: "f16",
+    DType.bf16: "bf16",
+    DType.f32: "f32",
+    DType.f64: "f64",
 }
 
 
@@ -44,7 +53,7 @@ def dense(array: np.ndarray, dtype: DType) -> str:
     if dtype is DType.bool:
         if (array == array.flat[0]).all():
             return f"dense<{'true' if array.flat[0] else 'false'}>"
-        return "dense<{}>".format(_nested(array))
+        return f"dense<{_nested(array)}>"
     data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
     return f'dense<"0x{data.hex().upper()}">'
 
@@ -109,24 +118,37 @@ class FunctionBuilder:
         regions_text = ""
         if regions:
             pad = " " * (self._indent * 2)
-            regions_text = " (" + ", ".join(
-                "{\n" + "\n".join(pad + "  " + line for line in region) + "\n" + pad + "}" for region in regions
-            ) + ")"
+            regions_text = (
+                " ("
+                + ", ".join(
+                    "{\n" + "\n".join(pad + "  " + line for line in region) + "\n" + pad + "}"
+                    for region in regions
+                )
+                + ")"
+            )
         signature = "({}) -> {}".format(
             ", ".join(tensor_type(o.type) for o in operands),
-            tensor_type(results[0]) if len(results) == 1 else "(" + ", ".join(tensor_type(r) for r in results) + ")",
+            tensor_type(results[0])
+            if len(results) == 1
+            else "(" + ", ".join(tensor_type(r) for r in results) + ")",
         )
         args = ", ".join(o.name for o in operands)
         self.lines.append(f'{lhs} = "{name}"({args}){regions_text}{attrs_text} : {signature}')
         vals = [Val(n, t) for n, t in zip(names, results)]
         return vals[0] if isinstance(result, TensorType) else vals
 
-    def constant(self, array: np.ndarray | bool | int | float, dtype: DType, shape: Sequence[int] = ()) -> Val:
+    def constant(
+        self, array: np.ndarray | bool | int | float, dtype: DType, shape: Sequence[int] = ()
+    ) -> Val:
         """A literal; a Python number is rounded to ``dtype`` the way the IR's constants are."""
-        value = np.broadcast_to(dtype.scalar(array) if np.ndim(array) == 0 else np.asarray(array), tuple(shape))
+        value = np.broadcast_to(
+            dtype.scalar(array) if np.ndim(array) == 0 else np.asarray(array), tuple(shape)
+        )
         type_ = TensorType(tuple(shape), dtype)
         literal = dense(value.flat[0], dtype) if _is_splat(value) else dense(value, dtype)
-        return self.op("stablehlo.constant", [], type_, {"value": f"{literal} : {tensor_type(type_)}"})
+        return self.op(
+            "stablehlo.constant", [], type_, {"value": f"{literal} : {tensor_type(type_)}"}
+        )
 
     def returns(self, values: Sequence[Val], op: str = "stablehlo.return") -> None:
         types = ", ".join(tensor_type(v.type) for v in values)
@@ -162,8 +184,12 @@ class FunctionBuilder:
             return x
         if dims is None:
             dims = range(len(shape) - x.type.rank, len(shape))
-        return self.op("stablehlo.broadcast_in_dim", [x], TensorType(shape, x.dtype),
-                       {"broadcast_dimensions": i64_array(list(dims))})
+        return self.op(
+            "stablehlo.broadcast_in_dim",
+            [x],
+            TensorType(shape, x.dtype),
+            {"broadcast_dimensions": i64_array(list(dims))},
+        )
 
     def reshape(self, x: Val, shape: Sequence[int]) -> Val:
         shape = tuple(shape)
@@ -189,12 +215,24 @@ class FunctionBuilder:
         """``stablehlo.compare``; ``kind`` defaults from the operand type (FLOAT, SIGNED,
         UNSIGNED; booleans compare as UNSIGNED)."""
         if kind is None:
-            kind = "FLOAT" if a.dtype.is_float else (
-                "SIGNED" if a.dtype in (DType.i8, DType.i16, DType.i32, DType.i64) else "UNSIGNED")
-        return self.op("stablehlo.compare", [a, b], TensorType(a.shape, DType.bool), {
-            "comparison_direction": f"#stablehlo<comparison_direction {direction}>",
-            "compare_type": f"#stablehlo<comparison_type {kind}>",
-        })
+            kind = (
+                "FLOAT"
+                if a.dtype.is_float
+                else (
+                    "SIGNED"
+                    if a.dtype in (DType.i8, DType.i16, DType.i32, DType.i64)
+                    else "UNSIGNED"
+                )
+            )
+        return self.op(
+            "stablehlo.compare",
+            [a, b],
+            TensorType(a.shape, DType.bool),
+            {
+                "comparison_direction": f"#stablehlo<comparison_direction {direction}>",
+                "compare_type": f"#stablehlo<comparison_type {kind}>",
+            },
+        )
 
     def select(self, pred: Val, a: Val, b: Val) -> Val:
         return self.op("stablehlo.select", [pred, a, b], a.type)

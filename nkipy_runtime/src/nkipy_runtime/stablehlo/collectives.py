@@ -30,39 +30,74 @@ def _replica_groups(groups: tuple) -> str:
 
 @emits("all_reduce")
 def _all_reduce(b: FunctionBuilder, result: TensorType, x: Val, *, op: str, groups: tuple) -> Val:
-    return b.op("stablehlo.all_reduce", [x], result, {"replica_groups": _replica_groups(groups)},
-                regions=[_region(b, _COMBINERS[op], x.dtype)])
+    return b.op(
+        "stablehlo.all_reduce",
+        [x],
+        result,
+        {"replica_groups": _replica_groups(groups)},
+        regions=[_region(b, _COMBINERS[op], x.dtype)],
+    )
 
 
 @emits("all_gather")
 def _all_gather(b: FunctionBuilder, result: TensorType, x: Val, *, axis: int, groups: tuple) -> Val:
-    return b.op("stablehlo.all_gather", [x], result,
-                {"all_gather_dim": f"{axis} : i64", "replica_groups": _replica_groups(groups)})
+    return b.op(
+        "stablehlo.all_gather",
+        [x],
+        result,
+        {"all_gather_dim": f"{axis} : i64", "replica_groups": _replica_groups(groups)},
+    )
 
 
 @emits("reduce_scatter")
-def _reduce_scatter(b: FunctionBuilder, result: TensorType, x: Val, *, op: str, axis: int, groups: tuple) -> Val:
-    return b.op("stablehlo.reduce_scatter", [x], result,
-                {"scatter_dimension": f"{axis} : i64", "replica_groups": _replica_groups(groups)},
-                regions=[_region(b, _COMBINERS[op], x.dtype)])
+def _reduce_scatter(
+    b: FunctionBuilder, result: TensorType, x: Val, *, op: str, axis: int, groups: tuple
+) -> Val:
+    return b.op(
+        "stablehlo.reduce_scatter",
+        [x],
+        result,
+        {"scatter_dimension": f"{axis} : i64", "replica_groups": _replica_groups(groups)},
+        regions=[_region(b, _COMBINERS[op], x.dtype)],
+    )
 
 
 @emits("all_to_all")
-def _all_to_all(b: FunctionBuilder, result: TensorType, x: Val, *, split_axis: int, concat_axis: int,
-                groups: tuple) -> Val:
-    return b.op("stablehlo.all_to_all", [x], result, {
-        "split_dimension": f"{split_axis} : i64",
-        "concat_dimension": f"{concat_axis} : i64",
-        "split_count": f"{len(groups[0])} : i64",
-        "replica_groups": _replica_groups(groups),
-    })
+def _all_to_all(
+    b: FunctionBuilder,
+    result: TensorType,
+    x: Val,
+    *,
+    split_axis: int,
+    concat_axis: int,
+    groups: tuple,
+) -> Val:
+    return b.op(
+        "stablehlo.all_to_all",
+        [x],
+        result,
+        {
+            "split_dimension": f"{split_axis} : i64",
+            "concat_dimension": f"{concat_axis} : i64",
+            "split_count": f"{len(groups[0])} : i64",
+            "replica_groups": _replica_groups(groups),
+        },
+    )
 
 
 @emits("collective_broadcast")
-def _collective_broadcast(b: FunctionBuilder, result: TensorType, x: Val, *, source: int, groups: tuple) -> Val:
+def _collective_broadcast(
+    b: FunctionBuilder, result: TensorType, x: Val, *, source: int, groups: tuple
+) -> Val:
     size = len(groups[0])
     stacked = TensorType((size, *x.shape), x.dtype)
     gathered = _all_gather(b, stacked, b.reshape(x, (1, *x.shape)), axis=0, groups=groups)
-    picked = EMITTERS["slice"](b, TensorType((1, *x.shape), x.dtype), gathered, start=(source,) + (0,) * x.type.rank,
-                               limit=(source + 1, *x.shape), stride=(1,) * stacked.rank)
+    picked = EMITTERS["slice"](
+        b,
+        TensorType((1, *x.shape), x.dtype),
+        gathered,
+        start=(source,) + (0,) * x.type.rank,
+        limit=(source + 1, *x.shape),
+        stride=(1,) * stacked.rank,
+    )
     return b.reshape(picked, x.shape)

@@ -17,11 +17,24 @@ from .registry import emits
 
 
 @emits("custom_call")
-def _custom_call(b: FunctionBuilder, result: TensorType, *operands: Val, target: str, config: Opaque, host: str,
-                 shape: tuple, dtype: DType) -> Val:
+def _custom_call(
+    b: FunctionBuilder,
+    result: TensorType,
+    *operands: Val,
+    target: str,
+    config: Opaque,
+    host: str,
+    shape: tuple,
+    dtype: DType,
+) -> Val:
     # json.dumps quotes and escapes a string the way MLIR string attributes read it
-    return b.op("stablehlo.custom_call", list(operands), result, {
-        "call_target_name": json.dumps(target),
-        "backend_config": json.dumps(config.text),
-        "has_side_effect": "false",
-    })
+    return b.op(
+        "stablehlo.custom_call",
+        list(operands),
+        result,
+        {
+            "call_target_name": json.dumps(target),
+            "backend_config": json.dumps(config.text),
+            "has_side_effect": "false",
+        },
+    )

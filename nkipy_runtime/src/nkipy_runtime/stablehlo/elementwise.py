@@ -17,18 +17,38 @@ from .registry import emits
 
 #: primitives that are one StableHLO (or CHLO) op of the same name on their operand's type
 _SAME_TYPE_UNARY = {
-    "exp": "stablehlo.exponential", "log": "stablehlo.log", "log1p": "stablehlo.log_plus_one",
-    "expm1": "stablehlo.exponential_minus_one", "sqrt": "stablehlo.sqrt", "rsqrt": "stablehlo.rsqrt",
-    "sin": "stablehlo.sine", "cos": "stablehlo.cosine", "tan": "stablehlo.tan", "tanh": "stablehlo.tanh",
-    "logistic": "stablehlo.logistic", "erf": "chlo.erf", "erfc": "chlo.erfc",
-    "floor": "stablehlo.floor", "ceil": "stablehlo.ceil", "round": "stablehlo.round_nearest_even",
-    "neg": "stablehlo.negate", "bitwise_not": "stablehlo.not",
+    "exp": "stablehlo.exponential",
+    "log": "stablehlo.log",
+    "log1p": "stablehlo.log_plus_one",
+    "expm1": "stablehlo.exponential_minus_one",
+    "sqrt": "stablehlo.sqrt",
+    "rsqrt": "stablehlo.rsqrt",
+    "sin": "stablehlo.sine",
+    "cos": "stablehlo.cosine",
+    "tan": "stablehlo.tan",
+    "tanh": "stablehlo.tanh",
+    "logistic": "stablehlo.logistic",
+    "erf": "chlo.erf",
+    "erfc": "chlo.erfc",
+    "floor": "stablehlo.floor",
+    "ceil": "stablehlo.ceil",
+    "round": "stablehlo.round_nearest_even",
+    "neg": "stablehlo.negate",
+    "bitwise_not": "stablehlo.not",
 }
 _SAME_TYPE_BINARY = {
-    "add": "stablehlo.add", "sub": "stablehlo.subtract", "mul": "stablehlo.multiply",
-    "div": "stablehlo.divide", "pow": "stablehlo.power", "maximum": "stablehlo.maximum",
-    "minimum": "stablehlo.minimum", "fmod": "stablehlo.remainder", "atan2": "stablehlo.atan2",
-    "bitwise_and": "stablehlo.and", "bitwise_or": "stablehlo.or", "bitwise_xor": "stablehlo.xor",
+    "add": "stablehlo.add",
+    "sub": "stablehlo.subtract",
+    "mul": "stablehlo.multiply",
+    "div": "stablehlo.divide",
+    "pow": "stablehlo.power",
+    "maximum": "stablehlo.maximum",
+    "minimum": "stablehlo.minimum",
+    "fmod": "stablehlo.remainder",
+    "atan2": "stablehlo.atan2",
+    "bitwise_and": "stablehlo.and",
+    "bitwise_or": "stablehlo.or",
+    "bitwise_xor": "stablehlo.xor",
 }
 _COMPARE = {"eq": "EQ", "ne": "NE", "lt": "LT", "le": "LE", "gt": "GT", "ge": "GE"}
 
@@ -135,11 +155,17 @@ def _floor_divide(b: FunctionBuilder, result: TensorType, x: Val, y: Val) -> Val
     div = b.binary("divide", b.binary("subtract", x, mod), y)
     nonzero = b.compare("NE", mod, b.full(0, mod.type))
     signs_differ = b.compare("NE", _negative(b, mod), _negative(b, y))
-    div = b.select(b.op("stablehlo.and", [nonzero, signs_differ], nonzero.type),
-                   b.binary("subtract", div, b.full(1, div.type)), div)
+    div = b.select(
+        b.op("stablehlo.and", [nonzero, signs_differ], nonzero.type),
+        b.binary("subtract", div, b.full(1, div.type)),
+        div,
+    )
     floor = b.unary("floor", div)
-    floor = b.select(b.compare("GT", b.binary("subtract", div, floor), b.full(0.5, div.type)),
-                     b.binary("add", floor, b.full(1, floor.type)), floor)
+    floor = b.select(
+        b.compare("GT", b.binary("subtract", div, floor), b.full(0.5, div.type)),
+        b.binary("add", floor, b.full(1, floor.type)),
+        floor,
+    )
     # a zero quotient keeps the sign of the true quotient; division by zero is x / y
     quotient = b.binary("divide", x, y)
     signed_zero = b.op("stablehlo.multiply", [b.full(0, div.type), quotient], div.type)

@@ -32,13 +32,31 @@ def _wrapped(b: FunctionBuilder, indices: Val, size: int) -> Val:
     return b.select(negative, b.binary("add", indices, b.full(size, indices.type)), indices)
 
 
-def _gather(b: FunctionBuilder, result: TensorType, x: Val, indices: Val, *, offset_dims: Sequence[int],
-            collapsed: Sequence[int], index_map: Sequence[int], slice_sizes: Sequence[int]) -> Val:
-    numbers = (f"#stablehlo.gather<offset_dims = {_dims(offset_dims)}, collapsed_slice_dims = {_dims(collapsed)}, "
-               f"start_index_map = {_dims(index_map)}, index_vector_dim = {indices.type.rank - 1}>")
-    return b.op("stablehlo.gather", [x, indices], result, {
-        "dimension_numbers": numbers, "slice_sizes": i64_array(slice_sizes), "indices_are_sorted": "false",
-    })
+def _gather(
+    b: FunctionBuilder,
+    result: TensorType,
+    x: Val,
+    indices: Val,
+    *,
+    offset_dims: Sequence[int],
+    collapsed: Sequence[int],
+    index_map: Sequence[int],
+    slice_sizes: Sequence[int],
+) -> Val:
+    numbers = (
+        f"#stablehlo.gather<offset_dims = {_dims(offset_dims)}, collapsed_slice_dims = {_dims(collapsed)}, "
+        f"start_index_map = {_dims(index_map)}, index_vector_dim = {indices.type.rank - 1}>"
+    )
+    return b.op(
+        "stablehlo.gather",
+        [x, indices],
+        result,
+        {
+            "dimension_numbers": numbers,
+            "slice_sizes": i64_array(slice_sizes),
+            "indices_are_sorted": "false",
+        },
+    )
 
 
 def _index_vectors(b: FunctionBuilder, indices: Val) -> Val:
@@ -53,15 +71,21 @@ def _take(b: FunctionBuilder, result: TensorType, x: Val, indices: Val, *, axis:
     starts = _index_vectors(b, _wrapped(b, indices, x.shape[axis]))
     rank, batch = x.type.rank, indices.type.rank
     return _gather(
-        b, result, x, starts,
+        b,
+        result,
+        x,
+        starts,
         offset_dims=[*range(axis), *range(axis + batch, rank - 1 + batch)],
-        collapsed=[axis], index_map=[axis],
+        collapsed=[axis],
+        index_map=[axis],
         slice_sizes=[1 if d == axis else n for d, n in enumerate(x.shape)],
     )
 
 
 @emits("take_along_axis")
-def _take_along_axis(b: FunctionBuilder, result: TensorType, x: Val, indices: Val, *, axis: int) -> Val:
+def _take_along_axis(
+    b: FunctionBuilder, result: TensorType, x: Val, indices: Val, *, axis: int
+) -> Val:
     """Element ``i`` of the result is ``x`` at ``i`` with ``indices[i]`` in place of its
     ``axis`` coordinate: a gather of single elements whose full start vectors are the
     indices along ``axis`` and iotas along every other dimension."""
@@ -72,29 +96,59 @@ def _take_along_axis(b: FunctionBuilder, result: TensorType, x: Val, indices: Va
         else:
             coord = b.iota(TensorType(indices.shape, DType.i64), d)
         coords.append(_index_vectors(b, coord))
-    starts = b.op("stablehlo.concatenate", coords, TensorType((*indices.shape, x.type.rank), DType.i64),
-                  {"dimension": f"{x.type.rank} : i64"})
+    starts = b.op(
+        "stablehlo.concatenate",
+        coords,
+        TensorType((*indices.shape, x.type.rank), DType.i64),
+        {"dimension": f"{x.type.rank} : i64"},
+    )
     every = range(x.type.rank)
-    return _gather(b, result, x, starts, offset_dims=[], collapsed=every, index_map=every,
-                   slice_sizes=[1] * x.type.rank)
+    return _gather(
+        b,
+        result,
+        x,
+        starts,
+        offset_dims=[],
+        collapsed=every,
+        index_map=every,
+        slice_sizes=[1] * x.type.rank,
+    )
 
 
-def _scatter(b: FunctionBuilder, result: TensorType, x: Val, indices: Val, updates: Val, axis: int,
-             combine: Callable[[FunctionBuilder, Val, Val], Val]) -> Val:
+def _scatter(
+    b: FunctionBuilder,
+    result: TensorType,
+    x: Val,
+    indices: Val,
+    updates: Val,
+    axis: int,
+    combine: Callable[[FunctionBuilder, Val, Val], Val],
+) -> Val:
     """``x`` with each update combined into its position by ``combine(old, new)``; each of the
     1-D ``indices`` picks a slice of ``x`` along ``axis``. ``updates`` broadcast (NumPy's rule)
     to those slices first, as the ``ufunc.at`` reference does."""
-    updates = b.broadcast(updates, (*x.shape[:axis], indices.shape[0], *x.shape[axis + 1:]),
-                          range(updates.type.rank))
+    updates = b.broadcast(
+        updates, (*x.shape[:axis], indices.shape[0], *x.shape[axis + 1 :]), range(updates.type.rank)
+    )
     starts = _index_vectors(b, _wrapped(b, indices, x.shape[axis]))
     scalar = TensorType((), x.dtype)
     with b.region(scalar, scalar) as (body, (old, new)):
         b.returns([combine(b, old, new)])
-    numbers = (f"#stablehlo.scatter<update_window_dims = {_dims(d for d in range(x.type.rank) if d != axis)}, "
-               f"inserted_window_dims = [{axis}], scatter_dims_to_operand_dims = [{axis}], index_vector_dim = 1>")
-    return b.op("stablehlo.scatter", [x, starts, updates], result, {
-        "scatter_dimension_numbers": numbers, "indices_are_sorted": "false", "unique_indices": "false",
-    }, regions=[body])
+    numbers = (
+        f"#stablehlo.scatter<update_window_dims = {_dims(d for d in range(x.type.rank) if d != axis)}, "
+        f"inserted_window_dims = [{axis}], scatter_dims_to_operand_dims = [{axis}], index_vector_dim = 1>"
+    )
+    return b.op(
+        "stablehlo.scatter",
+        [x, starts, updates],
+        result,
+        {
+            "scatter_dimension_numbers": numbers,
+            "indices_are_sorted": "false",
+            "unique_indices": "false",
+        },
+        regions=[body],
+    )
 
 
 def _add(b: FunctionBuilder, old: Val, new: Val) -> Val:
@@ -126,11 +180,21 @@ _COMBINERS = {"max": _extremum("GT"), "min": _extremum("LT"), "prod": _multiply}
 
 
 @emits("scatter_add")
-def _scatter_add(b: FunctionBuilder, result: TensorType, x: Val, indices: Val, updates: Val, *, axis: int) -> Val:
+def _scatter_add(
+    b: FunctionBuilder, result: TensorType, x: Val, indices: Val, updates: Val, *, axis: int
+) -> Val:
     return _scatter(b, result, x, indices, updates, axis, _add)
 
 
 @emits("scatter_reduce")
-def _scatter_reduce(b: FunctionBuilder, result: TensorType, x: Val, indices: Val, updates: Val, *,
-                    axis: int, kind: str) -> Val:
+def _scatter_reduce(
+    b: FunctionBuilder,
+    result: TensorType,
+    x: Val,
+    indices: Val,
+    updates: Val,
+    *,
+    axis: int,
+    kind: str,
+) -> Val:
     return _scatter(b, result, x, indices, updates, axis, _COMBINERS[kind])

@@ -12,8 +12,7 @@ import json
 import re
 
 from nkipy_core.errors import NkipyError
-from nkipy_core.ir import DType, Kernel, Op, TensorType
-from nkipy_core.ir import primitive
+from nkipy_core.ir import DType, Kernel, Op, TensorType, primitive
 
 from . import collectives, custom_calls, elementwise, indexing, random, reductions, shapes  # noqa: F401 - register emitters
 from .builder import FunctionBuilder, Val, tensor_type
@@ -44,10 +43,17 @@ def emit_op(b: FunctionBuilder, op: Op, operands: list[Val]) -> Val:
     params = op.params
     if op.prim == "convert" and result.dtype.is_half and operands[0].dtype in _WIDE:
         return b.convert(b.convert(operands[0], DType.f32), result.dtype)
-    half = primitive(op.prim).half_compute and any(t.dtype.is_half for t in (*[o.type for o in operands], result))
+    half = primitive(op.prim).half_compute and any(
+        t.dtype.is_half for t in (*[o.type for o in operands], result)
+    )
     if not half:
         return emitter(b, result, *operands, **params)
-    wide = emitter(b, _f32(result), *[b.convert(o, DType.f32) if o.dtype.is_half else o for o in operands], **params)
+    wide = emitter(
+        b,
+        _f32(result),
+        *[b.convert(o, DType.f32) if o.dtype.is_half else o for o in operands],
+        **params,
+    )
     return b.convert(wide, result.dtype)
 
 

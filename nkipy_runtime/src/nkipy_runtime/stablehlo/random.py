@@ -27,8 +27,16 @@ _ROUNDS = 10
 
 def _word(b: FunctionBuilder, state: Val, i: int) -> Val:
     """``state[i]`` as a scalar."""
-    one = b.op("stablehlo.slice", [state], TensorType((1,), _U64), {
-        "start_indices": i64_array([i]), "limit_indices": i64_array([i + 1]), "strides": i64_array([1])})
+    one = b.op(
+        "stablehlo.slice",
+        [state],
+        TensorType((1,), _U64),
+        {
+            "start_indices": i64_array([i]),
+            "limit_indices": i64_array([i + 1]),
+            "strides": i64_array([1]),
+        },
+    )
     return b.reshape(one, ())
 
 
@@ -39,7 +47,10 @@ def _philox(b: FunctionBuilder, key: Val, counter: Val, blocks: int) -> list[Val
 
     def op(name: str, x: Val | int, y: Val | int) -> Val:
         """Wrapping u64 ``name`` on block vectors; a scalar or a Python int is broadcast."""
-        x, y = (b.full(v, vector) if isinstance(v, int) else b.broadcast(v, vector.shape) for v in (x, y))
+        x, y = (
+            b.full(v, vector) if isinstance(v, int) else b.broadcast(v, vector.shape)
+            for v in (x, y)
+        )
         return b.binary(name, x, y)
 
     def key_op(name: str, k: Val, c: int) -> Val:
@@ -47,10 +58,17 @@ def _philox(b: FunctionBuilder, key: Val, counter: Val, blocks: int) -> list[Val
 
     k0, k1 = key_op("and", key, _LOW), key_op("shift_right_logical", key, 32)
     ctr = op("add", counter, b.iota(vector, 0))
-    c0, c1, c2, c3 = op("and", ctr, _LOW), op("shift_right_logical", ctr, 32), b.full(0, vector), b.full(0, vector)
+    c0, c1, c2, c3 = (
+        op("and", ctr, _LOW),
+        op("shift_right_logical", ctr, 32),
+        b.full(0, vector),
+        b.full(0, vector),
+    )
     for i in range(_ROUNDS):
         if i:
-            k0, k1 = (key_op("and", key_op("add", k, step), _LOW) for k, step in zip((k0, k1), _KEY_STEPS))
+            k0, k1 = (
+                key_op("and", key_op("add", k, step), _LOW) for k, step in zip((k0, k1), _KEY_STEPS)
+            )
         p0, p1 = op("multiply", c0, _MULTIPLIERS[0]), op("multiply", c2, _MULTIPLIERS[1])
         c0, c1, c2, c3 = (
             op("xor", op("xor", op("shift_right_logical", p1, 32), c1), k0),
@@ -62,7 +80,9 @@ def _philox(b: FunctionBuilder, key: Val, counter: Val, blocks: int) -> list[Val
 
 
 @emits("random_bits")
-def _random_bits(b: FunctionBuilder, result: TensorType, state: Val, *, shape: tuple, part: str) -> Val:
+def _random_bits(
+    b: FunctionBuilder, result: TensorType, state: Val, *, shape: tuple, part: str
+) -> Val:
     """Value ``i`` (row-major) is word ``i % 4`` of block ``state[1] + i // 4``; ``part='state'``
     is ``(state[0], state[1] + blocks)``, the u64 sum wrapping as the reference's does."""
     n = math.prod(shape)
@@ -70,11 +90,25 @@ def _random_bits(b: FunctionBuilder, result: TensorType, state: Val, *, shape: t
     key, counter = _word(b, state, 0), _word(b, state, 1)
     if part == "state":
         advanced = b.binary("add", counter, b.constant(blocks, _U64))
-        return b.op("stablehlo.concatenate", [b.reshape(key, (1,)), b.reshape(advanced, (1,))], result,
-                    {"dimension": "0 : i64"})
+        return b.op(
+            "stablehlo.concatenate",
+            [b.reshape(key, (1,)), b.reshape(advanced, (1,))],
+            result,
+            {"dimension": "0 : i64"},
+        )
     columns = [b.reshape(w, (blocks, 1)) for w in _philox(b, key, counter, blocks)]
-    words = b.op("stablehlo.concatenate", columns, TensorType((blocks, 4), _U64), {"dimension": "1 : i64"})
+    words = b.op(
+        "stablehlo.concatenate", columns, TensorType((blocks, 4), _U64), {"dimension": "1 : i64"}
+    )
     flat = b.reshape(words, (4 * blocks,))
-    first = b.op("stablehlo.slice", [flat], TensorType((n,), _U64), {
-        "start_indices": i64_array([0]), "limit_indices": i64_array([n]), "strides": i64_array([1])})
+    first = b.op(
+        "stablehlo.slice",
+        [flat],
+        TensorType((n,), _U64),
+        {
+            "start_indices": i64_array([0]),
+            "limit_indices": i64_array([n]),
+            "strides": i64_array([1]),
+        },
+    )
     return b.reshape(b.convert(first, DType.u32), result.shape)

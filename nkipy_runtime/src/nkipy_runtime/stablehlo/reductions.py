@@ -21,15 +21,26 @@ from nkipy_core.ir import DType, TensorType
 from .builder import FunctionBuilder, Val, i64_array
 from .registry import emits
 
+
 @emits("dot")
 def _dot(b: FunctionBuilder, result: TensorType, x: Val, y: Val) -> Val:
     """``np.matmul``: leading dimensions are batch, ``x``'s last contracts with ``y``'s second-to-last."""
     batch = list(range(x.type.rank - 2))
-    numbers = [f"lhs_batching_dimensions = {batch}", f"rhs_batching_dimensions = {batch}"] if batch else []
-    numbers += [f"lhs_contracting_dimensions = [{x.type.rank - 1}]",
-                f"rhs_contracting_dimensions = [{y.type.rank - 2}]"]
-    return b.op("stablehlo.dot_general", [x, y], result,
-                {"dot_dimension_numbers": f"#stablehlo.dot<{', '.join(numbers)}>"})
+    numbers = (
+        [f"lhs_batching_dimensions = {batch}", f"rhs_batching_dimensions = {batch}"]
+        if batch
+        else []
+    )
+    numbers += [
+        f"lhs_contracting_dimensions = [{x.type.rank - 1}]",
+        f"rhs_contracting_dimensions = [{y.type.rank - 2}]",
+    ]
+    return b.op(
+        "stablehlo.dot_general",
+        [x, y],
+        result,
+        {"dot_dimension_numbers": f"#stablehlo.dot<{', '.join(numbers)}>"},
+    )
 
 
 # -- monoids shared by reduce and cumulative -------------------------------------------------
@@ -47,7 +58,14 @@ def _extreme(dtype: DType, *, highest: bool) -> bool | int | float:
 
 #: reduce kinds on booleans, where NumPy's add/multiply/maximum/minimum are or/and
 _BOOL_KINDS = {"sum": "any", "max": "any", "prod": "all", "min": "all"}
-_COMBINERS = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum", "any": "or", "all": "and"}
+_COMBINERS = {
+    "sum": "add",
+    "prod": "multiply",
+    "max": "maximum",
+    "min": "minimum",
+    "any": "or",
+    "all": "and",
+}
 
 
 def _monoid(kind: str, dtype: DType) -> tuple[bool | int | float, str]:
@@ -75,12 +93,19 @@ def _drop(shape: Sequence[int], axes: Sequence[int]) -> tuple[int, ...]:
 
 
 @emits("reduce")
-def _reduce(b: FunctionBuilder, result: TensorType, x: Val, *, kind: str, axes: tuple, keepdims: bool) -> Val:
+def _reduce(
+    b: FunctionBuilder, result: TensorType, x: Val, *, kind: str, axes: tuple, keepdims: bool
+) -> Val:
     if kind in ("any", "all") and x.dtype is not DType.bool:
         x = b.compare("NE", x, b.full(0, x.type))  # NumPy's truth: nonzero, NaN included
     init, combiner = _monoid(kind, x.dtype)
-    reduced = b.op("stablehlo.reduce", [x, b.constant(init, x.dtype)], TensorType(_drop(x.shape, axes), x.dtype),
-                   {"dimensions": i64_array(sorted(axes))}, [_region(b, combiner, x.dtype)])
+    reduced = b.op(
+        "stablehlo.reduce",
+        [x, b.constant(init, x.dtype)],
+        TensorType(_drop(x.shape, axes), x.dtype),
+        {"dimensions": i64_array(sorted(axes))},
+        [_region(b, combiner, x.dtype)],
+    )
     return b.reshape(reduced, result.shape)
 
 
@@ -108,24 +133,35 @@ def _ties(b: FunctionBuilder, x: Val, y: Val) -> Val:
 
 
 @emits("argreduce")
-def _argreduce(b: FunctionBuilder, result: TensorType, x: Val, *, kind: str, axis: int, keepdims: bool) -> Val:
+def _argreduce(
+    b: FunctionBuilder, result: TensorType, x: Val, *, kind: str, axis: int, keepdims: bool
+) -> Val:
     """A variadic reduce over (value, index): the better value wins, a tie goes to the lower
     index, so the combiner is associative and the result is NumPy's first extreme index."""
     direction = "GT" if kind == "argmax" else "LT"
     index = b.iota(TensorType(x.shape, DType.i64), axis)
     # the identity loses every comparison and every tie (its index is above any real one)
-    init = [b.constant(_extreme(x.dtype, highest=kind == "argmin"), x.dtype),
-            b.constant(np.iinfo(np.int64).max, DType.i64)]
-    with b.region(_scalar(x.dtype), _scalar(DType.i64), _scalar(x.dtype), _scalar(DType.i64)) as (body, args):
+    init = [
+        b.constant(_extreme(x.dtype, highest=kind == "argmin"), x.dtype),
+        b.constant(np.iinfo(np.int64).max, DType.i64),
+    ]
+    with b.region(_scalar(x.dtype), _scalar(DType.i64), _scalar(x.dtype), _scalar(DType.i64)) as (
+        body,
+        args,
+    ):
         xv, xi, yv, yi = args
         lower = b.compare("LT", xi, yi)
         tie_to_x = b.op("stablehlo.and", [_ties(b, xv, yv), lower], lower.type)
         take_x = b.op("stablehlo.or", [_ranks_first(b, direction, xv, yv), tie_to_x], lower.type)
         b.returns([b.select(take_x, xv, yv), b.select(take_x, xi, yi)])
     reduced = _drop(x.shape, [axis])
-    _, indices = b.op("stablehlo.reduce", [x, index, *init],
-                      [TensorType(reduced, x.dtype), TensorType(reduced, DType.i64)],
-                      {"dimensions": i64_array([axis])}, [body])
+    _, indices = b.op(
+        "stablehlo.reduce",
+        [x, index, *init],
+        [TensorType(reduced, x.dtype), TensorType(reduced, DType.i64)],
+        {"dimensions": i64_array([axis])},
+        [body],
+    )
     return b.reshape(indices, result.shape)
 
 
@@ -144,10 +180,16 @@ def _cumulative(b: FunctionBuilder, result: TensorType, x: Val, *, kind: str, ax
     n = x.shape[axis]
     window = [n if i == axis else 1 for i in range(x.type.rank)]
     padding = [[n - 1, 0] if i == axis else [0, 0] for i in range(x.type.rank)]
-    return b.op("stablehlo.reduce_window", [x, b.constant(init, x.dtype)], x.type, {
-        "window_dimensions": i64_array(window),
-        "padding": f"dense<{padding}> : tensor<{x.type.rank}x2xi64>",
-    }, [_region(b, combiner, x.dtype)])
+    return b.op(
+        "stablehlo.reduce_window",
+        [x, b.constant(init, x.dtype)],
+        x.type,
+        {
+            "window_dimensions": i64_array(window),
+            "padding": f"dense<{padding}> : tensor<{x.type.rank}x2xi64>",
+        },
+        [_region(b, combiner, x.dtype)],
+    )
 
 
 # -- sort ------------------------------------------------------------------------------------
@@ -176,7 +218,9 @@ def _before(b: FunctionBuilder, x: Val, y: Val) -> Val:
 
 
 @emits("sort")
-def _sort(b: FunctionBuilder, result: TensorType, x: Val, *, axis: int, descending: bool, indices: bool) -> Val:
+def _sort(
+    b: FunctionBuilder, result: TensorType, x: Val, *, axis: int, descending: bool, indices: bool
+) -> Val:
     """A stable sort of (key, payload) by key, payload being the values or their indices."""
     key = _sort_key(b, x, descending)
     payload = b.iota(result, axis) if indices else x
@@ -184,6 +228,11 @@ def _sort(b: FunctionBuilder, result: TensorType, x: Val, *, axis: int, descendi
     types = [t for o in operands for t in (_scalar(o.dtype),) * 2]
     with b.region(*types) as (body, args):
         b.returns([_before(b, args[0], args[1])])
-    sorted_ = b.op("stablehlo.sort", operands, [o.type for o in operands],
-                   {"dimension": f"{axis} : i64", "is_stable": "true"}, [body])
+    sorted_ = b.op(
+        "stablehlo.sort",
+        operands,
+        [o.type for o in operands],
+        {"dimension": f"{axis} : i64", "is_stable": "true"},
+        [body],
+    )
     return sorted_[-1]

@@ -30,7 +30,9 @@ def emits(*names: str) -> Callable[[Emitter], Emitter]:
     def register(fn: Emitter) -> Emitter:
         for name in names:
             if name in EMITTERS:
-                raise ValueError(f"primitive {name!r} already has an emitter ({EMITTERS[name].__qualname__})")
+                raise ValueError(
+                    f"primitive {name!r} already has an emitter ({EMITTERS[name].__qualname__})"
+                )
             EMITTERS[name] = fn
         return fn
 

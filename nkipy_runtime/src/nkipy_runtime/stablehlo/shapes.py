@@ -30,10 +30,19 @@ def _transpose(b: FunctionBuilder, result: TensorType, x: Val, *, perm: tuple[in
 
 
 @emits("slice")
-def _slice(b: FunctionBuilder, result: TensorType, x: Val, *, start: tuple, limit: tuple, stride: tuple) -> Val:
-    return b.op("stablehlo.slice", [x], result, {
-        "start_indices": i64_array(start), "limit_indices": i64_array(limit), "strides": i64_array(stride),
-    })
+def _slice(
+    b: FunctionBuilder, result: TensorType, x: Val, *, start: tuple, limit: tuple, stride: tuple
+) -> Val:
+    return b.op(
+        "stablehlo.slice",
+        [x],
+        result,
+        {
+            "start_indices": i64_array(start),
+            "limit_indices": i64_array(limit),
+            "strides": i64_array(stride),
+        },
+    )
 
 
 @emits("concatenate")
@@ -42,11 +51,19 @@ def _concatenate(b: FunctionBuilder, result: TensorType, *xs: Val, axis: int) ->
 
 
 @emits("pad")
-def _pad(b: FunctionBuilder, result: TensorType, x: Val, value: Val, *, low: tuple, high: tuple) -> Val:
-    return b.op("stablehlo.pad", [x, value], result, {
-        "edge_padding_low": i64_array(low), "edge_padding_high": i64_array(high),
-        "interior_padding": i64_array([0] * x.type.rank),
-    })
+def _pad(
+    b: FunctionBuilder, result: TensorType, x: Val, value: Val, *, low: tuple, high: tuple
+) -> Val:
+    return b.op(
+        "stablehlo.pad",
+        [x, value],
+        result,
+        {
+            "edge_padding_low": i64_array(low),
+            "edge_padding_high": i64_array(high),
+            "interior_padding": i64_array([0] * x.type.rank),
+        },
+    )
 
 
 @emits("iota")
