@@ -29,5 +29,6 @@ def graphs(monkeypatch):
         seen.append(out)
         return out
 
-    monkeypatch.setattr("nkipy_core.dynamo.backend.compile_graph", spy)
+    for caller in ("backend", "aot_cache"):  # a compile, and a hit compiled again
+        monkeypatch.setattr(f"nkipy_core.dynamo.{caller}.compile_graph", spy)
     return seen

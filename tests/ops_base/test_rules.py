@@ -24,7 +24,7 @@ from nkipy_core.compiler.rng import RNG_KWARG, RandomStream
 from nkipy_core.ir import codegen
 from nkipy_core.ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
 from nkipy_core.testing import assert_close_to_eager, upcast
-from nkipy_ops_base.rules import RULES
+from nkipy_ops_base.plugin import RULES
 
 aten = torch.ops.aten
 prims = torch.ops.prims

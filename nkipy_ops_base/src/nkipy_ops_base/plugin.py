@@ -1,8 +1,27 @@
-"""Plugin module of nkipy-ops-base: installs every rule module's ``rules``."""
+"""Plugin module of nkipy-ops-base: installs the rules every ``lowerings_*`` module adds to
+``rules.RULES``."""
 
 from nkipy_core import hookimpl
 
-from . import rules
+# Importing the modules registers their rules.
+from . import (  # noqa: F401
+    lowerings_conv,
+    lowerings_creation,
+    lowerings_elementwise,
+    lowerings_embedding_bag,
+    lowerings_grid_sample,
+    lowerings_indexing,
+    lowerings_linalg,
+    lowerings_nn,
+    lowerings_random,
+    lowerings_reduction,
+    lowerings_scan,
+    lowerings_shape,
+    lowerings_sorting,
+    lowerings_spatial,
+    lowerings_special,
+)
+from .rules import RULES
 
 #: the nkipy hook API versions this pack works with (nkipy_core.plugin.hook_api)
 NKIPY_HOOK_API = ">=1.0,<2"
@@ -10,4 +29,4 @@ NKIPY_HOOK_API = ">=1.0,<2"
 
 @hookimpl
 def nkipy_register_lowerings(registry) -> None:
-    rules.RULES.install(registry)
+    RULES.install(registry)

@@ -33,7 +33,7 @@ import torch.distributed as dist
 import nkipy_core  # noqa: F401 - registers the nkipy device, whose module is torch.nkipy
 from nkipy_core.errors import CollectiveError
 
-from .registration import NAME
+from . import NAME
 
 
 class _Staging:

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import logging
 
-#: the backend's name in ``init_process_group`` and the device it serves
-NAME = "nkipy"
+from . import NAME
 
 
 def register() -> None:

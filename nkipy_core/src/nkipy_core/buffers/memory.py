@@ -15,7 +15,13 @@ import torch
 
 from nkipy_core.buffers import device_contract
 from nkipy_core.buffers.device_contract import NAME
-from nkipy_core.errors import DeviceError, RuntimeNotFoundError, RuntimeUnavailableError
+from nkipy_core.config import settings
+from nkipy_core.errors import (
+    ConfigurationError,
+    DeviceError,
+    RuntimeNotFoundError,
+    RuntimeUnavailableError,
+)
 from nkipy_core.ir.types import DType, numpy_to_torch, torch_to_numpy
 from nkipy_core.runtime.base import DeviceArray, contiguous_strides
 
@@ -32,11 +38,9 @@ def runtime():
     first-use work (``device_contract.on_first_use``)."""
     global _runtime
     if _runtime is None:
-        from nkipy_core.config.settings import current, select_runtime
-
         try:
-            config = current()
-            selected = select_runtime(config)
+            config = settings.current()
+            selected = settings.select_runtime(config)
         except (RuntimeNotFoundError, RuntimeUnavailableError) as exc:
             raise type(exc)(f"the nkipy device cannot be used: {exc}") from None
         device_contract.first_use(config)
@@ -44,9 +48,18 @@ def runtime():
     return _runtime
 
 
-def selected():
-    """The runtime that owns device memory, or None before the device's first use."""
-    return _runtime
+def _keeps_its_runtime(config: settings.Config, chosen) -> None:
+    """The device keeps the runtime of its first tensors: a configuration that names another
+    one is refused (checked by the configuration layer, which does not import this one)."""
+    if config.runtime is not None and _runtime is not None and _runtime.name != chosen.name:
+        raise ConfigurationError(
+            f"the nkipy device already holds tensors on runtime {_runtime.name!r} (chosen at its "
+            f"first use, with the default settings), so it cannot switch to {chosen.name!r}; call "
+            f"init_nkipy_backend(runtime={chosen.name!r}) before the first use of the device."
+        )
+
+
+settings.on_apply(_keeps_its_runtime)
 
 
 def is_nkipy(t: object) -> bool:

@@ -1,8 +1,8 @@
 """Questions about an ATen op that its schema answers.
 
-Both the compiler (which ops of a CPU region move no data) and the device's ATen kernels (which
-ops only compute metadata over a storage) ask them. It imports only torch: the device's kernels
-are registered inside ``import torch``.
+Both the compiler (which ops of a CPU region move no data) and the device (which ops only
+compute metadata over a storage, which functional op an in-place or ``out=`` op computes) ask
+them. It imports only torch: the device's kernels are registered inside ``import torch``.
 """
 
 from __future__ import annotations
@@ -16,3 +16,46 @@ def is_view(op: torch._ops.OpOverload) -> bool:
     return not schema.is_mutable and any(
         r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
     )
+
+
+_functionals: dict[torch._ops.OpOverload, torch._ops.OpOverload | None] = {}
+
+
+def functional_form(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The functional op a mutating op computes (``add_.Tensor`` -> ``add.Tensor``, ``add.out``
+    -> ``add.Tensor``), or ``None``."""
+    if op in _functionals:
+        return _functionals[op]
+    schema = op._schema
+    base = schema.name.split("::")[1]
+    written = {
+        a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write
+    }
+    if base.endswith("_") and written == {"self"}:
+        packet, wanted = getattr(torch.ops.aten, base[:-1], None), schema.arguments
+    elif written and all(a.kwarg_only for a in schema.arguments if a.name in written):
+        packet = getattr(torch.ops.aten, base, None)
+        wanted = [a for a in schema.arguments if a.name not in written]
+    else:
+        packet, wanted = None, []
+    found = None
+    for name in packet.overloads() if packet is not None else ():
+        candidate = getattr(packet, name)
+        if not candidate._schema.is_mutable and _same_arguments(
+            candidate._schema.arguments, wanted
+        ):
+            found = candidate
+            break
+    _functionals[op] = found
+    return found
+
+
+#: what a functional factory takes beyond its ``out=`` form; given from the ``out`` tensor
+_FACTORY = ("dtype", "layout", "device", "pin_memory")
+
+
+def _same_arguments(candidate: list, wanted: list) -> bool:
+    """Same arguments, allowing a functional factory's trailing keyword-only options."""
+    head = [(x.name, x.type) for x in candidate[: len(wanted)]]
+    extra = [x.name for x in candidate[len(wanted) :]]
+    return head == [(x.name, x.type) for x in wanted] and all(n in _FACTORY for n in extra)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -192,21 +193,21 @@ def _apply(config: Config) -> None:
             logger.addHandler(handler)
     loaded = plugins.get(strict=config.strict)
     runtime = select_runtime(config)  # fail now, not at the first compile, if the runtime is wrong
-    _check_device_runtime(config, runtime)
+    for check in _checks:
+        check(config, runtime)
     loaded.manager.hook.nkipy_configure(config=config)
 
 
-def _check_device_runtime(config: Config, runtime) -> None:
-    """The device keeps the runtime of its first tensors: naming another one later is an error."""
-    from nkipy_core.buffers import memory
+#: what must hold before a configuration is applied, registered by the layers above this one
+#: (which this layer does not import): each is called with the configuration and its runtime
+_checks: list[Callable[[Config, Any], None]] = []
 
-    held = memory.selected()
-    if config.runtime is not None and held is not None and held.name != runtime.name:
-        raise ConfigurationError(
-            f"the nkipy device already holds tensors on runtime {held.name!r} (chosen at its first "
-            f"use, with the default settings), so it cannot switch to {runtime.name!r}; call "
-            f"init_nkipy_backend(runtime={runtime.name!r}) before the first use of the device."
-        )
+
+def on_apply(check: Callable[[Config, Any], None]) -> None:
+    """Call ``check(config, runtime)`` before each configuration is applied; it raises
+    ``ConfigurationError`` to refuse it. Registering the same function again does nothing."""
+    if check not in _checks:
+        _checks.append(check)
 
 
 def current() -> Config:

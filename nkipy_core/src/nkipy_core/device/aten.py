@@ -4,13 +4,14 @@ A few ops are the device's own business and are implemented here: allocation (``
 ``empty_strided``, ``resize_``), copies across and within the device (``_copy_from``, which
 torch's ``copy_`` and ``.to()`` reach), and reading one value (``item``). Everything else goes
 through one boxed fallback (this module imports only torch at load time, so registering it
-inside ``import torch`` stays cheap; ``memory`` and ``eager`` are imported on first use):
+inside ``import torch`` stays cheap; ``memory`` is imported on first use):
 
 * view ops and ``set_`` only compute sizes/strides over a storage, so torch's own CPU kernels
   are redispatched to; they never read data and produce ``nkipy`` views of the same buffer;
 * ``_foreach_*`` ops go to torch's CPU reference kernels too, which loop over per-tensor ATen
   calls that come back to this device one by one (optimizers pick the foreach path here);
-* every other op runs eagerly through the op packs (``eager.run``).
+* every other op runs eagerly through the op packs (``eager.run``, which the device hands this
+  module at its first use: ``eager`` sits above it and claims ops here).
 
 The CUDA-only fused RNN cells that torch calls for PrivateUse1 devices get compositions of ATen
 ops (``rnn``).
@@ -20,12 +21,33 @@ from __future__ import annotations
 
 import torch
 
-from nkipy_core.compiler.aten_schema import is_view
+from nkipy_core.compiler.aten_schema import functional_form, is_view
 from nkipy_core.device import rnn
 
 _CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _library: tuple[torch.library.Library, ...] | None = None
 _redispatch: dict[torch._ops.OpOverload, bool] = {}
+
+
+def _first_use_then_run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
+    """An op on the device before its first use (a factory with no tensor argument): using the
+    device's memory runs its first-use work, which hands this module ``eager.run``."""
+    from nkipy_core.buffers import memory
+
+    memory.runtime()
+    return _run_eagerly(op, args, kwargs)
+
+
+#: how an op no CPU kernel serves runs on the device: ``eager.run`` from its first use on
+_run_eagerly = _first_use_then_run
+
+
+def run_eagerly_with(run) -> None:
+    """Run the device's ops with ``run(op, args, kwargs)`` (``eager.run``): the device's
+    first-use work calls this, as this module, registered inside ``import torch``, cannot
+    import the eager layer above it."""
+    global _run_eagerly
+    _run_eagerly = run
 
 
 def _kernel_code(fn):
@@ -77,7 +99,6 @@ def claim(ops) -> None:
     whenever the plugins are (re)loaded for the device (its first allocation, a new
     configuration), never inside ``import torch``; 300 ops register in a few milliseconds.
     """
-    from nkipy_core.device.eager import _functional
     from nkipy_core.plugin.registry import resolve_op
 
     named = {
@@ -86,7 +107,7 @@ def claim(ops) -> None:
     views = {op for op in named if _redispatched(op)}
     lowered = named - views
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
-    for op in sorted(lowered | views | _mutating_forms(lowered, _functional), key=str):
+    for op in sorted(lowered | views | _mutating_forms(lowered), key=str):
         if op in _claimed:
             continue
         _claimed.add(op)
@@ -104,23 +125,21 @@ def claim(ops) -> None:
             )
 
 
-def _mutating_forms(ops: set, functional) -> set:
-    """The in-place and ``out=`` overloads whose functional op (``functional(op)``) is in ``ops``
-    (``add_.Tensor``, ``add.out`` for ``add.Tensor``)."""
+def _mutating_forms(ops: set) -> set:
+    """The in-place and ``out=`` overloads whose functional op is in ``ops`` (``add_.Tensor``,
+    ``add.out`` for ``add.Tensor``)."""
     packets = {
         getattr(torch.ops.aten, op._schema.name.split("::")[1] + suffix, None)
         for op in ops
         for suffix in ("", "_")
     }
     candidates = (getattr(p, name) for p in packets - {None} for name in p.overloads())
-    return {op for op in candidates if op._schema.is_mutable and functional(op) in ops}
+    return {op for op in candidates if op._schema.is_mutable and functional_form(op) in ops}
 
 
 def _eager_kernel(op: torch._ops.OpOverload):
-    from nkipy_core.device.eager import run
-
     def kernel(*args, **kwargs):
-        return run(op, args, kwargs)
+        return _run_eagerly(op, args, kwargs)
 
     return kernel
 
@@ -173,9 +192,7 @@ def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False)
         memory.write(dst, src.to(dst.dtype).contiguous())
     else:
         if src.dtype != dst.dtype:
-            from nkipy_core.device import eager
-
-            src = eager.run(torch.ops.aten._to_copy.default, (src,), {"dtype": dst.dtype})
+            src = _run_eagerly(torch.ops.aten._to_copy.default, (src,), {"dtype": dst.dtype})
         memory.runtime().copy(memory.array(src), memory.array(dst))
     return dst
 
@@ -205,6 +222,4 @@ def _redispatched(op: torch._ops.OpOverload) -> bool:
 def _fallback(op: torch._ops.OpOverload, *args, **kwargs):
     if _redispatched(op):
         return op.redispatch(_CPU, *args, **kwargs)
-    from nkipy_core.device import eager
-
-    return eager.run(op, args, kwargs)
+    return _run_eagerly(op, args, kwargs)

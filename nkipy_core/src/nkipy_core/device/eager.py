@@ -28,6 +28,7 @@ from torch.utils._pytree import tree_map
 
 from nkipy_core.buffers import memory
 from nkipy_core.compiler import pipeline as compiler
+from nkipy_core.compiler.aten_schema import functional_form
 from nkipy_core.compiler.kernel_call import KernelCall
 from nkipy_core.config.settings import Config, current
 from nkipy_core.device import aten, scalars
@@ -461,49 +462,6 @@ def _batch_norm_training(input, weight, bias, running_mean, running_var, trainin
     return out, mean, invstd
 
 
-_functionals: dict[torch._ops.OpOverload, torch._ops.OpOverload | None] = {}
-
-
-def _functional(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
-    """The functional op a mutating op computes (``add_.Tensor`` -> ``add.Tensor``, ``add.out``
-    -> ``add.Tensor``), or ``None``."""
-    if op in _functionals:
-        return _functionals[op]
-    schema = op._schema
-    base = schema.name.split("::")[1]
-    written = {
-        a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write
-    }
-    if base.endswith("_") and written == {"self"}:
-        packet, wanted = getattr(torch.ops.aten, base[:-1], None), schema.arguments
-    elif written and all(a.kwarg_only for a in schema.arguments if a.name in written):
-        packet = getattr(torch.ops.aten, base, None)
-        wanted = [a for a in schema.arguments if a.name not in written]
-    else:
-        packet, wanted = None, []
-    found = None
-    for name in packet.overloads() if packet is not None else ():
-        candidate = getattr(packet, name)
-        if not candidate._schema.is_mutable and _same_arguments(
-            candidate._schema.arguments, wanted
-        ):
-            found = candidate
-            break
-    _functionals[op] = found
-    return found
-
-
-#: what a functional factory takes beyond its ``out=`` form; given from the ``out`` tensor
-_FACTORY = ("dtype", "layout", "device", "pin_memory")
-
-
-def _same_arguments(candidate: list, wanted: list) -> bool:
-    """Same arguments, allowing a functional factory's trailing keyword-only options."""
-    head = [(x.name, x.type) for x in candidate[: len(wanted)]]
-    extra = [x.name for x in candidate[len(wanted) :]]
-    return head == [(x.name, x.type) for x in wanted] and all(n in _FACTORY for n in extra)
-
-
 class _Call:
     """A kernel whose inputs are the call's positional tensors, as a ``_Kernels.fast`` entry."""
 
@@ -585,7 +543,7 @@ def _mutating(
         # what `x[i] = v` reaches: index_put_ plus an `unsafe` flag that only skips checks
         args, kwargs = args[:4], {k: v for k, v in kwargs.items() if k != "unsafe"}
         op = torch.ops.aten.index_put_.default
-    functional = None if _base_name(op) in _HOST_OPS else _functional(op)
+    functional = None if _base_name(op) in _HOST_OPS else functional_form(op)
     if functional is None:
         return _on_cpu(op, args, kwargs, "no functional form of it is known", state)
     # the dispatcher drops arguments equal to their default; the functional form may lack it

@@ -50,12 +50,14 @@ def _clone_storage_on_the_device() -> None:
 
 def _first_use(config) -> None:
     """The device's work at the first use of its memory (``memory.runtime()`` runs it through
-    ``device_contract``, as the buffer layer does not import the device): route the ops the
-    packs lower to the device and install its autocast policy. Not at registration: that runs
-    inside ``import torch``, and this loads the plugins and makes ~300 registrations."""
-    from nkipy_core.device import autocast
+    ``device_contract``, as the buffer layer does not import the device): give the ATen kernels
+    the eager ops, route the ops the packs lower to the device and install its autocast policy.
+    Not at registration: that runs inside ``import torch``, and this imports the compiler, loads
+    the plugins and makes ~300 registrations."""
+    from nkipy_core.device import autocast, eager
     from nkipy_core.plugin import manager as plugins
 
+    aten.run_eagerly_with(eager.run)
     aten.claim(plugins.get(strict=config.strict).lowerings.ops())
     autocast.install()
 

@@ -68,11 +68,16 @@ from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from nkipy_core.cache.kernel_cache import STATS, KernelCache, digest
 from nkipy_core.compiler.kernel_call import entry
-from nkipy_core.compiler.pipeline import _runtime_tag, _versions_key, compile_options
+from nkipy_core.compiler.pipeline import (
+    _runtime_tag,
+    _versions_key,
+    compile_graph,
+    compile_options,
+)
 from nkipy_core.config.settings import Config, select_runtime
 from nkipy_core.dynamo import stored_graph
 from nkipy_core.plugin import manager as plugins
-from nkipy_core.plugin.registry import _code_digest, op_name, source_digest
+from nkipy_core.plugin.registry import code_digest, op_name, source_digest
 
 log = logging.getLogger("nkipy.aot_cache")
 
@@ -159,10 +164,6 @@ class NkipyGraph(OutputCode):
         _made(self)
         if self.compiled is not None:
             return
-        from nkipy_core.dynamo import (
-            backend,  # its compile_graph, the one entry point tests and benchmarks observe
-        )
-
         gm = stored_graph.loads(self.stored, self.config) if self.stored is not None else None
         if gm is not None:
             STATS["aot_cache_restored"] += 1
@@ -174,7 +175,7 @@ class NkipyGraph(OutputCode):
         gm.recompile()
         inputs = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
         with fake_mode:  # as AOTAutograd runs its compilers: tensors the passes make are fake too
-            self.compiled = backend.compile_callable(gm, inputs, self.config)
+            self.compiled = entry(compile_graph(gm, inputs, self.config))
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         """No Triton kernels here (torch's interface asks every ``OutputCode`` for it)."""
@@ -269,4 +270,4 @@ def cache_key(
 
 def _decomposition_fingerprint(fn: Callable[..., Any]) -> str:
     module = getattr(fn, "__module__", "") or ""
-    return f"{module}.{getattr(fn, '__qualname__', fn)}#{_code_digest(fn)}:{source_digest(module) if module else '-'}"
+    return f"{module}.{getattr(fn, '__qualname__', fn)}#{code_digest(fn)}:{source_digest(module) if module else '-'}"

@@ -2,6 +2,7 @@
 
 from nkipy_core.ir.builder import KernelBuilder, Traced
 from nkipy_core.ir.graph import ConstantData, Kernel, Op, Opaque, Value
+from nkipy_core.ir.half_float import HalfFloat, half_float_rule
 from nkipy_core.ir.primitives import PRIMITIVES, Primitive, primitive
 from nkipy_core.ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
 from nkipy_core.ir.verify import verify
@@ -10,6 +11,7 @@ __all__ = [
     "PRIMITIVES",
     "ConstantData",
     "DType",
+    "HalfFloat",
     "Kernel",
     "KernelBuilder",
     "Op",
@@ -18,6 +20,7 @@ __all__ = [
     "TensorType",
     "Traced",
     "Value",
+    "half_float_rule",
     "numpy_to_torch",
     "primitive",
     "torch_to_numpy",

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from nkipy_core.errors import VerificationError
-from nkipy_core.ir import codegen
+from nkipy_core.ir.codegen import evaluate
 from nkipy_core.ir.graph import ConstantData, Kernel, Op, Value
 from nkipy_core.ir.primitives import infer, primitive
 from nkipy_core.ir.types import DType, TensorType
@@ -144,4 +144,4 @@ def apply(
         result_type = infer(prim, types, params)
     except TypeError as exc:
         raise VerificationError(f"ill-typed {prim}: {exc}") from None
-    return codegen.evaluate(prim, arrays, params, result_type)
+    return evaluate(prim, arrays, params, result_type)

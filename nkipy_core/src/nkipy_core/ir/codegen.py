@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 from ml_dtypes import bfloat16
 
-from nkipy_core.ir import numpy_support
 from nkipy_core.ir.graph import Kernel, Op, Value
+from nkipy_core.ir.half_float import HalfFloat, half_float_rule
+from nkipy_core.ir.numpy_support import HELPERS
 from nkipy_core.ir.primitives import primitive
 from nkipy_core.ir.types import DType, TensorType
 
@@ -25,12 +26,8 @@ NAMESPACE: dict[str, Any] = {
     "np": np,
     "math": math,
     "bfloat16": bfloat16,
-    **{f.__name__: f for f in numpy_support.HELPERS},
+    **{f.__name__: f for f in HELPERS},
 }
-
-
-#: element types a conversion to a half float rounds to f32 first, as torch does
-_WIDE = frozenset({DType.f64, DType.i64, DType.i32})
 
 
 def expression(
@@ -40,19 +37,16 @@ def expression(
     operand_types: Sequence[TensorType],
     result_type: TensorType,
 ) -> str:
-    """The NumPy expression for one op; half floats compute in f32 and round the result."""
-    prim = primitive(prim_name)
-    half = prim.half_compute and any(t.dtype.is_half for t in (*operand_types, result_type))
-    if half:
+    """The NumPy expression for one op, half floats computed as ``half_float_rule`` says."""
+    rule = half_float_rule(prim_name, operand_types, result_type)
+    if rule is HalfFloat.COMPUTE_IN_F32:
         args = [
             f"{a}.astype(np.float32)" if t.dtype.is_half else a for a, t in zip(args, operand_types)
         ]
-    if prim_name == "convert" and result_type.dtype.is_half and operand_types[0].dtype in _WIDE:
-        # torch builds c10::Half and BFloat16 from a float, so a double (or a 64-bit integer)
-        # becomes a half float through f32: rounded twice, which NumPy's direct cast is not.
+    elif rule is HalfFloat.CONVERT_THROUGH_F32:
         args = [f"{args[0]}.astype(np.float32)"]
-    expr = prim.emit(*args, **params)
-    if half:
+    expr = primitive(prim_name).emit(*args, **params)
+    if rule is HalfFloat.COMPUTE_IN_F32:
         expr = f"({expr}).astype({result_type.dtype.numpy_name})"
     return expr
 
@@ -104,7 +98,7 @@ def generate(kernel: Kernel) -> str:
     Two things differ from one line per op in program order: values that depend on no parameter
     are computed at module level, once, and a broadcast feeding an elementwise op is left to
     NumPy's implicit broadcasting (and not written at all if nothing else reads it)."""
-    helpers = "\n\n".join(inspect.getsource(f) for f in numpy_support.HELPERS)
+    helpers = "\n\n".join(inspect.getsource(f) for f in HELPERS)
     params = ", ".join(p.name for p in kernel.params)
     substituted = _implicit_broadcasts(kernel)
     load_time = _load_time(kernel)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nkipy_core.ir import codegen
+from nkipy_core.ir.codegen import evaluate
 from nkipy_core.ir.graph import ConstantData, Kernel, Op, Value
 from nkipy_core.ir.primitives import primitive
 
@@ -62,7 +62,7 @@ def constant_folding(kernel: Kernel) -> Kernel:
             and op.result.type.size <= FOLD_LIMIT
         ):
             arrays = [constants[v.id].array for v in op.operands]
-            value = codegen.evaluate(op.prim, arrays, op.params, op.result.type)
+            value = evaluate(op.prim, arrays, op.params, op.result.type)
             folded = ConstantData.from_array(value, op.result.type.dtype)
             constants[op.result.id] = folded
             op = Op("constant", (), {"value": folded}, op.result, op.origin)

@@ -85,7 +85,7 @@ class LoweringRule:
         tables it may use), so editing a pack in an editable install invalidates the kernels
         it built even when the pack's version is unchanged. Computed once per rule: neither
         can change in a running process, and every compile's cache keys ask for it."""
-        return f"{self.qualname}@{self.provenance}#{_code_digest(self.fn)}:{source_digest(self.fn.__module__)}"
+        return f"{self.qualname}@{self.provenance}#{code_digest(self.fn)}:{source_digest(self.fn.__module__)}"
 
 
 @functools.cache
@@ -105,7 +105,7 @@ def source_digest(module_name: str) -> str:
     return h.hexdigest()[:16]
 
 
-def _code_digest(fn: Callable[..., Any]) -> str:
+def code_digest(fn: Callable[..., Any]) -> str:
     """Digest of a function's bytecode and constants (rules built by ``exec`` have no file)."""
     code = getattr(fn, "__code__", None)
     if code is None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from nkipy_core.ir import TensorType
 
 from .builder import FunctionBuilder, Val
-from .reductions import _COMBINERS, _region
+from .reductions import reduction_region
 from .registry import EMITTERS, emits
 
 
@@ -35,7 +35,7 @@ def _all_reduce(b: FunctionBuilder, result: TensorType, x: Val, *, op: str, grou
         [x],
         result,
         {"replica_groups": _replica_groups(groups)},
-        regions=[_region(b, _COMBINERS[op], x.dtype)],
+        regions=[reduction_region(b, op, x.dtype)],
     )
 
 
@@ -58,7 +58,7 @@ def _reduce_scatter(
         [x],
         result,
         {"scatter_dimension": f"{axis} : i64", "replica_groups": _replica_groups(groups)},
-        regions=[_region(b, _COMBINERS[op], x.dtype)],
+        regions=[reduction_region(b, op, x.dtype)],
     )
 
 

@@ -1,8 +1,8 @@
 """A whole kernel as a StableHLO module: ``func.func @main`` over the kernel's parameters.
 
-Half floats follow the cpu runtime exactly: a ``half_compute`` primitive converts its f16/bf16
-operands to f32, computes, and rounds the result once; a conversion from f64, i64 or i32 to a
-half float goes through f32, as torch's does. Every op carries its origin (the ATen op and rule
+Half floats follow the cpu runtime exactly: each op computes as nkipy-core's
+``half_float_rule`` says (f16/bf16 operands of a ``half_compute`` primitive widened to f32 and the
+result rounded once; a conversion from f64, i64 or i32 to a half float through f32). Every op carries its origin (the ATen op and rule
 that built it) as its MLIR location, which becomes HLO ``metadata.op_name`` for profilers.
 """
 
@@ -12,14 +12,11 @@ import json
 import re
 
 from nkipy_core.errors import NkipyError
-from nkipy_core.ir import DType, Kernel, Op, TensorType, primitive
+from nkipy_core.ir import DType, HalfFloat, Kernel, Op, TensorType, half_float_rule
 
 from . import collectives, custom_calls, elementwise, indexing, random, reductions, shapes  # noqa: F401 - register emitters
 from .builder import FunctionBuilder, Val, tensor_type
 from .registry import EMITTERS
-
-#: element types a conversion to a half float rounds to f32 first, as torch does
-_WIDE = frozenset({DType.f64, DType.i64, DType.i32})
 
 
 class EmissionError(NkipyError):
@@ -31,7 +28,7 @@ def _f32(t: TensorType) -> TensorType:
 
 
 def emit_op(b: FunctionBuilder, op: Op, operands: list[Val]) -> Val:
-    """Write one IR op; the half-float rule of the module docstring lives here only."""
+    """Write one IR op, half floats computed as ``half_float_rule`` says."""
     try:
         emitter = EMITTERS[op.prim]
     except KeyError:
@@ -41,12 +38,10 @@ def emit_op(b: FunctionBuilder, op: Op, operands: list[Val]) -> Val:
         ) from None
     result = op.result.type
     params = op.params
-    if op.prim == "convert" and result.dtype.is_half and operands[0].dtype in _WIDE:
+    rule = half_float_rule(op.prim, [o.type for o in operands], result)
+    if rule is HalfFloat.CONVERT_THROUGH_F32:
         return b.convert(b.convert(operands[0], DType.f32), result.dtype)
-    half = primitive(op.prim).half_compute and any(
-        t.dtype.is_half for t in (*[o.type for o in operands], result)
-    )
-    if not half:
+    if rule is HalfFloat.EXACT:
         return emitter(b, result, *operands, **params)
     wide = emitter(
         b,

@@ -88,6 +88,12 @@ def _region(b: FunctionBuilder, combiner: str, dtype: DType) -> list[str]:
     return body
 
 
+def reduction_region(b: FunctionBuilder, kind: str, dtype: DType) -> list[str]:
+    """The region combining two ``dtype`` scalars as reduce kind ``kind`` (``sum``, ``prod``,
+    ``max``, ``min``) does: what the reducing collectives (``collectives``) are given."""
+    return _region(b, _COMBINERS[kind], dtype)
+
+
 def _drop(shape: Sequence[int], axes: Sequence[int]) -> tuple[int, ...]:
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
