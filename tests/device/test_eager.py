@@ -7,6 +7,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from fresh_python import python
 
 import nkipy_core
 from nkipy_core import FallbackWarning, cache_stats, init_nkipy_backend
@@ -59,6 +60,17 @@ def test_eager_op_matches_cpu_without_fallback(name):
     for got, want in zip(*(r if isinstance(r, tuple) else (r,) for r in (result, expected))):
         assert got.device.type == "nkipy" and got.dtype == want.dtype
         torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_an_op_without_tensor_arguments_may_be_the_devices_first_use():
+    """The dispatcher sends such a factory straight to the device's fallback, before anything
+    was allocated: the device's first use, which hands the ATen kernels the eager ops, happens
+    then, and the op runs."""
+    result = python(
+        "import torch, nkipy_core\nprint(torch.tril_indices(3, 3, device='nkipy').cpu().tolist())\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "[[0, 1, 1, 2, 2, 2], [0, 0, 1, 0, 1, 2]]"
 
 
 def test_single_op_kernels_are_cached_by_op_shape_and_dtype():
