@@ -45,7 +45,7 @@ import torch
 from _timing import machine, median_times, print_table  # first: it sets the thread count
 
 import nkipy_core
-from nkipy_core.compiler.pipeline import FallbackWarning
+from nkipy_core.compiler.fallback import FallbackWarning
 
 
 def add(a, b):

@@ -82,7 +82,7 @@ def main() -> None:
         "nkipy a.add_(b)": lambda: target.add_(b),
     }
     notes = {}
-    if hasattr(call, "run_into"):  # a.add_(b) writes through it since issue 11
+    if hasattr(call, "run_into"):  # a.add_(b) writes through it
         timed["nkipy run_into"] = lambda: call.run_into((target,), target, b)
     else:
         notes["nkipy run_into"] = "not in this version: a.add_(b) is the add, then a device copy"

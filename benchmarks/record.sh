@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the issue-11 measurements one after another (on an otherwise idle machine), keep each
+# Run the measurements one after another (on an otherwise idle machine), keep each
 # script's tables as JSON under benchmarks/results/, and draw them into docs/img/ (matplotlib).
 # Run from the repository root: bash benchmarks/record.sh
 set -euo pipefail

@@ -5,7 +5,8 @@ Run: python docs/gen_coverage.py   (prints the page; ``conf.py`` writes it to co
 
 from __future__ import annotations
 
-from nkipy_core.cli.main import coverage, lowering_rows
+from nkipy_core.cli.coverage import coverage
+from nkipy_core.cli.ops_list import lowering_rows
 from nkipy_core.plugin import manager as plugins
 
 

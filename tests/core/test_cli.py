@@ -23,7 +23,7 @@ from fixture_packs import arithmetic_rules, declining_rules, pack
 from nkipy_cli import by, line_of, run, run_json, section
 
 from nkipy_core import PluginConflictError, hookimpl
-from nkipy_core.cli.main import core_aten_ops
+from nkipy_core.cli.coverage import core_aten_ops
 from nkipy_core.plugin import manager as plugins
 from nkipy_core.plugin.registry import resolve_op
 from nkipy_core.runtime.cpu import CpuRuntime

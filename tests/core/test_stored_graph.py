@@ -13,8 +13,8 @@ import torch.fx
 from fixture_packs import arithmetic_rules, pack
 
 from nkipy_core import FallbackWarning, cache_stats
+from nkipy_core.compiler.fallback import FALLBACKS
 from nkipy_core.compiler.kernel_call import KernelCall
-from nkipy_core.compiler.pipeline import FALLBACKS
 from nkipy_core.config.settings import current
 from nkipy_core.dynamo import stored_graph
 

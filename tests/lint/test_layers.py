@@ -26,19 +26,6 @@ PACKAGES = (
     "nkipy_runtime",
 )
 
-#: underscore names of the compiler that other modules still import, as
-#: ``"importer -> module.name"``; they get public names as the compiler is split into its
-#: stages. Remove each entry when it is no longer used: a stale entry fails the test.
-COMPILER_PRIVATE_NAMES_STILL_SHARED = frozenset(
-    {
-        "nkipy_core.compiler.pipeline -> nkipy_core.compiler.kernel_call._inverse",
-        "nkipy_core.device.eager -> nkipy_core.compiler.pipeline._choose_rule",
-        "nkipy_core.dynamo.aot_cache -> nkipy_core.compiler.pipeline._runtime_tag",
-        "nkipy_core.dynamo.aot_cache -> nkipy_core.compiler.pipeline._versions_key",
-        "nkipy_core.dynamo.stored_graph -> nkipy_core.compiler.kernel_call._inverse",
-    }
-)
-
 
 def import_graph(*packages: str) -> grimp.ImportGraph:
     """The imports among the modules of ``packages``, as ``.importlinter`` counts them."""
@@ -202,23 +189,18 @@ def _dotted(node: ast.expr) -> str | None:
 
 def test_no_module_uses_another_modules_underscore_names(graph):
     modules = set(graph.modules)
-    uses: dict[str, int] = {}  # "importer -> module.name" -> its first line
+    offenders = []
     for module in sorted(modules):
         path = _source(module)
         is_package = path.name == "__init__.py"
-        for line, name in private_uses(module, path.read_text(), modules, is_package):
-            uses.setdefault(f"{module} -> {name}", line)
-    offenders = [
-        f"{use.replace(' -> ', f':{line} uses ', 1)}"
-        for use, line in uses.items()
-        if use not in COMPILER_PRIVATE_NAMES_STILL_SHARED
-    ]
+        offenders += [
+            f"{module}:{line} uses {name}"
+            for line, name in private_uses(module, path.read_text(), modules, is_package)
+        ]
     assert not offenders, (
         "underscore names used outside their module (give them a public name in the module "
         "that owns them, or move them to where they are used):\n" + "\n".join(offenders)
     )
-    stale = sorted(COMPILER_PRIVATE_NAMES_STILL_SHARED - set(uses))
-    assert not stale, f"remove from COMPILER_PRIVATE_NAMES_STILL_SHARED, no longer used: {stale}"
 
 
 def test_the_private_name_check_sees_from_imports_and_attributes_of_imported_modules():

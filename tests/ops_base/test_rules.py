@@ -18,8 +18,9 @@ import torch.fx
 from torch.utils._pytree import tree_map
 
 from nkipy_core import LoweringContext, LoweringRegistry, Unsupported
+from nkipy_core.compiler.lower import lower_subgraph, output_orders
 from nkipy_core.compiler.lowering import Layout
-from nkipy_core.compiler.pipeline import RULE, lower_subgraph, output_orders
+from nkipy_core.compiler.plan import RULE
 from nkipy_core.compiler.rng import RNG_KWARG, RandomStream
 from nkipy_core.ir import codegen
 from nkipy_core.ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy

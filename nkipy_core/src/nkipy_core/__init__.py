@@ -26,7 +26,7 @@ _EXPORTS = {
     "KernelStats": ("nkipy_core.observe.profiling", "KernelStats"),
     "Config": ("nkipy_core.config.settings", "Config"),
     "init_nkipy_backend": ("nkipy_core.config.settings", "init_nkipy_backend"),
-    "FallbackWarning": ("nkipy_core.compiler.pipeline", "FallbackWarning"),
+    "FallbackWarning": ("nkipy_core.compiler.fallback", "FallbackWarning"),
     "hookimpl": ("nkipy_core.plugin.hookspecs", "hookimpl"),
     "LoweringContext": ("nkipy_core.compiler.lowering", "LoweringContext"),
     "on_cpu": ("nkipy_core.compiler.regions", "on_cpu"),

@@ -10,11 +10,13 @@ nkipy-core alone, so its tests pass with or without nkipy-ops-base.
 
 from __future__ import annotations
 
+import argparse
 import re
 import textwrap
 from pathlib import Path
 from string import Template
 
+from nkipy_core.cli.command import EXIT_OK, UsageError
 from nkipy_core.errors import NkipyError
 from nkipy_core.plugin.hook_api import HOOK_API_VERSION
 
@@ -219,3 +221,18 @@ _FILES = {
         - The tests also run without installing the pack: `tests/conftest.py` registers the plugin.
     """,
 }
+
+
+def cmd_new_pack(args: argparse.Namespace) -> int:
+    """Write a new op pack and say how to install and test it."""
+    try:
+        root = write_pack(args.name, Path(args.dir))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    print(f"wrote the op pack {args.name} to {root}:")
+    print("\n".join(f"  {f}" for f in files))
+    print(
+        f"next:\n  pip install -e '{root}[test]'\n  nkipy-ops list --pack {args.name}\n  pytest {root}"
+    )
+    return EXIT_OK

@@ -23,8 +23,8 @@ from nkipy_core.observe import profiling
 from nkipy_core.runtime.base import DeviceArray
 
 
-def _inverse(order: Sequence[int]) -> tuple[int, ...]:
-    """The permutation that undoes ``order`` (also ``compiler.output_orders``'s)."""
+def inverse_permutation(order: Sequence[int]) -> tuple[int, ...]:
+    """The permutation that undoes ``order`` (also ``lower.output_orders``'s)."""
     return tuple(sorted(range(len(order)), key=order.__getitem__))
 
 
@@ -64,7 +64,7 @@ class KernelCall(torch.nn.Module):
         self.entry = entry
         self.on_device = tuple(on_device)
         #: outputs the kernel returns in another dimension order (``output_orders``), put back
-        self.inverse_orders = tuple(None if o is None else _inverse(o) for o in orders)
+        self.inverse_orders = tuple(None if o is None else inverse_permutation(o) for o in orders)
         #: a call whose inputs are all CPU tensors runs on host arrays, without staging
         self.run_host = getattr(runtime, "run_host", None)
         self.host_path = not any(self.on_device) and self.run_host is not None

@@ -27,9 +27,12 @@ import torch.fx
 from torch.utils._pytree import tree_map
 
 from nkipy_core.buffers import memory
-from nkipy_core.compiler import pipeline as compiler
 from nkipy_core.compiler.aten_schema import functional_form
+from nkipy_core.compiler.fallback import FallbackWarning
 from nkipy_core.compiler.kernel_call import KernelCall
+from nkipy_core.compiler.kernels import compile_kernel
+from nkipy_core.compiler.lower import finish_kernel, lower_subgraph, trace_subgraph
+from nkipy_core.compiler.plan import RULE, choose_rule
 from nkipy_core.config.settings import Config, current
 from nkipy_core.device import aten, scalars
 from nkipy_core.errors import DeviceError, UnsupportedOpsError
@@ -347,19 +350,19 @@ def _lifted(
     lowered_with = [[scalars.sentinel(i, v) for i in range(len(floats))] for v in (0, 1)] + [floats]
 
     def lower(sub: torch.fx.GraphModule, name: str):
-        rule = next(n.meta[compiler.RULE] for n in sub.graph.nodes if compiler.RULE in n.meta)
+        rule = next(n.meta[RULE] for n in sub.graph.nodes if RULE in n.meta)
         for _, node in others:
-            node.meta[compiler.RULE] = rule
+            node.meta[RULE] = rule
         try:
             kernels = [
-                scalars.lift(compiler.trace_subgraph(graph, name), values)
+                scalars.lift(trace_subgraph(graph, name), values)
                 for graph, values in zip((sub, *(g for g, _ in others)), lowered_with)
             ]
         except Exception as exc:  # noqa: BLE001 - e.g. the rule declines a sentinel
             raise scalars.NotLiftable(str(exc)) from exc
         if not scalars.same(kernels):
             raise scalars.NotLiftable("the kernel depends on the values")
-        return compiler.finish_kernel(kernels[0])
+        return finish_kernel(kernels[0])
 
     try:
         call = _kernel(op, args_a, kwargs_a, state, lower)
@@ -378,20 +381,18 @@ def _kernel(
     if isinstance(built, str):
         return built
     sub, node = built
-    decision = compiler._choose_rule(
-        node, state.rules.rules_for(op), state.config.strict, memory.runtime()
-    )
+    decision = choose_rule(node, state.rules.rules_for(op), state.config.strict, memory.runtime())
     if not isinstance(decision, LoweringRule):
         return decision
-    node.meta[compiler.RULE] = decision
+    node.meta[RULE] = decision
     name = "eager_" + op_name(op).replace(".", "_")
-    return compiler.compile_kernel(
+    return compile_kernel(
         sub,
         name,
         state.config,
         memory.runtime(),
         on_device=True,
-        lower=lower or compiler.lower_subgraph,
+        lower=lower or lower_subgraph,
     )
 
 
@@ -632,7 +633,7 @@ def _on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict, why: str, stat
             log.info("fallback: eager %s runs on CPU: %s", name, why)
             warnings.warn(
                 f"nkipy: {name} runs on CPU: {why}; its result comes back to the nkipy device",
-                compiler.FallbackWarning,
+                FallbackWarning,
                 stacklevel=3,
             )
     written = {id(t) for t in _written(op, args, kwargs)}

@@ -68,12 +68,9 @@ from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from nkipy_core.cache.kernel_cache import STATS, KernelCache, digest
 from nkipy_core.compiler.kernel_call import entry
-from nkipy_core.compiler.pipeline import (
-    _runtime_tag,
-    _versions_key,
-    compile_graph,
-    compile_options,
-)
+from nkipy_core.compiler.kernels import compile_options
+from nkipy_core.compiler.keys import runtime_tag, versions_key
+from nkipy_core.compiler.pipeline import compile_graph
 from nkipy_core.config.settings import Config, select_runtime
 from nkipy_core.dynamo import stored_graph
 from nkipy_core.plugin import manager as plugins
@@ -257,9 +254,9 @@ def cache_key(
     ]
     return digest(
         "aot",
-        _versions_key(),
+        versions_key(),
         runtime.name,
-        _runtime_tag(runtime, options),
+        runtime_tag(runtime, options),
         repr(sorted(settings.items())),
         *table,
         *rules,

@@ -36,7 +36,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from nkipy_core.cache.kernel_cache import STATS
-from nkipy_core.compiler.pipeline import FallbackWarning
+from nkipy_core.compiler.fallback import FallbackWarning
 from nkipy_core.config.settings import Config
 from nkipy_core.errors import SpecializationLimitError
 

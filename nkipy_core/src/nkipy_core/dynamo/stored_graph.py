@@ -37,8 +37,9 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor
 
 from nkipy_core.cache.kernel_cache import KernelCache
-from nkipy_core.compiler.kernel_call import KernelCall, _inverse
-from nkipy_core.compiler.pipeline import FALLBACKS, compile_options, load_kernel, report_fallbacks
+from nkipy_core.compiler.fallback import FALLBACKS, report_fallbacks
+from nkipy_core.compiler.kernel_call import KernelCall, inverse_permutation
+from nkipy_core.compiler.kernels import compile_options, load_kernel
 from nkipy_core.config.settings import Config, select_runtime
 from nkipy_core.plugin.registry import op_name, resolve_op
 
@@ -78,7 +79,7 @@ class StoredGraph:
     nodes: tuple[_Node, ...]
     kernels: tuple[_Kernel, ...]
     constants: dict[str, torch.Tensor]
-    #: op name -> why it runs on CPU (``compiler._fallbacks``)
+    #: op name -> why it runs on CPU (``fallback.find_fallbacks``)
     fallbacks: dict[str, str]
 
 
@@ -97,7 +98,9 @@ def dumps(gm: torch.fx.GraphModule) -> tuple[bytes | None, str | None]:
                     None,
                     f"its submodule {node.target} is a {type(call).__name__}, not a kernel call",
                 )
-            orders = tuple(None if o is None else _inverse(o) for o in call.inverse_orders)
+            orders = tuple(
+                None if o is None else inverse_permutation(o) for o in call.inverse_orders
+            )
             kernels.append(
                 _Kernel(
                     node.target,

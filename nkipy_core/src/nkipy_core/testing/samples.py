@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 import torch
 
-from nkipy_core.compiler.pipeline import FallbackWarning
+from nkipy_core.compiler.fallback import FallbackWarning
 from nkipy_core.testing.closeness import assert_close_to_eager, upcast
 
 #: OpInfos whose results are uninitialised memory: only shape and dtype are compared

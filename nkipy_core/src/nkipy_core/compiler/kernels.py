@@ -1,0 +1,312 @@
+"""Kernels: a lowered subgraph found in or stored into the kernel cache, compiled and loaded by
+the runtime (compiles in parallel when its compiler is a subprocess), and wrapped in the
+``KernelCall`` that stands in for the subgraph.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import attrs
+import torch
+import torch.fx
+
+from nkipy_core.buffers import memory
+from nkipy_core.cache.kernel_cache import STATS, KernelCache, digest
+from nkipy_core.compiler import precompile
+from nkipy_core.compiler.kernel_call import KernelCall
+from nkipy_core.compiler.keys import core_version, placeholder_key, runtime_tag, versions_key
+from nkipy_core.compiler.lower import lower_subgraph, output_orders
+from nkipy_core.compiler.lowering import tensor_type
+from nkipy_core.compiler.plan import RULE
+from nkipy_core.config.settings import Config
+from nkipy_core.ir import codegen
+from nkipy_core.ir.printer import format_kernel
+from nkipy_core.ir.types import DType, TensorType
+from nkipy_core.observe import profiling
+from nkipy_core.observe.progress import CompileProgress
+from nkipy_core.runtime.base import CompileOptions, Signature
+
+log = logging.getLogger("nkipy.compiler")
+
+
+def _subgraph_key(sub: torch.fx.GraphModule, base: str) -> str:
+    metas = [
+        f"{tensor_type(n.meta['val'])}/{placeholder_key(n)}"
+        for n in sub.graph.nodes
+        if n.op == "placeholder"
+    ]
+    rules = [n.meta[RULE].fingerprint for n in sub.graph.nodes if RULE in n.meta]
+    return digest("subgraph", base, sub.code, *metas, *rules)
+
+
+@attrs.frozen
+class _Lowered:
+    """A kernel lowered because the cache lacks it: everything its compile and entry need."""
+
+    name: str
+    sub: torch.fx.GraphModule
+    kernel: Any
+    kernel_key: str
+    fx_key: str
+    options: CompileOptions
+    tuple_output: bool
+    devices: list[bool]
+    orders: tuple[tuple[int, ...] | None, ...]
+
+
+def _find_or_lower(
+    sub: torch.fx.GraphModule,
+    name: str,
+    config: Config,
+    runtime,
+    on_device: bool | None,
+    lower,
+) -> KernelCall | _Lowered:
+    """The kernel's call rebuilt from the cache (through the fx index without lowering, or by
+    its kernel key after lowering), else the lowered kernel still to compile."""
+    cache = KernelCache(config.nkipy_cache)
+    options = compile_options(config)
+    tag = runtime_tag(runtime, options)
+    base_key = digest(versions_key(), runtime.name, tag, config.additional_compiler_args)
+    fx_key = _subgraph_key(sub, base_key)
+    result = next(iter(sub.graph.find_nodes(op="output"))).args[0]
+    tuple_output = isinstance(result, (tuple, list))
+    results = result if tuple_output else [result]
+    orders = output_orders(sub)
+    if on_device is None:
+        devices = [memory.is_nkipy(n.meta.get("val")) for n in results]
+    else:
+        devices = [on_device] * len(results)
+    indexed = cache.get_index(fx_key)
+    if indexed is not None:
+        call = load_kernel(
+            cache, indexed["kernel"], name, runtime, options, tuple_output, devices, orders
+        )
+        if call is not None:
+            return call
+    kernel = lower(sub, name)
+    ir_text = format_kernel(kernel, with_origin=False)
+    kernel_key = digest("kernel", ir_text, runtime.name, tag, options.compiler_args, versions_key())
+    loaded = cache.load(kernel_key)
+    if loaded is None:
+        return _Lowered(
+            name, sub, kernel, kernel_key, fx_key, options, tuple_output, devices, orders
+        )
+    executable = runtime.load(loaded[1], Signature.of(kernel), options)
+    cache.put_index(fx_key, {"kernel": kernel_key})
+    log.debug("kernel %s lowered to cache entry %s, which holds it compiled", name, kernel_key)
+    stats = profiling.record(
+        cache.root, kernel_key, name, profiling.op_counts(kernel), executable.signature
+    )
+    return KernelCall(name, executable, runtime, tuple_output, kernel_key, devices, orders, stats)
+
+
+def load_kernel(
+    cache: KernelCache,
+    key: str,
+    name: str,
+    runtime,
+    options: CompileOptions,
+    tuple_output: bool,
+    devices: Sequence[bool],
+    orders: Sequence[tuple[int, ...] | None],
+    count_miss: bool = True,
+) -> KernelCall | None:
+    """The call of kernel ``key`` (named ``name``) made from its cache entry, without lowering;
+    ``None`` when the entry is missing or corrupt (``KernelCache.load``; ``count_miss`` as there).
+    The entry's metadata gives the signature, so only how the call places its outputs
+    (``tuple_output``, ``devices``, ``orders``) must come from the caller."""
+    loaded = cache.load(key, count_miss=count_miss)
+    if loaded is None:
+        return None
+    meta, artifacts = loaded
+    signature = Signature(
+        [_parse_type(t) for t in meta["inputs"]], [_parse_type(t) for t in meta["outputs"]]
+    )
+    executable = runtime.load(artifacts, signature, options)
+    log.debug("kernel %s loaded from cache entry %s without lowering", name, key)
+    stats = profiling.record(cache.root, key, name, meta.get("ops", {}), signature)
+    return KernelCall(name, executable, runtime, tuple_output, key, devices, orders, stats)
+
+
+def compile_options(config: Config) -> CompileOptions:
+    """What a runtime compiles and loads a kernel with, from the configuration."""
+    return CompileOptions(
+        config.additional_compiler_args, config.rank, config.world_size, config.target
+    )
+
+
+def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall, float | None]:
+    """Compile a lowered kernel, store its cache entry and index it; the call and compile seconds.
+
+    The compile and store hold the kernel's compile lock, so ranks sharing the cache compile it
+    once: a rank that waited for another's compile loads that entry instead, and its seconds are
+    ``None``. Safe to run in a worker thread (the cache writes are atomic, the counters are the
+    caller's)."""
+    cache = KernelCache(config.nkipy_cache)
+    seconds = None
+    ops = profiling.op_counts(job.kernel)
+    with cache.compile_lock(job.kernel_key):
+        stored = cache.load(job.kernel_key, count_miss=False)
+        if stored is not None:
+            executable = runtime.load(stored[1], Signature.of(job.kernel), job.options)
+            log.info(
+                "kernel %s was compiled by another process while this one waited; loaded it",
+                job.name,
+            )
+        else:
+            start = time.monotonic()
+            executable = runtime.compile(job.kernel, job.options)
+            seconds = time.monotonic() - start
+            cache.store(
+                job.kernel_key,
+                _entry_files(job),
+                executable.artifacts(),
+                _entry_meta(job, runtime, seconds),
+            )
+            log.info(
+                "compiled kernel %s (%s) for %s in %.2f s into cache entry %s",
+                job.name,
+                profiling.op_summary(ops),
+                runtime.name,
+                seconds,
+                job.kernel_key,
+            )
+    cache.put_index(job.fx_key, {"kernel": job.kernel_key})
+    stats = profiling.record(cache.root, job.kernel_key, job.name, ops, executable.signature)
+    call = KernelCall(
+        job.name,
+        executable,
+        runtime,
+        job.tuple_output,
+        job.kernel_key,
+        job.devices,
+        job.orders,
+        stats,
+    )
+    return call, seconds
+
+
+def _entry_files(job: _Lowered) -> dict[str, bytes]:
+    return {
+        "graph.py": job.sub.code.encode(),
+        "kernel.py": codegen.generate(job.kernel).encode(),
+        "kernel.ir": format_kernel(job.kernel).encode(),
+    }
+
+
+def _entry_meta(job: _Lowered, runtime, seconds: float) -> dict[str, Any]:
+    kernel = job.kernel
+    return {
+        "name": job.name,
+        "runtime": runtime.name,
+        "compiler_args": job.options.compiler_args,
+        "nkipy_core": core_version(),
+        "inputs": [str(t) for t in kernel.input_types],
+        "outputs": [str(t) for t in kernel.output_types],
+        "ir_sha256": digest(format_kernel(kernel, with_origin=False)),
+        "ops": profiling.op_counts(kernel),
+        "compile_seconds": round(seconds, 3),
+    }
+
+
+def _count_compile(seconds: float | None) -> None:
+    STATS["compiled_kernels" if seconds is not None else "waited_for_other_process"] += 1
+
+
+def compile_kernel(
+    sub: torch.fx.GraphModule,
+    name: str,
+    config: Config,
+    runtime,
+    on_device: bool | None = None,
+    lower=lower_subgraph,
+) -> KernelCall:
+    """Lower (with ``lower``), compile and cache one supported subgraph (each node's rule in
+    ``node.meta[RULE]``).
+
+    Outputs land on the ``nkipy`` device when ``on_device`` says so, else where the graph's
+    example values were (the inputs' device for graphs traced by dynamo).
+    """
+    found = _find_or_lower(sub, name, config, runtime, on_device, lower)
+    if isinstance(found, KernelCall):
+        return found
+    call, seconds = _compile_lowered(found, config, runtime)
+    _count_compile(seconds)
+    return call
+
+
+def compile_kernels(
+    subs: Sequence[tuple[str, torch.fx.GraphModule]],
+    config: Config,
+    runtime,
+    report: precompile.Report | None = None,
+) -> list[KernelCall | None]:
+    """``compile_kernel`` for the subgraphs of one graph, calls in the order given.
+
+    Lowering and cache lookups run in this thread, one kernel after the other; the compiles the
+    cache misses run on up to ``os.cpu_count()`` threads when the runtime sets
+    ``parallel_compile`` (its compiler is a subprocess), else here. With a ``report`` (ahead-of-time
+    compiles), a kernel that fails is recorded there and its call is ``None`` instead of raising.
+    """
+    found: list[KernelCall | _Lowered | None] = []
+    for name, sub in subs:
+        try:
+            found.append(_find_or_lower(sub, name, config, runtime, None, lower_subgraph))
+        except Exception as exc:  # noqa: BLE001 - precompile records every failure and goes on
+            if report is None:
+                raise
+            report.record_failed(name, exc)
+            found.append(None)
+    pending = [f for f in found if isinstance(f, _Lowered)]
+    if report is not None:
+        for _ in range(sum(isinstance(f, KernelCall) for f in found)):
+            report.record_cached()
+    workers = (
+        min(len(pending), os.cpu_count() or 1) if getattr(runtime, "parallel_compile", False) else 1
+    )
+
+    with CompileProgress(len(pending), runtime.name) as progress:
+
+        def compile_one(job: _Lowered) -> tuple[KernelCall, float | None] | None:
+            try:
+                return _compile_lowered(job, config, runtime)
+            except Exception as exc:  # noqa: BLE001 - as above
+                if report is None:
+                    raise
+                report.record_failed(job.name, exc)
+                return None
+            finally:
+                progress.done()
+
+        if workers > 1:
+            with ThreadPoolExecutor(workers, thread_name_prefix="nkipy-compile") as pool:
+                outcomes = list(pool.map(compile_one, pending))
+        else:
+            outcomes = [compile_one(job) for job in pending]
+    compiled: list[KernelCall | None] = []
+    for outcome in outcomes:
+        if outcome is None:
+            compiled.append(None)
+            continue
+        call, seconds = outcome
+        _count_compile(seconds)
+        if report is not None:
+            if seconds is None:
+                report.record_cached()
+            else:
+                report.record_compiled(seconds)
+        compiled.append(call)
+    done = iter(compiled)
+    return [next(done) if isinstance(f, _Lowered) else f for f in found]
+
+
+def _parse_type(text: str) -> TensorType:
+    dtype, dims = text[:-1].split("[")
+    return TensorType(tuple(int(d) for d in dims.split("x") if d), DType(dtype))

@@ -1,0 +1,90 @@
+"""Lowering: the rules of a fused subgraph traced into one NKIPy kernel, verified and simplified,
+its outputs in the memory order torch expects of them.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from nkipy_core.cache.kernel_cache import STATS
+from nkipy_core.compiler.kernel_call import inverse_permutation
+from nkipy_core.compiler.lowering import invoke, tensor_type
+from nkipy_core.compiler.plan import RULE
+from nkipy_core.errors import LoweringError
+from nkipy_core.ir.builder import KernelBuilder, Traced
+from nkipy_core.ir.passes import simplify
+from nkipy_core.ir.verify import verify
+
+
+def output_orders(sub: torch.fx.GraphModule) -> tuple[tuple[int, ...] | None, ...]:
+    """Per output of a fused subgraph: the order of its dimensions from outermost to innermost in
+    memory, when its example value is a dense layout other than row-major (a transposed weight
+    saved for backward); else ``None``.
+
+    The kernel returns such an output with its dimensions in that order, row-major, and the call
+    permutes it back: a view with the strides torch (and AOTAutograd's guards and
+    specialisations) expect, whatever layout the runtime gives its results.
+    """
+    result = next(iter(sub.graph.find_nodes(op="output"))).args[0]
+    return tuple(
+        _dense_order(n.meta.get("val"))
+        for n in (result if isinstance(result, (tuple, list)) else [result])
+    )
+
+
+def _dense_order(value: Any) -> tuple[int, ...] | None:
+    if not isinstance(value, torch.Tensor) or value.is_contiguous() or value.storage_offset() != 0:
+        return None
+    strides, sizes = value.stride(), value.shape
+    order = tuple(sorted(range(value.dim()), key=lambda d: (-strides[d], d)))
+    permuted = torch.empty([sizes[d] for d in order], device="meta").permute(
+        inverse_permutation(order)
+    )
+    if any(n > 1 and a != b for n, a, b in zip(sizes, permuted.stride(), strides)):
+        return None  # overlapping or with gaps: not a permutation of a dense layout
+    return order
+
+
+def lower_subgraph(sub: torch.fx.GraphModule, name: str):
+    """Trace the rules of a fused subgraph into one NKIPy kernel (verified and simplified)."""
+    return finish_kernel(trace_subgraph(sub, name))
+
+
+def finish_kernel(kernel):
+    """Simplify a traced kernel and verify the result."""
+    STATS["lowered_kernels"] += 1
+    kernel = simplify(kernel)
+    verify(kernel)
+    return kernel
+
+
+def trace_subgraph(sub: torch.fx.GraphModule, name: str):
+    """The kernel the rules of ``sub`` record, verified but not yet simplified."""
+    builder = KernelBuilder(name)
+    env: dict[torch.fx.Node, Any] = {}
+    outputs: list[Traced] = []
+    for node in sub.graph.nodes:
+        if node.op == "placeholder":
+            env[node] = builder.param(tensor_type(node.meta["val"]))
+        elif node.op == "call_function" and node.target is operator.getitem:
+            env[node] = env[node.args[0]][node.args[1]]
+        elif node.op == "call_function":
+            env[node] = invoke(node.meta[RULE], node, builder, env.__getitem__)
+        elif node.op == "output":
+            result = node.args[0]
+            outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+            outputs = [env[o] for o in outputs]
+        else:
+            raise LoweringError(f"unexpected {node.op} node {node.name} in a fused subgraph")
+    with builder.building("output layout"):
+        outputs = [
+            o if order is None else builder.emit("transpose", [o], {"perm": order})
+            for o, order in zip(outputs, output_orders(sub))
+        ]
+    kernel = builder.finish(outputs)
+    verify(kernel)
+    return kernel
