@@ -30,6 +30,7 @@ from typing import Any
 import numpy
 import torch
 
+from nkipy_core import _torch
 from nkipy_core.cli import new_pack
 from nkipy_core.cli.coverage_exclusions import EXCLUSIONS
 from nkipy_core.compiler import precompile
@@ -159,7 +160,7 @@ def core_aten_ops() -> list[str]:
     only lists packets that were already touched in this process.
     """
     found = set()
-    for name in torch._C._dispatch_get_all_op_names():
+    for name in _torch.all_op_names():
         namespace, _, qualified = name.partition("::")
         if namespace != "aten":
             continue
@@ -362,7 +363,7 @@ def device_status() -> dict[str, Any]:
     from nkipy_core.buffers.device_contract import NAME
     from nkipy_core.device import module
 
-    taken = torch._C._get_privateuse1_backend_name()
+    taken = _torch.privateuse1_backend_name()
     return {
         "name": NAME,
         "registered": taken == NAME,

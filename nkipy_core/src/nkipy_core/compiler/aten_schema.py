@@ -7,12 +7,12 @@ are registered inside ``import torch``.
 
 from __future__ import annotations
 
-import torch
+from nkipy_core import _torch
 
 
-def is_view(op: torch._ops.OpOverload) -> bool:
+def is_view(op: _torch.OpOverload) -> bool:
     """Whether ``op`` returns a view of an input (it computes sizes and strides, no values)."""
-    schema = op._schema
+    schema = _torch.schema(op)
     return not schema.is_mutable and any(
         r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
     )

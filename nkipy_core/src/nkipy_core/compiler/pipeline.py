@@ -24,6 +24,7 @@ import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from nkipy_core import _torch
 from nkipy_core.buffers import memory
 from nkipy_core.cache.kernel_cache import STATS, KernelCache, digest
 from nkipy_core.compiler import precompile, regions, rng
@@ -70,7 +71,7 @@ def _candidates(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
         n
         for n in gm.graph.nodes
         if n.op == "call_function"
-        and isinstance(n.target, torch._ops.OpOverload)
+        and isinstance(n.target, _torch.OpOverload)
         and n.target not in _GLUE
     ]
 
@@ -238,7 +239,7 @@ def _fallbacks(gm: torch.fx.GraphModule, decisions: dict[str, Any]) -> dict[str,
         decision = decisions.get(node.name)
         if isinstance(decision, str):
             fallbacks.setdefault(op_name(node.target), decision)
-        elif node.op == "call_function" and not isinstance(node.target, torch._ops.OpOverload):
+        elif node.op == "call_function" and not isinstance(node.target, _torch.OpOverload):
             if node.target not in (operator.getitem, regions.run_on_cpu):
                 fallbacks.setdefault(
                     getattr(node.target, "__name__", str(node.target)), "not an ATen op"
@@ -635,11 +636,11 @@ def _written_argument(node: torch.fx.Node) -> torch.fx.Node | None:
     ``add_``'s ``self``), if it writes exactly one and returns it; else ``None``."""
     if (
         node.op != "call_function"
-        or not isinstance(node.target, torch._ops.OpOverload)
+        or not isinstance(node.target, _torch.OpOverload)
         or node.target in _GLUE
     ):
         return None
-    schema = node.target._schema
+    schema = _torch.schema(node.target)
     written = [
         (i, a)
         for i, a in enumerate(schema.arguments)
