@@ -34,11 +34,12 @@ def supported_torch() -> str:
         requires = importlib.metadata.requires("nkipy-core") or []
     except importlib.metadata.PackageNotFoundError:
         requires = []
-    for line in requires:
-        requirement = Requirement(line)
-        if requirement.name == "torch" and requirement.marker is None:
-            return str(requirement.specifier)
-    return str(Requirement(DEFAULT_TORCH_REQUIREMENT).specifier)
+    torch_requirement = next(
+        (r for r in map(Requirement, requires) if r.name == "torch" and r.marker is None),
+        Requirement(DEFAULT_TORCH_REQUIREMENT),
+    )
+    # lower bounds first, as people write them: ">=2.13,<2.14"
+    return ",".join(sorted(map(str, torch_requirement.specifier), key=lambda s: s[0] != ">"))
 
 
 def check_torch(installed: str | None = None) -> None:
