@@ -1,6 +1,7 @@
 """Wire the ``nkipy`` device into torch: the PrivateUse1 name, generated ``Tensor.nkipy()``-style
 methods, the ``torch.nkipy`` module, the backend hooks and device guard, the ATen kernels, and
-dynamo's skip list (``untraced.py``)."""
+the marks that keep dynamo out of the device's code (``untraced.py``). Nothing of torch itself is
+patched."""
 
 from __future__ import annotations
 
