@@ -47,6 +47,7 @@ _EXPORTS = {
             "SpecializationLimitError",
             "Unsupported",
             "UnsupportedOpsError",
+            "UnsupportedTorchError",
             "VerificationError",
         )
     },

@@ -23,6 +23,7 @@ __all__ = [
     "SpecializationLimitError",
     "Unsupported",
     "UnsupportedOpsError",
+    "UnsupportedTorchError",
     "VerificationError",
 ]
 
@@ -101,3 +102,7 @@ class Unsupported(Exception):  # noqa: N818 - named for how rules read: `raise U
     It is not an ``NkipyError``: it is control flow between a rule and the driver, never shown to
     users except as the reason in a fallback warning.
     """
+
+
+class UnsupportedTorchError(NkipyError):
+    """The installed torch is outside the range this nkipy-core supports; the message names both."""

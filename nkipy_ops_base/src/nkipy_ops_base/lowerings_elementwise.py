@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from nkipy_core import knp
+from nkipy_core import _torch, knp
 from nkipy_core.ir import DType
 
 from .opmath import is_scalar, opmath
@@ -37,7 +37,7 @@ def _predicate(fn, op):
 
 
 def _named(rule, op, how: str):
-    rule.__name__ = rule.__qualname__ = op._schema.name.split("::")[-1]
+    rule.__name__ = rule.__qualname__ = _torch.schema(op).name.split("::")[-1]
     rule.__doc__ = f"``{rule.__name__}`` {how}."
     return rule
 

@@ -18,7 +18,7 @@ import re
 import numpy as np
 import torch
 
-from nkipy_core import knp
+from nkipy_core import _torch, knp
 
 from .opmath import upcast
 from .rules import RULES
@@ -29,7 +29,7 @@ aten = torch.ops.aten
 
 def _spatial(ctx) -> int:
     """1, 2 or 3: each op exists per dimensionality, named ``…1d``, ``…2d`` or ``…3d``."""
-    return int(re.search(r"(\d)d", ctx.op._schema.name).group(1))
+    return int(re.search(r"(\d)d", _torch.schema(ctx.op).name).group(1))
 
 
 class _Pool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from nkipy_core import RuleSet, Unsupported, knp
+from nkipy_core import RuleSet, Unsupported, _torch, knp
 
 RULES = RuleSet()
 c10d = torch.ops._c10d_functional
@@ -33,7 +33,7 @@ def _groups(group_name: str) -> tuple[tuple[int, ...], ...]:
     """The replica groups of a process group that spans the world; declines any other."""
     if not dist.is_initialized():
         raise Unsupported("torch.distributed is not initialised in this process")
-    group = dist.distributed_c10d._resolve_process_group(group_name)
+    group = _torch.resolve_process_group(group_name)
     ranks = tuple(dist.get_process_group_ranks(group))
     if len(ranks) != dist.get_world_size():
         raise Unsupported(

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 import nkipy_core  # noqa: F401 - registers the nkipy device, whose module is torch.nkipy
+from nkipy_core import _torch
 from nkipy_core.errors import CollectiveError
 
 from . import NAME
@@ -221,7 +222,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
         return self._run(
             "all_gather_into_tensor",
             staging,
-            lambda: self._gloo._allgather_base(host_out, host_in, opts),
+            lambda: _torch.allgather_base(self._gloo, host_out, host_in, opts),
             agree=_signature([input]),
         )
 
@@ -250,7 +251,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
         return self._run(
             "all_gather_into_tensor",
             staging,
-            lambda: self._gloo._allgather_base(gathered, flat_in, opts),
+            lambda: _torch.allgather_base(self._gloo, gathered, flat_in, opts),
             split,
             _signature(inputs),
         )
@@ -285,7 +286,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
         return self._run(
             "reduce_scatter_tensor",
             staging,
-            lambda: self._gloo._reduce_scatter_base(host_out, host_in, gloo_opts),
+            lambda: _torch.reduce_scatter_base(self._gloo, host_out, host_in, gloo_opts),
             self._averaged([host_out], divisor),
             _signature([input]),
         )

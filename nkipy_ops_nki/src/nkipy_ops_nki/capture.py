@@ -17,9 +17,8 @@ from typing import Any
 
 import attrs
 import torch
-from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from nkipy_core import Unsupported
+from nkipy_core import Unsupported, _torch
 from nkipy_core.ir import TensorType, Traced
 
 _RECORDING: contextvars.ContextVar[Recording | None] = contextvars.ContextVar(
@@ -77,7 +76,7 @@ def launch_of(op: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) ->
     if any(isinstance(v, Traced) for v in kwargs.values()):
         raise Unsupported("a tensor passed by keyword")
     # lowering may run inside the compiler's fake-tensor mode: the body must run on real tensors
-    with unset_fake_temporarily(), _recording(out) as rec, torch.no_grad():
+    with _torch.unset_fake_temporarily(), _recording(out) as rec, torch.no_grad():
         example = [
             torch.ones(a.value.type.shape, dtype=a.value.type.dtype.torch)
             if isinstance(a, Traced)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from nkipy_core import LoweringRegistry
+from nkipy_core import LoweringRegistry, _torch
 
 from . import capture, custom_call
 from .kernel import NKIKernel
@@ -57,5 +57,5 @@ class NKIOpRegistry:
 def lower_registered_op(ctx: Any, *args: Any, **kwargs: Any) -> Any:
     """A registered op as a custom call to the kernel its body launches."""
     launch = capture.launch_of(ctx.op, args, kwargs, ctx.out)
-    name = ctx.op._schema.name
+    name = _torch.schema(ctx.op).name
     return custom_call.lower(launch, name, [args[i] for i in launch.inputs], ctx.out)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
+from nkipy_core import _torch
 from nkipy_core.buffers import device_contract
 from nkipy_core.buffers.device_contract import NAME
 from nkipy_core.config import settings
@@ -27,7 +28,7 @@ from nkipy_core.runtime.base import DeviceArray, contiguous_strides
 
 _ATTR = "_nkipy_allocation"
 _DEVICE = torch.device(NAME, 0)
-_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_CPU = _torch.DispatchKeySet(_torch.DispatchKey.CPU)
 
 _runtime = None
 
@@ -91,6 +92,35 @@ class _Allocation:
         self.owner.free(self.buffer)
 
 
+class DeviceStorage(torch.UntypedStorage):
+    """The class of the storages of device tensors: a torch ``UntypedStorage`` whose ``clone``
+    and ``copy.deepcopy`` copy on the device. torch's own would allocate through the C++
+    allocator of the storage's device, which a device registered from Python does not have.
+    Only nkipy's storages are of this class: torch's ``UntypedStorage`` is left as it is."""
+
+    def clone(self) -> DeviceStorage:
+        return clone_storage(self)
+
+    def __deepcopy__(self, memo: dict) -> torch.UntypedStorage:
+        """What deepcopying a device tensor does (``_StorageBase.__deepcopy__``, copying on the
+        device). The copy's class is torch's own, as torch insists on when it wraps it; the
+        device's ``set_`` kernel, which puts it under the new tensor, makes it a
+        ``DeviceStorage`` again (``adopt``)."""
+        memo = memo.setdefault("torch", {})
+        if self._cdata not in memo:
+            copy = clone_storage(self)
+            copy.__class__ = torch.UntypedStorage
+            memo[self._cdata] = copy
+        return memo[self._cdata]
+
+
+def adopt(storage: torch.UntypedStorage) -> None:
+    """Make a device storage that torch made a ``DeviceStorage`` (a deepcopy's, one made from a
+    data pointer); other storages are left alone."""
+    if type(storage) is torch.UntypedStorage and storage.device.type == NAME:
+        storage.__class__ = DeviceStorage
+
+
 #: buffers by their storage's placeholder address, for storages torch makes from a data pointer
 #: on its own (the legacy serializer, storage slices): they alias memory but not our attribute
 _by_address: dict[int, object] = {}
@@ -103,7 +133,8 @@ def _storage(buffer, nbytes: int) -> torch.UntypedStorage:
     of this device reads storage memory, and torch's own CPU kernels are only used for views."""
     global _next_address
     address, _next_address = _next_address, _next_address + ((nbytes + 127) // 64) * 64
-    storage = torch._C._construct_storage_from_data_pointer(address, _DEVICE, nbytes)
+    storage = _torch.storage_from_data_pointer(address, _DEVICE, nbytes)
+    storage.__class__ = DeviceStorage
     setattr(storage, _ATTR, _Allocation(buffer, address, _runtime or runtime()))
     return storage
 
@@ -143,7 +174,7 @@ def device_count() -> int:
 
 
 #: the dispatcher's handle of ``set_``: redispatching through it skips ``OpOverload.redispatch``
-_SET = torch.ops.aten.set_.source_Storage_storage_offset._handle
+_SET = _torch.dispatcher_handle(torch.ops.aten.set_.source_Storage_storage_offset)
 
 
 def set_layout(
@@ -171,7 +202,7 @@ def _span(shape: Sequence[int], strides: Sequence[int], offset: int, itemsize: i
 def _tensor(
     buffer, nbytes: int, dtype: torch.dtype, shape, strides, offset: int = 0
 ) -> torch.Tensor:
-    t = torch._C._acc.create_empty_tensor([0], dtype)
+    t = _torch.create_empty_tensor([0], dtype)
     _SET.redispatch_boxed(
         _CPU, t, _storage(buffer, nbytes), offset, shape, strides
     )  # set_layout, inline

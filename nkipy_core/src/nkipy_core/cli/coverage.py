@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from nkipy_core import _torch
 from nkipy_core.cli.coverage_exclusions import EXCLUSIONS
 from nkipy_core.plugin.registry import op_name
 
@@ -22,7 +23,7 @@ def core_aten_ops() -> list[str]:
     only lists packets that were already touched in this process.
     """
     found = set()
-    for name in torch._C._dispatch_get_all_op_names():
+    for name in _torch.all_op_names():
         namespace, _, qualified = name.partition("::")
         if namespace != "aten":
             continue

@@ -13,6 +13,7 @@ from typing import Any
 import numpy
 import torch
 
+from nkipy_core import _torch
 from nkipy_core.cli.command import EXIT_NO_RUNTIME, EXIT_OK, loaded_plugins
 from nkipy_core.cli.format import emit
 from nkipy_core.cli.installed import plugin_rows, render_plugins, render_runtimes, runtime_rows
@@ -74,7 +75,7 @@ def device_status() -> dict[str, Any]:
     from nkipy_core.buffers.device_contract import NAME
     from nkipy_core.device import module
 
-    taken = torch._C._get_privateuse1_backend_name()
+    taken = _torch.privateuse1_backend_name()
     return {
         "name": NAME,
         "registered": taken == NAME,

@@ -9,24 +9,26 @@ from __future__ import annotations
 
 import torch
 
+from nkipy_core import _torch
 
-def is_view(op: torch._ops.OpOverload) -> bool:
+
+def is_view(op: _torch.OpOverload) -> bool:
     """Whether ``op`` returns a view of an input (it computes sizes and strides, no values)."""
-    schema = op._schema
+    schema = _torch.schema(op)
     return not schema.is_mutable and any(
         r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
     )
 
 
-_functionals: dict[torch._ops.OpOverload, torch._ops.OpOverload | None] = {}
+_functionals: dict[_torch.OpOverload, _torch.OpOverload | None] = {}
 
 
-def functional_form(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+def functional_form(op: _torch.OpOverload) -> _torch.OpOverload | None:
     """The functional op a mutating op computes (``add_.Tensor`` -> ``add.Tensor``, ``add.out``
     -> ``add.Tensor``), or ``None``."""
     if op in _functionals:
         return _functionals[op]
-    schema = op._schema
+    schema = _torch.schema(op)
     base = schema.name.split("::")[1]
     written = {
         a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write
@@ -41,8 +43,8 @@ def functional_form(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
     found = None
     for name in packet.overloads() if packet is not None else ():
         candidate = getattr(packet, name)
-        if not candidate._schema.is_mutable and _same_arguments(
-            candidate._schema.arguments, wanted
+        if not _torch.schema(candidate).is_mutable and _same_arguments(
+            _torch.schema(candidate).arguments, wanted
         ):
             found = candidate
             break

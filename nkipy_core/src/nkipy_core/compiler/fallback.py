@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from nkipy_core import _torch
 from nkipy_core.cache.kernel_cache import STATS
 from nkipy_core.compiler import regions
 from nkipy_core.errors import UnsupportedOpsError
@@ -37,7 +38,7 @@ def find_fallbacks(gm: torch.fx.GraphModule, decisions: dict[str, Any]) -> dict[
         decision = decisions.get(node.name)
         if isinstance(decision, str):
             fallbacks.setdefault(op_name(node.target), decision)
-        elif node.op == "call_function" and not isinstance(node.target, torch._ops.OpOverload):
+        elif node.op == "call_function" and not isinstance(node.target, _torch.OpOverload):
             if node.target not in (operator.getitem, regions.run_on_cpu):
                 fallbacks.setdefault(
                     getattr(node.target, "__name__", str(node.target)), "not an ATen op"

@@ -9,6 +9,7 @@ import logging
 import torch
 import torch.fx
 
+from nkipy_core import _torch
 from nkipy_core.cache.kernel_cache import STATS, KernelCache, digest
 from nkipy_core.compiler import regions, rng
 from nkipy_core.compiler.keys import placeholder_key, versions_key
@@ -37,7 +38,7 @@ def _candidates(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
         n
         for n in gm.graph.nodes
         if n.op == "call_function"
-        and isinstance(n.target, torch._ops.OpOverload)
+        and isinstance(n.target, _torch.OpOverload)
         and n.target not in GLUE
     ]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from nkipy_core import _torch
 from nkipy_core.compiler import regions, rng
 from nkipy_core.compiler.aten_schema import is_view
 from nkipy_core.compiler.lowering import GRAPH_INPUT
@@ -39,11 +40,11 @@ def _written_argument(node: torch.fx.Node) -> torch.fx.Node | None:
     ``add_``'s ``self``), if it writes exactly one and returns it; else ``None``."""
     if (
         node.op != "call_function"
-        or not isinstance(node.target, torch._ops.OpOverload)
+        or not isinstance(node.target, _torch.OpOverload)
         or node.target in GLUE
     ):
         return None
-    schema = node.target._schema
+    schema = _torch.schema(node.target)
     written = [
         (i, a)
         for i, a in enumerate(schema.arguments)

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 from torch.fx.traceback import annotate
-from torch.utils._pytree import tree_map
 
+from nkipy_core import _torch
 from nkipy_core.buffers import memory
 
 _KEY = "nkipy"
@@ -46,10 +46,12 @@ def run_on_cpu(op, *args, **kwargs) -> Any:
             return memory.to_host(x)
         return x
 
-    result = op(*tree_map(to_host, args), **tree_map(to_host, kwargs))
+    result = op(*_torch.tree_map(to_host, args), **_torch.tree_map(to_host, kwargs))
     if not on_device:
         return result
-    return tree_map(lambda x: memory.from_host(x) if isinstance(x, torch.Tensor) else x, result)
+    return _torch.tree_map(
+        lambda x: memory.from_host(x) if isinstance(x, torch.Tensor) else x, result
+    )
 
 
 @torch.library.custom_op("nkipy::kernel_boundary", mutates_args=())

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.fx
 
-from nkipy_core import knp
+from nkipy_core import _torch, knp
 from nkipy_core.cache.kernel_cache import STATS
 from nkipy_core.compiler.regions import run_on_cpu
 from nkipy_core.ir.types import DType
@@ -85,7 +85,7 @@ def is_random(node: torch.fx.Node) -> bool:
     torch's generator where eager does not) nor moves to the host under ``fallback_random``."""
     return (
         node.op == "call_function"
-        and isinstance(node.target, torch._ops.OpOverload)
+        and isinstance(node.target, _torch.OpOverload)
         and torch.Tag.nondeterministic_seeded in node.target.tags
         and node.target is not RNG_KEY
         and _draws(node)
@@ -95,7 +95,7 @@ def is_random(node: torch.fx.Node) -> bool:
 def _draws(node: torch.fx.Node) -> bool:
     if node.target is torch.ops.aten.native_dropout.default:
         return _dropping(node)
-    for index, argument in enumerate(node.target._schema.arguments):
+    for index, argument in enumerate(_torch.schema(node.target).arguments):
         if argument.name == "dropout_p":
             p = (
                 node.args[index]
@@ -165,7 +165,7 @@ _SHAPE_ONLY_SELF = frozenset(
 _SHAPE_ONLY_SELF_OVERLOADS = frozenset({"aten::bernoulli.p", "aten::bernoulli.Tensor"})
 
 
-def _shape_only_self(op: torch._ops.OpOverload) -> bool:
+def _shape_only_self(op: _torch.OpOverload) -> bool:
     packet = op.name().split(".")[0]
     return (
         packet in _SHAPE_ONLY_SELF

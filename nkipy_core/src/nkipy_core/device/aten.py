@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import torch
 
+from nkipy_core import _torch
 from nkipy_core.compiler.aten_schema import functional_form, is_view
 from nkipy_core.device import rnn
 
-_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_CPU = _torch.DispatchKeySet(_torch.DispatchKey.CPU)
 _library: tuple[torch.library.Library, ...] | None = None
-_redispatch: dict[torch._ops.OpOverload, bool] = {}
+_redispatch: dict[_torch.OpOverload, bool] = {}
 
 
-def _first_use_then_run(op: torch._ops.OpOverload, args: tuple, kwargs: dict):
+def _first_use_then_run(op: _torch.OpOverload, args: tuple, kwargs: dict):
     """An op on the device before its first use (a factory with no tensor argument): using the
     device's memory runs its first-use work, which hands this module ``eager.run``."""
     from nkipy_core.buffers import memory
@@ -53,10 +54,7 @@ def run_eagerly_with(run) -> None:
 def _kernel_code(fn):
     """Mark a kernel as the device's code, not the user's: dynamo, when it runs around a graph
     break, must neither trace it nor anything it calls (the dispatcher calls it from C++)."""
-    eval_frame = torch._C._dynamo.eval_frame
-    skip = eval_frame._FrameAction.SKIP
-    eval_frame.set_code_exec_strategy(fn.__code__, eval_frame._FrameExecStrategy(skip, skip))
-    return fn
+    return _torch.untraced(fn)
 
 
 def install() -> None:
@@ -73,6 +71,10 @@ def install() -> None:
         ("_local_scalar_dense", _item),
     ):
         lib.impl(name, _kernel_code(kernel), "PrivateUse1")
+    for name in ("set_.source_Storage", "set_.source_Storage_storage_offset"):
+        lib.impl(
+            name, _kernel_code(_set_storage(getattr(torch.ops.aten.set_, name[5:]))), "PrivateUse1"
+        )
     for name, kernel in rnn.KERNELS:
         lib.impl(name, _kernel_code(kernel), "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")  # torch takes fallbacks on the global namespace
@@ -82,7 +84,7 @@ def install() -> None:
 
 #: move data between devices: torch's composite kernels (``empty`` + ``copy_``) do that right
 _TRANSFERS = {"aten::_to_copy.default", "aten::copy.default"}
-_claimed: set[torch._ops.OpOverload] = set()
+_claimed: set[_torch.OpOverload] = set()
 
 
 def claim(ops) -> None:
@@ -106,17 +108,13 @@ def claim(ops) -> None:
     }
     views = {op for op in named if _redispatched(op)}
     lowered = named - views
-    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     for op in sorted(lowered | views | _mutating_forms(lowered), key=str):
         if op in _claimed:
             continue
         _claimed.add(op)
-        qualified = op._schema.name + (
-            f".{op._overloadname}" if op._overloadname != "default" else ""
-        )
         if not (
-            has_kernel(qualified, "CompositeImplicitAutograd")
-            or has_kernel(qualified, "PrivateUse1")
+            op.has_kernel_for_dispatch_key(_torch.DispatchKey.CompositeImplicitAutograd)
+            or op.has_kernel_for_dispatch_key(_torch.DispatchKey.PrivateUse1)
         ):
             _library[0].impl(
                 op,
@@ -129,28 +127,42 @@ def _mutating_forms(ops: set) -> set:
     """The in-place and ``out=`` overloads whose functional op is in ``ops`` (``add_.Tensor``,
     ``add.out`` for ``add.Tensor``)."""
     packets = {
-        getattr(torch.ops.aten, op._schema.name.split("::")[1] + suffix, None)
+        getattr(torch.ops.aten, _torch.schema(op).name.split("::")[1] + suffix, None)
         for op in ops
         for suffix in ("", "_")
     }
     candidates = (getattr(p, name) for p in packets - {None} for name in p.overloads())
-    return {op for op in candidates if op._schema.is_mutable and functional_form(op) in ops}
+    return {op for op in candidates if _torch.schema(op).is_mutable and functional_form(op) in ops}
 
 
-def _eager_kernel(op: torch._ops.OpOverload):
+def _eager_kernel(op: _torch.OpOverload):
     def kernel(*args, **kwargs):
         return _run_eagerly(op, args, kwargs)
 
     return kernel
 
 
-def _cpu_kernel(op: torch._ops.OpOverload):
+def _cpu_kernel(op: _torch.OpOverload):
     """A view op's kernel: torch's CPU kernel, which only computes sizes and strides (what the
     fallback does for every other view, here without its per-call lookup of the op)."""
-    handle = op._handle
+    handle = _torch.dispatcher_handle(op)
 
     def kernel(*args, **kwargs):
         return handle.redispatch_boxed(_CPU, *args, **kwargs)
+
+    return kernel
+
+
+def _set_storage(op: _torch.OpOverload):
+    """``set_`` onto a storage: torch's CPU kernel (metadata only), once the storage is the
+    device's own class (``memory.adopt``: a deepcopy's copy arrives as torch's)."""
+    handle = _torch.dispatcher_handle(op)
+
+    def kernel(self, source, *args, **kwargs):
+        from nkipy_core.buffers import memory
+
+        memory.adopt(source)
+        return handle.redispatch_boxed(_CPU, self, source, *args, **kwargs)
 
     return kernel
 
@@ -209,17 +221,17 @@ def _item(self: torch.Tensor):
     return memory.to_host(self).item()
 
 
-def _redispatched(op: torch._ops.OpOverload) -> bool:
+def _redispatched(op: _torch.OpOverload) -> bool:
     """Ops whose CPU kernels only touch metadata or loop over other ATen calls."""
     answer = _redispatch.get(op)
     if answer is None:
-        name = op._schema.name
+        name = _torch.schema(op).name
         answer = is_view(op) or name == "aten::set_" or name.startswith("aten::_foreach_")
         _redispatch[op] = answer
     return answer
 
 
-def _fallback(op: torch._ops.OpOverload, *args, **kwargs):
+def _fallback(op: _torch.OpOverload, *args, **kwargs):
     if _redispatched(op):
         return op.redispatch(_CPU, *args, **kwargs)
     return _run_eagerly(op, args, kwargs)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from nkipy_core import _torch
 from nkipy_core.buffers.device_contract import NAME
 
 LOWER_PRECISION = (
@@ -27,7 +28,7 @@ FLOAT32 = (
     "renorm logsumexp softmax log_softmax cumprod cumsum prod sum"
 ).split()
 
-_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
+_KEY = _torch.DispatchKeySet(_torch.DispatchKey.AutocastPrivateUse1)
 _libraries: tuple[torch.library.Library, ...] | None = None
 
 
@@ -42,7 +43,9 @@ def install() -> None:
             packet = getattr(torch.ops.aten, name, None)
             for overload in packet.overloads() if packet is not None else ():
                 op = getattr(packet, overload)
-                if not op._schema.is_mutable:  # autocast leaves out= and in-place forms alone
+                if not _torch.schema(
+                    op
+                ).is_mutable:  # autocast leaves out= and in-place forms alone
                     lib.impl(op, _kernel(op, to), "AutocastPrivateUse1")
     rest = torch.library.Library("_", "IMPL")
     rest.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
@@ -50,13 +53,13 @@ def install() -> None:
     _libraries = (lib, rest)
 
 
-def _kernel(op: torch._ops.OpOverload, to: torch.dtype | None):
+def _kernel(op: _torch.OpOverload, to: torch.dtype | None):
     def kernel(*args, **kwargs):
         dtype = to or torch.get_autocast_dtype(NAME)
-        with torch._C._ExcludeDispatchKeyGuard(_KEY):
+        with _torch.ExcludeDispatchKeyGuard(_KEY):
             return op(*_cast(args, dtype), **_cast(kwargs, dtype))
 
-    return kernel
+    return _torch.untraced(kernel)  # the dispatcher calls it, in compiled code too
 
 
 def _cast(value, dtype: torch.dtype):

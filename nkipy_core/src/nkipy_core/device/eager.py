@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.utils._pytree import tree_map
 
+from nkipy_core import _torch
 from nkipy_core.buffers import memory
 from nkipy_core.compiler.aten_schema import functional_form
 from nkipy_core.compiler.fallback import FallbackWarning
@@ -95,7 +95,7 @@ class _Kernels:
         aten.claim(loaded.lowerings.ops())  # plugins may have been reloaded since the first use
         self.rules = loaded.lowerings
         self.decompositions = loaded.decompositions.table(loaded.lowerings.ops())
-        self.decomposing: set[torch._ops.OpOverload] = set()
+        self.decomposing: set[_torch.OpOverload] = set()
         #: ``_fast_key`` -> what a call of all tensors runs: a kernel call, or ``_InPlace``
         self.fast: dict[tuple, Any] = {}
 
@@ -105,7 +105,7 @@ class _Decomposition:
     device (and to the packs) on its own. An op met again inside its own decomposition runs on
     CPU instead of recursing."""
 
-    def __init__(self, op: torch._ops.OpOverload, fn):
+    def __init__(self, op: _torch.OpOverload, fn):
         self.op, self.fn = op, fn
 
     def __call__(self, args: tuple, kwargs: dict, state: _Kernels) -> Any:
@@ -134,10 +134,10 @@ _INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl", "_
 
 
 #: op -> positions of its arguments declared ``Tensor``
-_TENSOR_POSITIONS: dict[torch._ops.OpOverload, tuple[int, ...]] = {}
+_TENSOR_POSITIONS: dict[_torch.OpOverload, tuple[int, ...]] = {}
 
 
-def _numbers_as_tensors(op: torch._ops.OpOverload, args: tuple) -> tuple:
+def _numbers_as_tensors(op: _torch.OpOverload, args: tuple) -> tuple:
     """``args`` with a Python number in a ``Tensor`` position made a 0-dim CPU tensor again.
 
     A composite such as ``xlogy.Scalar_Other`` calls ``xlogy.OutTensor`` with the scalar wrapped
@@ -150,7 +150,7 @@ def _numbers_as_tensors(op: torch._ops.OpOverload, args: tuple) -> tuple:
     if positions is None:
         positions = _TENSOR_POSITIONS[op] = tuple(
             i
-            for i, a in enumerate(op._schema.arguments)
+            for i, a in enumerate(_torch.schema(op).arguments)
             if isinstance(a.type, torch.TensorType) and not a.kwarg_only
         )
     if not any(i < len(args) and type(args[i]) in (bool, int, float) for i in positions):
@@ -173,7 +173,7 @@ def _numbers_as_tensors(op: torch._ops.OpOverload, args: tuple) -> tuple:
 _BY_VALUE = (bool, int, str, torch.dtype, type(None))
 
 
-def _fast_key(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple | None:
+def _fast_key(op: _torch.OpOverload, args: tuple, kwargs: dict) -> tuple | None:
     """A cheap key of a call whose arguments are tensors, ints, bools, strings, dtypes, ``None``
     and lists of ints (``torch.add(a, b)``, ``a.sum([-1])``, and ``a.add_(b)``, which reaches
     the device as ``add.out(a, b, out=a)``): tensors by shape, dtype and whether they are on
@@ -199,7 +199,7 @@ def _fast_key(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple | N
     return tuple(key)
 
 
-def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+def run(op: _torch.OpOverload, args: tuple, kwargs: dict) -> Any:
     """Run one ATen op on ``nkipy`` tensors (what the device's boxed fallback calls).
 
     A call made before with the same ``_fast_key`` goes straight to what it ran then
@@ -230,7 +230,7 @@ def run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     _check_devices(op, tensors)
     entry = state.entries.get(key)
     if entry is None:
-        if op._schema.is_mutable:
+        if _torch.schema(op).is_mutable:
             return _mutating(op, args, kwargs, state, fast_key)
         entry = state.entries[key] = _build(op, args, kwargs, state, floats)
     if fast_key is not None and not floats and "memory_format" not in kwargs:
@@ -265,8 +265,8 @@ def _in_memory_format(result: torch.Tensor, layout: torch.memory_format) -> torc
     return strided
 
 
-def _base_name(op: torch._ops.OpOverload) -> str:
-    return op._schema.name.split("::")[1]
+def _base_name(op: _torch.OpOverload) -> str:
+    return _torch.schema(op).name.split("::")[1]
 
 
 def _signature(value: Any, tensors: list[torch.Tensor], floats: list[float]) -> Any:
@@ -286,7 +286,7 @@ def _signature(value: Any, tensors: list[torch.Tensor], floats: list[float]) -> 
     return (type(value), value)
 
 
-def _check_devices(op: torch._ops.OpOverload, tensors: list[torch.Tensor]) -> None:
+def _check_devices(op: _torch.OpOverload, tensors: list[torch.Tensor]) -> None:
     """All tensors on the device, except 0-dim CPU tensors (scalars), as torch allows for CUDA."""
     for t in tensors:
         if t.device.type != memory.NAME and t.dim() != 0:
@@ -301,7 +301,7 @@ def _check_devices(op: torch._ops.OpOverload, tensors: list[torch.Tensor]) -> No
 
 
 def _build(
-    op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels, floats: list[float]
+    op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels, floats: list[float]
 ) -> Any:
     """What a call signature runs: a kernel (taking the call's floats as inputs if it has any),
     else the op's decomposition, else the reason it runs on CPU; ``_ByValue`` when the floats
@@ -312,7 +312,7 @@ def _build(
     return lifted if lifted is not None else _ByValue()
 
 
-def _by_value(op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> Any:
+def _by_value(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> Any:
     decision = _kernel(op, args, kwargs, state)
     if isinstance(decision, str) and op in state.decompositions:
         return _Decomposition(op, state.decompositions[op])
@@ -333,9 +333,7 @@ class _Lifted:
         return self.call(*tensors, *(torch.tensor(f, dtype=torch.float64) for f in floats))
 
 
-def _lifted(
-    op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels
-) -> _Lifted | None:
+def _lifted(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> _Lifted | None:
     """The kernel with this call's floats as inputs, or ``None`` if the rule does not allow it."""
     if _base_name(op) in _HOST_OPS:
         return None
@@ -371,9 +369,7 @@ def _lifted(
     return _Lifted(call) if isinstance(call, KernelCall) else None
 
 
-def _kernel(
-    op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels, lower=None
-) -> Any:
+def _kernel(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels, lower=None) -> Any:
     """The compiled single-op kernel for these arguments, or the reason there is none."""
     if _base_name(op) in _HOST_OPS:
         return _HOST_OPS[_base_name(op)]
@@ -397,7 +393,7 @@ def _kernel(
 
 
 def _graph(
-    op: torch._ops.OpOverload, args: tuple, kwargs: dict
+    op: _torch.OpOverload, args: tuple, kwargs: dict
 ) -> tuple[torch.fx.GraphModule, torch.fx.Node] | str:
     """A one-node graph calling ``op`` on placeholders for the tensors (with meta values), or
     why there can be none."""
@@ -411,8 +407,8 @@ def _graph(
             return node
         return torch.device("meta") if isinstance(x, torch.device) else x
 
-    node_args, node_kwargs = tree_map(placeholder, (args, kwargs))
-    meta = tree_map(
+    node_args, node_kwargs = _torch.tree_map(placeholder, (args, kwargs))
+    meta = _torch.tree_map(
         lambda n: n.meta["val"] if isinstance(n, torch.fx.Node) else n, (node_args, node_kwargs)
     )
     try:
@@ -441,7 +437,7 @@ def _graph(
 # -- in-place and out= ops ----------------------------------------------------------------------
 
 
-def _updates_running_stats(op: torch._ops.OpOverload, args: tuple) -> bool:
+def _updates_running_stats(op: _torch.OpOverload, args: tuple) -> bool:
     """``native_batch_norm`` in training updates its running stats without its schema saying so."""
     return (
         op is torch.ops.aten.native_batch_norm.default
@@ -509,7 +505,7 @@ class _InPlace:
 
 
 def _in_place(
-    functional: torch._ops.OpOverload,
+    functional: _torch.OpOverload,
     args: tuple,
     kwargs: dict,
     target: torch.Tensor,
@@ -538,7 +534,7 @@ def _in_place(
 
 
 def _mutating(
-    op: torch._ops.OpOverload, args: tuple, kwargs: dict, state: _Kernels, fast_key: tuple | None
+    op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels, fast_key: tuple | None
 ) -> Any:
     if op is torch.ops.aten._index_put_impl_.default:
         # what `x[i] = v` reaches: index_put_ plus an `unsafe` flag that only skips checks
@@ -552,21 +548,21 @@ def _mutating(
     kwargs = {
         **{
             a.name: a.default_value
-            for i, a in enumerate(op._schema.arguments)
+            for i, a in enumerate(_torch.schema(op).arguments)
             if i >= len(args)
             and a.has_default_value()
             and not (a.alias_info and a.alias_info.is_write)
         },
         **kwargs,
     }
-    if not op._schema.name.endswith("_"):  # out=
+    if not _torch.schema(op).name.endswith("_"):  # out=
         outs = {
             a.name: kwargs[a.name]
-            for a in op._schema.arguments
+            for a in _torch.schema(op).arguments
             if a.alias_info and a.alias_info.is_write
         }
         rest = {k: v for k, v in kwargs.items() if k not in outs}
-        names = {a.name for a in functional._schema.arguments}
+        names = {a.name for a in _torch.schema(functional).arguments}
         first = next(iter(outs.values()))
         if "dtype" in names and "device" in names:  # a factory: make what out= holds
             rest.update(dtype=first.dtype, device=first.device)
@@ -622,7 +618,7 @@ def _store(op, dst: torch.Tensor, result: torch.Tensor, resize: bool) -> None:
 # -- CPU fallback -------------------------------------------------------------------------------
 
 
-def _on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict, why: str, state: _Kernels) -> Any:
+def _on_cpu(op: _torch.OpOverload, args: tuple, kwargs: dict, why: str, state: _Kernels) -> Any:
     """Run ``op`` on CPU copies; write mutated arguments back and return results on the device."""
     name = op_name(op)
     if _base_name(op) not in _HOST_OPS:
@@ -650,7 +646,7 @@ def _on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict, why: str, stat
             return torch.device("cpu")
         return x
 
-    result = op(*tree_map(to_cpu, args), **tree_map(to_cpu, kwargs))
+    result = op(*_torch.tree_map(to_cpu, args), **_torch.tree_map(to_cpu, kwargs))
     for device, host in moved.values():
         if device.shape != host.shape:
             device.resize_(host.shape)
@@ -662,13 +658,13 @@ def _on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict, why: str, stat
             return original[0] if original is not None else memory.from_host(x)
         return x
 
-    return tree_map(to_device, result)
+    return _torch.tree_map(to_device, result)
 
 
-def _written(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+def _written(op: _torch.OpOverload, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     """The tensors ``op`` mutates, per its schema."""
     found = []
-    for i, a in enumerate(op._schema.arguments):
+    for i, a in enumerate(_torch.schema(op).arguments):
         if a.alias_info is None or not a.alias_info.is_write:
             continue
         value = kwargs.get(a.name) if a.kwarg_only or i >= len(args) else args[i]

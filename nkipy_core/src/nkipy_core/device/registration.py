@@ -1,18 +1,20 @@
 """Wire the ``nkipy`` device into torch: the PrivateUse1 name, generated ``Tensor.nkipy()``-style
 methods, the ``torch.nkipy`` module, the backend hooks and device guard, the ATen kernels, and
-dynamo's skip list (``untraced.py``)."""
+the marks that keep dynamo out of the device's code (``untraced.py``). Nothing of torch itself is
+patched."""
 
 from __future__ import annotations
 
 import torch
 
+from nkipy_core import _torch
 from nkipy_core.buffers import device_contract
 from nkipy_core.buffers.device_contract import NAME
 from nkipy_core.device import aten, module, serialization, untraced
 from nkipy_core.errors import DeviceError
 
 
-class _Hooks(torch._C._acc.PrivateUse1Hooks):
+class _Hooks(_torch.PrivateUse1Hooks):
     def is_available(self) -> bool:
         return True  # asked by torch internals at odd times: never select a runtime here
 
@@ -23,29 +25,9 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
         return True
 
 
-class _Guard(torch._C._acc.DeviceGuard):
+class _Guard(_torch.DeviceGuard):
     def type_(self):
-        return torch._C._autograd.DeviceType.PrivateUse1
-
-
-def _clone_storage_on_the_device() -> None:
-    """``UntypedStorage.clone`` (what ``copy.deepcopy`` of a tensor or module uses) allocates
-    through the C++ allocator of the storage's device; a PrivateUse1 backend registered from
-    Python has none, and torch would crash. Route clones of ``nkipy`` storages to the runtime."""
-    torch_clone = torch.UntypedStorage.clone
-    if getattr(torch_clone, "_nkipy", False):
-        return
-
-    def clone(self):
-        if self.device.type == NAME:
-            from nkipy_core.buffers import memory
-
-            return memory.clone_storage(self)
-        return torch_clone(self)
-
-    clone._nkipy = True
-    clone.__doc__ = torch_clone.__doc__
-    torch.UntypedStorage.clone = clone
+        return _torch.PRIVATEUSE1
 
 
 def _first_use(config) -> None:
@@ -64,7 +46,7 @@ def _first_use(config) -> None:
 
 def register() -> None:
     """Register the device once per process; a no-op when it already is."""
-    current = torch._C._get_privateuse1_backend_name()
+    current = _torch.privateuse1_backend_name()
     if current == NAME and getattr(torch, NAME, None) is module:
         return
     if current not in ("privateuseone", NAME):
@@ -76,13 +58,12 @@ def register() -> None:
     if current != NAME:
         torch.utils.rename_privateuse1_backend(NAME)
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True, for_packed_sequence=True)
-    torch._register_device_module(NAME, module)
-    torch._C._acc.register_python_privateuseone_hook(_Hooks())
-    torch._C._acc.register_python_privateuseone_device_guard(_Guard())
+    _torch.register_device_module(NAME, module)
+    _torch.register_privateuse1_hooks(_Hooks())
+    _torch.register_privateuse1_device_guard(_Guard())
     aten.install()
-    _clone_storage_on_the_device()
     torch.serialization.register_package(
         serialization.PRIORITY, serialization.tag, serialization.restore
     )
-    untraced.skip_in_dynamo(__package__)
+    untraced.skip_in_dynamo(module, _Hooks, _Guard, serialization)
     device_contract.on_first_use(_first_use)

@@ -1,53 +1,30 @@
 """Keep dynamo out of the device's Python code, as it keeps out of ``torch.cuda``'s.
 
 Programs that dynamo compiles call the device module through torch (``torch.random.fork_rng``,
-``torch.testing._utils.freeze_rng_state``, ``torch.accelerator``). Dynamo inlines any function
-outside torch's own files, and tracing ours under fake tensors fails (``set_rng_state`` under
-``no_dispatch()``) or runs runtime code at trace time. Dynamo's skip list (``trace_rules.add``)
-makes it call them natively after a graph break, exactly as it calls ``torch.cuda.get_rng_state``.
+``torch.testing._utils.freeze_rng_state``, ``torch.accelerator``), and torch calls the device's
+hooks and ATen kernels from C++ while dynamo runs. Dynamo inlines any function outside torch's
+own files, and tracing ours under fake tensors fails (``set_rng_state`` under ``no_dispatch()``)
+or runs runtime code at trace time. So each of these functions is marked
+(``nkipy_core._torch.untraced``): a compiled function that calls one breaks the graph and calls
+it as is, exactly as it calls ``torch.cuda.get_rng_state``.
 
-The device registers inside ``import torch``, long before dynamo is imported, and importing
-dynamo there would slow down every ``import torch``: so the package joins the skip list when
-dynamo's ``trace_rules`` module is first imported (or at once if it already is).
+The marks are on the device's own functions, made while it registers: dynamo need not be
+imported for them (that would slow down every ``import torch``), and nothing of torch or of
+other programs' code changes.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import sys
+import inspect
+from types import ModuleType
 
-TRACE_RULES = "torch._dynamo.trace_rules"
-
-
-def skip_in_dynamo(package: str) -> None:
-    """Put ``package``'s files on dynamo's skip list, now or when dynamo is imported."""
-    rules = sys.modules.get(TRACE_RULES)
-    if rules is not None:
-        rules.add(package)
-    elif not any(isinstance(f, _AddWhenImported) and f.package == package for f in sys.meta_path):
-        sys.meta_path.insert(0, _AddWhenImported(package))
+from nkipy_core import _torch
 
 
-class _AddWhenImported(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: when ``trace_rules`` is being imported, it wraps the real loader so
-    that ``package`` is added right after the module has run, then leaves ``sys.meta_path``."""
-
-    def __init__(self, package: str) -> None:
-        self.package = package
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != TRACE_RULES:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        load, package = spec.loader.exec_module, self.package
-
-        def exec_module(module) -> None:
-            load(module)
-            module.add(package)
-
-        spec.loader.exec_module = exec_module
-        return spec
+def skip_in_dynamo(*owners: ModuleType | type) -> None:
+    """Mark the functions defined in each module (or class) of ``owners`` as untraced."""
+    for owner in owners:
+        name = owner.__name__ if isinstance(owner, ModuleType) else owner.__module__
+        for value in vars(owner).values():
+            if inspect.isfunction(value) and value.__module__ == name:
+                _torch.untraced(value)

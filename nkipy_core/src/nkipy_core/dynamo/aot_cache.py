@@ -58,14 +58,9 @@ from typing import Any
 import attrs
 import torch
 import torch.fx
-from torch._dynamo.utils import counters
-from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
-from torch._guards import detect_fake_mode
-from torch._inductor.output_code import OutputCode
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx._graph_pickler import GraphPickler, Options
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
+from nkipy_core import _torch
 from nkipy_core.cache.kernel_cache import STATS, KernelCache, digest
 from nkipy_core.compiler.kernel_call import entry
 from nkipy_core.compiler.kernels import compile_options
@@ -97,7 +92,7 @@ _GRAPHS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
 )
 
 
-class NkipyGraph(OutputCode):
+class NkipyGraph(_torch.OutputCode):
     """A compiled forward, backward or inference graph, as torch's AOTAutograd cache stores it.
 
     Called with AOTAutograd's boxed convention (one list of arguments). In a cache entry it is
@@ -143,7 +138,7 @@ class NkipyGraph(OutputCode):
             log.info(
                 "nkipy: not caching a compiled graph in torch's AOTAutograd cache: %s", self.bypass
             )
-            raise BypassAOTAutogradCache(f"nkipy: {self.bypass}")
+            raise _torch.BypassAOTAutogradCache(f"nkipy: {self.bypass}")
         if self.fused is not None and not self.config.precompile:
             self.stored, why = stored_graph.dumps(self.fused)
             if why is not None:
@@ -167,8 +162,8 @@ class NkipyGraph(OutputCode):
             self.compiled = entry(gm)
             return
         STATS["aot_cache_recompiled"] += 1
-        fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
-        gm = GraphPickler.loads(self.graph, fake_mode)
+        fake_mode = _torch.detect_fake_mode(example_inputs) or _torch.FakeTensorMode()
+        gm = _torch.GraphPickler.loads(self.graph, fake_mode)
         gm.recompile()
         inputs = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
         with fake_mode:  # as AOTAutograd runs its compilers: tensors the passes make are fake too
@@ -185,8 +180,11 @@ def dumps(gm: torch.fx.GraphModule) -> tuple[bytes | None, str | None]:
     if any(free_symbols(n.meta.get("val")) for n in gm.graph.nodes):
         return None, "its sizes are symbolic"
     try:
-        return GraphPickler.dumps(
-            gm, Options(ops_filter=None, node_metadata_key_filter=_KEPT_META.__contains__)
+        return _torch.GraphPickler.dumps(
+            gm,
+            _torch.GraphPicklerOptions(
+                ops_filter=None, node_metadata_key_filter=_KEPT_META.__contains__
+            ),
         ), None
     except Exception as exc:  # noqa: BLE001 - any pickling failure only costs the warm start
         return None, f"its graph cannot be pickled ({type(exc).__name__}: {exc})"
@@ -209,12 +207,12 @@ def caching(
     restores meanwhile."""
     tag = torch.compiler.config.cache_key_tag
     key = cache_key(gm, config, decompositions)
-    before = {name: counters["aot_autograd"][name] for name in _COUNTERS}
+    before = {name: _torch.dynamo_counters["aot_autograd"][name] for name in _COUNTERS}
     graphs: list[NkipyGraph] = []
     token = _GRAPHS.set(graphs)
     try:
         with (
-            torch._functorch.config.patch(bundled_autograd_cache=True),
+            _torch.functorch_config.patch(bundled_autograd_cache=True),
             torch.compiler.config.patch(
                 cache_key_tag=f"{tag}|nkipy:{key}" if tag else f"nkipy:{key}"
             ),
@@ -223,7 +221,7 @@ def caching(
     finally:
         _GRAPHS.reset(token)
         for name, ours in _COUNTERS.items():
-            count = counters["aot_autograd"][name] - before[name]
+            count = _torch.dynamo_counters["aot_autograd"][name] - before[name]
             if count:
                 STATS[ours] += count
 

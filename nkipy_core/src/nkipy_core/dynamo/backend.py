@@ -16,9 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch._dynamo.backends.common import aot_autograd
-from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
 
+from nkipy_core import _torch
 from nkipy_core.compiler.kernel_call import entry
 from nkipy_core.compiler.pipeline import compile_graph
 from nkipy_core.config.settings import current
@@ -39,7 +38,7 @@ def nkipy_backend(
     loaded = plugins.get(strict=config.strict)
     decompositions = loaded.decompositions.table(loaded.lowerings.ops())
 
-    def compiler(kind: str, inference: bool = False) -> SerializableAOTDispatchCompiler:
+    def compiler(kind: str, inference: bool = False) -> Any:
         def compile_one(graph: torch.fx.GraphModule, inputs: Sequence[Any]) -> NkipyGraph:
             saved, bypass = aot_cache.dumps(graph)  # before compile_graph rewrites it
             symbolic = specializable(graph)
@@ -71,10 +70,10 @@ def nkipy_backend(
                 num_inputs=len(inputs),
             )
 
-        return SerializableAOTDispatchCompiler(NkipyGraph, compile_one)
+        return _torch.SerializableAOTDispatchCompiler(NkipyGraph, compile_one)
 
     with aot_cache.caching(gm, config, decompositions) as graphs:
-        wrapped = aot_autograd(
+        wrapped = _torch.aot_autograd(
             fw_compiler=compiler("forward"),
             bw_compiler=compiler("backward"),
             inference_compiler=compiler("forward", inference=True),
@@ -91,8 +90,8 @@ def compile_callable(gm: torch.fx.GraphModule, inputs: Sequence[Any], config) ->
 
 def _frame_name() -> str:
     """The compiled Python function and dynamo's compile id, to name a graph in warnings."""
-    codes = torch._guards.TracingContext.get_traced_code() or []
-    compile_id = torch._guards.CompileContext.current_compile_id()
+    codes = _torch.TracingContext.get_traced_code() or []
+    compile_id = _torch.CompileContext.current_compile_id()
     if not codes:
         return "a function"
     code = codes[0]

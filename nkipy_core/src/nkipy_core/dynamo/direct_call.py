@@ -37,17 +37,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch._functorch._aot_autograd.schemas import OutputType, PlainTensorMeta, ViewAndMutationMeta
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from nkipy_core import _torch
 from nkipy_core.cache.kernel_cache import STATS
 
 log = logging.getLogger("nkipy.direct_call")
 
 
-def _metadata() -> ViewAndMutationMeta | None:
-    """AOTAutograd's metadata of the graph being compiled, kept in the tracing context."""
-    context = torch._guards.TracingContext.try_get()
+def _metadata() -> Any:
+    """AOTAutograd's metadata of the graph being compiled (its ``ViewAndMutationMeta``), kept in
+    the tracing context."""
+    context = _torch.TracingContext.try_get()
     return context.fw_metadata if context is not None else None
 
 
@@ -60,7 +60,9 @@ def why_wrapped(num_inputs: int, *, marks_dynamic_outputs: bool = False) -> str 
         return "AOTAutograd gave no metadata for it"
     if any(i.mutates_data or i.mutates_metadata for i in meta.input_info):
         return "it mutates an input"
-    if any(o.output_type != OutputType.non_alias or o.requires_grad for o in meta.output_info):
+    if any(
+        o.output_type != _torch.OutputType.non_alias or o.requires_grad for o in meta.output_info
+    ):
         return "an output aliases an input or another output, or requires grad"
     if not marks_dynamic_outputs and any(o.dynamic_dims for o in meta.output_info):
         return "an output has sizes that depend on tensor values"
@@ -74,7 +76,7 @@ def why_wrapped(num_inputs: int, *, marks_dynamic_outputs: bool = False) -> str 
     if meta.grad_enabled_mutation is not None:
         return "it changes grad mode"
     if not all(
-        isinstance(m, PlainTensorMeta | int)
+        isinstance(m, _torch.PlainTensorMeta | int)
         for m in (*meta.subclass_inp_meta, *meta.subclass_fw_graph_out_meta)
     ):
         return "it takes or returns tensor subclasses"
@@ -111,7 +113,7 @@ def bare_call(
         else f"AOTAutograd compiled {len(graphs)} graphs for it"
     )
     if why is None:
-        if torch._C._is_any_autocast_enabled():
+        if _torch.is_any_autocast_enabled():
             why = "autocast is on"
         elif next(gm.parameters(), None) is not None or next(gm.buffers(), None) is not None:
             why = "the dynamo graph holds parameters or buffers"
@@ -121,11 +123,11 @@ def bare_call(
             isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
         ):
             why = "an input requires grad (the wrapper runs the graph with grad mode off)"
-        elif any(is_traceable_wrapper_subclass(x) for x in example_inputs):
+        elif any(_torch.is_traceable_wrapper_subclass(x) for x in example_inputs):
             why = "it takes tensor subclasses"
     if why is not None:
         log.debug("nkipy: the compiled graph keeps AOTAutograd's runtime wrapper: %s", why)
         STATS["wrapped_graphs"] += 1
         return wrapped
     STATS["direct_graphs"] += 1
-    return torch._dynamo.disable(graph.compiled, reason="do not trace nkipy's compiled graph")
+    return torch.compiler.disable(graph.compiled, reason="do not trace nkipy's compiled graph")

@@ -29,12 +29,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch._dynamo  # noqa: F401 - before runtime_wrappers, which cannot be imported first
 import torch.fx
-from torch._functorch._aot_autograd.runtime_wrappers import mark_dynamo_propagated_dynamic_indices
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
+from nkipy_core import _torch
 from nkipy_core.cache.kernel_cache import STATS
 from nkipy_core.compiler.fallback import FallbackWarning
 from nkipy_core.config.settings import Config
@@ -117,7 +115,7 @@ def specialize(
     """
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
-    mode = FakeTensorMode()  # no shape environment: every size is static
+    mode = _torch.FakeTensorMode()  # no shape environment: every size is static
     env: dict[torch.fx.Node, Any] = {}
     placeholders = iter(zip(key, like))
 
@@ -129,7 +127,7 @@ def specialize(
         return value if isinstance(value, _SCALARS) else arg
 
     # the graph's ops are final (autocast applied, autograd split off): replay them as they are
-    with mode, torch.no_grad(), torch._C._DisableAutocast():
+    with mode, torch.no_grad(), _torch.DisableAutocast():
         for node in list(graph.nodes):
             if node.op == "placeholder":
                 spec, example = next(placeholders)
@@ -216,7 +214,7 @@ class SpecializedGraph:
     def _marked(self, outputs: Sequence[Any]) -> Sequence[Any]:
         """``outputs`` with their symbolic dimensions marked (``output_dims``)."""
         for index, dims in self.output_dims:
-            mark_dynamo_propagated_dynamic_indices(outputs[index], dims)
+            _torch.mark_dynamo_propagated_dynamic_indices(outputs[index], dims)
         return outputs
 
     def _specialize(self, key: tuple, like: Sequence[Any]) -> Callable:

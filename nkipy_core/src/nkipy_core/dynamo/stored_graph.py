@@ -34,8 +34,8 @@ from typing import Any
 import attrs
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import FakeTensor
 
+from nkipy_core import _torch
 from nkipy_core.cache.kernel_cache import KernelCache
 from nkipy_core.compiler.fallback import FALLBACKS, report_fallbacks
 from nkipy_core.compiler.kernel_call import KernelCall, inverse_permutation
@@ -85,8 +85,9 @@ class StoredGraph:
 
 def dumps(gm: torch.fx.GraphModule) -> tuple[bytes | None, str | None]:
     """``gm``, a graph ``compile_graph`` returned, pickled as a ``StoredGraph``; or why it cannot be."""
-    if type(gm.graph._codegen) is not torch.fx.graph.CodeGen:
-        return None, f"its graph has its own code generator ({type(gm.graph._codegen).__name__})"
+    codegen = _torch.graph_codegen(gm.graph)
+    if type(codegen) is not torch.fx.graph.CodeGen:
+        return None, f"its graph has its own code generator ({type(codegen).__name__})"
     index: dict[torch.fx.Node, int] = {}
     nodes, kernels, constants = [], [], {}
     for i, node in enumerate(gm.graph.nodes):
@@ -188,14 +189,14 @@ class _Pickler(pickle.Pickler):
     module docstring)."""
 
     def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, torch._ops.OpOverload):
+        if isinstance(obj, _torch.OpOverload):
             return resolve_op, (op_name(obj),)
         if isinstance(
             obj,
-            (torch._ops.OperatorBase, torch._ops.OpOverloadPacket, torch.nn.Module, torch.fx.Node),
+            (_torch.OperatorBase, _torch.OpOverloadPacket, torch.nn.Module, torch.fx.Node),
         ):
             raise pickle.PicklingError(f"{obj!r} is not an ATen overload, a function or data")
-        if isinstance(obj, FakeTensor) or (
+        if isinstance(obj, _torch.FakeTensor) or (
             isinstance(obj, torch.Tensor) and obj.device.type != "cpu"
         ):
             raise pickle.PicklingError(

@@ -37,6 +37,7 @@ from typing import Any
 import attrs
 import torch.autograd.profiler as _torch_profiler
 
+from nkipy_core import _torch
 from nkipy_core.cache.kernel_cache import atomic_write
 
 log = logging.getLogger("nkipy.profiling")
@@ -105,7 +106,7 @@ class KernelRecord:
         self.total_ns = 0
 
     def start(self) -> int | _Event:
-        if _torch_profiler._is_profiler_enabled:
+        if _torch.profiler_enabled():
             return _Event(self.event_name)
         return perf_counter_ns()
 

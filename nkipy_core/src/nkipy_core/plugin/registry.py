@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 import torch
 
+from nkipy_core import _torch
 from nkipy_core.errors import PluginConflictError
 
 LoweringFn = Callable[..., Any]
@@ -38,18 +39,18 @@ def op_name(op: Any) -> str:
     """Canonical name of an ATen overload: ``aten::add.Tensor`` (``.default`` is kept)."""
     if isinstance(op, str):
         return op if "." in op.split("::")[-1] else f"{op}.default"
-    if isinstance(op, torch._ops.OpOverload):
-        return f"{op._schema.name}.{op._overloadname}"
+    if isinstance(op, _torch.OpOverload):
+        return f"{_torch.schema(op).name}.{_torch.overload_name(op)}"
     raise TypeError(f"expected an ATen overload such as torch.ops.aten.add.Tensor, got {op!r}")
 
 
 def _overloads(op: Any) -> list[str]:
-    if isinstance(op, torch._ops.OpOverloadPacket):
+    if isinstance(op, _torch.OpOverloadPacket):
         return [op_name(getattr(op, name)) for name in op.overloads()]
     return [op_name(op)]
 
 
-def resolve_op(name: str) -> torch._ops.OpOverload:
+def resolve_op(name: str) -> _torch.OpOverload:
     """The ``OpOverload`` for ``aten::add.Tensor``."""
     qualified, overload = name.rsplit(".", 1)
     namespace, packet = qualified.split("::")
@@ -210,12 +211,10 @@ _EXCLUDED = frozenset({"aten::_scaled_dot_product_flash_attention_for_cpu.defaul
 @functools.cache
 def _core_aten_table() -> dict[str, tuple[Any, Callable[..., Any]]]:
     """torch's core ATen decompositions by op name (building it takes ~0.2 s: done once)."""
-    from torch._decomp import core_aten_decompositions
-
     return {
         op_name(op): (op, fn)
-        for op, fn in core_aten_decompositions().items()
-        if isinstance(op, torch._ops.OpOverload) and op_name(op) not in _EXCLUDED
+        for op, fn in _torch.core_aten_decompositions().items()
+        if isinstance(op, _torch.OpOverload) and op_name(op) not in _EXCLUDED
     }
 
 

@@ -14,14 +14,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_leaves, tree_map
+
+from nkipy_core import _torch
 
 HALF = (torch.bfloat16, torch.float16)
 
 
 def upcast(value: Any) -> Any:
     """``value`` with every half-float tensor made float64 (for the exact run of an op)."""
-    return tree_map(
+    return _torch.tree_map(
         lambda t: t.detach().double() if isinstance(t, torch.Tensor) and t.dtype in HALF else t,
         value,
     )
@@ -39,12 +40,12 @@ def assert_close_to_eager(
         torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
         return
     except AssertionError:
-        pairs = list(zip(tree_leaves(actual), tree_leaves(expected)))
+        pairs = list(zip(_torch.tree_leaves(actual), _torch.tree_leaves(expected)))
         if exact is None or not any(
             isinstance(e, torch.Tensor) and e.dtype in HALF for _, e in pairs
         ):
             raise
-    for (a, e), x in zip(pairs, tree_leaves(exact()), strict=True):
+    for (a, e), x in zip(pairs, _torch.tree_leaves(exact()), strict=True):
         if not (isinstance(e, torch.Tensor) and e.dtype in HALF and isinstance(a, torch.Tensor)):
             torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True)
             continue

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from nkipy_core import _torch
 from nkipy_core.plugin import manager as plugins
 from nkipy_core.plugin.hookspecs import hookimpl
 from nkipy_core.plugin.registry import op_name
@@ -29,7 +30,7 @@ class _Observer:
 
     def _record(self, gm: torch.fx.GraphModule) -> None:
         for node in gm.graph.nodes:
-            if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            if node.op == "call_function" and isinstance(node.target, _torch.OpOverload):
                 self.seen.add(op_name(node.target))
 
 
@@ -55,8 +56,7 @@ def traceable_opinfo_wrappers() -> Iterator[None]:
     """Random ops' OpInfos call ``wrapper_set_seed``, which dynamo cannot trace (it saves and
     reseeds the RNG); their values are only compared on deterministic samples, so call the op
     directly."""
-    from torch.testing._internal import common_methods_invocations as cmi
-
+    cmi = _torch.common_methods_invocations
     saved = cmi.wrapper_set_seed
     cmi.wrapper_set_seed = _call
     try:

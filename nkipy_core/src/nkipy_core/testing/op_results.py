@@ -225,7 +225,7 @@ def run_case(
                 )
             result.fallbacks = fallbacks_named(caught)
             results.append(result)
-        torch._dynamo.reset()
+        torch.compiler.reset()
     return _classify(case, results, observer.seen, truncated, done)
 
 

@@ -12,8 +12,8 @@ from collections.abc import Collection, Iterable
 from typing import Any
 
 import attrs
-import torch
 
+from nkipy_core import _torch
 from nkipy_core.plugin import manager as plugins
 from nkipy_core.plugin.registry import op_name
 
@@ -68,8 +68,7 @@ def load_op_db() -> list[Any]:
         ) from None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from torch.testing._internal.common_methods_invocations import op_db
-    return op_db
+        return _torch.common_methods_invocations.op_db
 
 
 # -- selecting cases ------------------------------------------------------------------------------
@@ -106,12 +105,12 @@ def lowered_ops(target: str | Iterable[Any]) -> list[str]:
         return ops
     items = (
         [target]
-        if isinstance(target, (str, torch._ops.OpOverload, torch._ops.OpOverloadPacket))
+        if isinstance(target, (str, _torch.OpOverload, _torch.OpOverloadPacket))
         else target
     )
     names: list[str] = []
     for item in items:
-        if isinstance(item, torch._ops.OpOverloadPacket):
+        if isinstance(item, _torch.OpOverloadPacket):
             names.extend(op_name(getattr(item, o)) for o in item.overloads())
         else:
             names.append(op_name(item))

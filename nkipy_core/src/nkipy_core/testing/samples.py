@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 import torch
 
+from nkipy_core import _torch
 from nkipy_core.compiler.fallback import FallbackWarning
 from nkipy_core.testing.closeness import assert_close_to_eager, upcast
 
@@ -131,7 +132,7 @@ class SampleOutcome:
 
 
 def _compiled(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
-    torch._dynamo.reset()
+    torch.compiler.reset()
     return torch.compile(fn, backend="nkipy", fullgraph=False, dynamic=False, options=options)
 
 
@@ -213,9 +214,7 @@ def run_sample(
 
 def _unwrap(exc: BaseException) -> BaseException:
     """The backend's own exception inside dynamo's ``BackendCompilerFailed``."""
-    while (
-        isinstance(exc, torch._dynamo.exc.BackendCompilerFailed) and exc.inner_exception is not None
-    ):
+    while isinstance(exc, _torch.BackendCompilerFailed) and exc.inner_exception is not None:
         exc = exc.inner_exception
     return exc
 

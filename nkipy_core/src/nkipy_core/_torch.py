@@ -1,0 +1,272 @@
+"""The one door to torch's private API: every ``torch._*`` name nkipy uses is reached from here.
+
+torch changes its private modules between releases without notice. Keeping every use behind
+this module means a torch upgrade breaks one file, and ``tests/core/test_torch_door.py`` names
+the symbol that moved (one canary per name below). Public torch API (``torch.library``,
+``torch.fx``, ``torch.distributed``, ``torch.compiler``) is used directly everywhere else.
+
+Importing this module checks that the installed torch is one nkipy-core supports (the range in
+its package metadata) and raises ``UnsupportedTorchError`` otherwise, before any private name is
+touched. The device registers inside ``import torch``, so the names bound at import are only
+those of modules torch has loaded by then; the others (dynamo, AOTAutograd, inductor, OpInfo)
+are imported on first use (``_LAZY``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import re
+from typing import Any
+
+import torch
+
+from nkipy_core.errors import UnsupportedTorchError
+
+#: the torch requirement of nkipy-core when its package metadata cannot be read (a source tree)
+DEFAULT_TORCH_REQUIREMENT = "torch>=2.13,<2.14"
+#: a requirement on torch with versions and without an environment marker: its specifiers
+_TORCH_REQUIREMENT = re.compile(r"\s*torch\s*\(?\s*([<>=!~][^;()]*?)\)?\s*")
+
+
+def supported_torch() -> str:
+    """The torch versions nkipy-core works with, as its package metadata declares them."""
+    try:
+        requires = importlib.metadata.requires("nkipy-core") or []
+    except importlib.metadata.PackageNotFoundError:
+        requires = []
+    # parsed by hand: packaging.requirements costs ~0.1 s, inside every `import torch`
+    found = (_TORCH_REQUIREMENT.fullmatch(line) for line in [*requires, DEFAULT_TORCH_REQUIREMENT])
+    specifiers = next(m for m in found if m is not None).group(1).replace(" ", "").split(",")
+    return ",".join(sorted(specifiers, key=lambda s: s[0] != ">"))  # lower bound first
+
+
+def check_torch(installed: str | None = None) -> None:
+    """Raise ``UnsupportedTorchError`` if ``installed`` (default: this torch) is not supported."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    installed = installed or torch.__version__
+    supported = supported_torch()
+    try:
+        ok = SpecifierSet(supported).contains(Version(installed), prereleases=True)
+    except InvalidVersion:
+        ok = False
+    if not ok:
+        raise UnsupportedTorchError(
+            f"nkipy-core works with torch {supported}, and this environment has torch "
+            f"{installed}: nkipy relies on torch internals that change between releases. "
+            f"Install a supported torch (pip install 'torch{supported}') or an nkipy-core "
+            "release made for this torch."
+        )
+
+
+check_torch()
+
+# -- the dispatcher and its operator objects ------------------------------------------------------
+
+#: an ATen or custom op with one overload: what FX nodes target and lowering rules are keyed by
+OpOverload = torch._ops.OpOverload
+#: all overloads of one op (``torch.ops.aten.add``): resolved to one before lowering
+OpOverloadPacket = torch._ops.OpOverloadPacket
+#: the base of every operator object (higher-order ops too): refused by the graph pickler
+OperatorBase = torch._ops.OperatorBase
+#: a dispatch key, and sets of them: to redispatch below the device's key
+DispatchKey = torch._C.DispatchKey
+DispatchKeySet = torch._C.DispatchKeySet
+#: runs the autocast kernels' casts below the autocast key
+ExcludeDispatchKeyGuard = torch._C._ExcludeDispatchKeyGuard
+#: replays graphs whose ops are final (autocast already applied) without autocast
+DisableAutocast = torch._C._DisableAutocast
+#: the qualified name of every registered op: ``nkipy-ops list --coverage``
+all_op_names = torch._C._dispatch_get_all_op_names
+#: whether any autocast is on: then dynamo calls a graph through AOTAutograd's wrapper
+is_any_autocast_enabled = torch._C._is_any_autocast_enabled
+
+
+def schema(op: Any) -> torch.FunctionSchema:
+    """An op's ``FunctionSchema`` (name, arguments, mutability): torch has no public accessor."""
+    return op._schema
+
+
+def overload_name(op: Any) -> str:
+    """An op's overload name (``"Tensor"`` of ``aten::add.Tensor``, ``"default"``)."""
+    return op._overloadname
+
+
+def dispatcher_handle(op: Any) -> Any:
+    """An op's dispatcher handle: ``redispatch_boxed`` through it skips ``OpOverload``'s
+    per-call Python work on the device's hottest paths."""
+    return op._handle
+
+
+# -- the PrivateUse1 device -----------------------------------------------------------------------
+
+#: the name PrivateUse1 is registered under (``"privateuseone"`` until a backend renames it)
+privateuse1_backend_name = torch._C._get_privateuse1_backend_name
+#: the backend hooks (``is_available``...) and device guard a Python backend subclasses
+PrivateUse1Hooks = torch._C._acc.PrivateUse1Hooks
+DeviceGuard = torch._C._acc.DeviceGuard
+#: registers them with torch's C++ side
+register_privateuse1_hooks = torch._C._acc.register_python_privateuseone_hook
+register_privateuse1_device_guard = torch._C._acc.register_python_privateuseone_device_guard
+#: the C++ device type a device guard reports
+PRIVATEUSE1 = torch._C._autograd.DeviceType.PrivateUse1
+#: makes the device module ``torch.nkipy``
+register_device_module = torch._register_device_module
+#: an empty PrivateUse1 tensor with no storage yet: device tensors are set on runtime buffers
+create_empty_tensor = torch._C._acc.create_empty_tensor
+#: a storage over a data pointer without an allocator: a runtime buffer's stand-in for torch
+storage_from_data_pointer = torch._C._construct_storage_from_data_pointer
+
+
+def untraced(fn: Any) -> Any:
+    """Keep dynamo out of ``fn``, as it keeps out of ``torch.cuda``: a compiled function that
+    calls it breaks the graph and calls it as is (``torch.compiler.disable``'s mark, without
+    importing dynamo), and dynamo neither traces its frame nor anything it calls. Only ``fn``'s
+    own code object is marked: torch's and other programs' code is left alone."""
+    eval_frame = torch._C._dynamo.eval_frame
+    skip = eval_frame._FrameAction.SKIP
+    eval_frame.set_code_exec_strategy(fn.__code__, eval_frame._FrameExecStrategy(skip, skip))
+    fn._torchdynamo_disable = True
+    return fn
+
+
+# -- pytrees, fake tensors, tracing context (modules loaded by ``import torch``) -----------------
+
+#: torch's core ATen decomposition table: the base of the backend's decompositions
+from torch._decomp import core_aten_decompositions  # noqa: E402
+from torch._guards import CompileContext, TracingContext, detect_fake_mode  # noqa: E402
+from torch._subclasses.fake_tensor import (  # noqa: E402
+    FakeTensor,
+    FakeTensorMode,
+    unset_fake_temporarily,
+)
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass  # noqa: E402
+from torch.utils._pytree import tree_leaves, tree_map  # noqa: E402
+
+
+def profiler_enabled() -> bool:
+    """Whether torch's profiler is recording: kernel timings then become profiler events."""
+    return torch.autograd.profiler._is_profiler_enabled
+
+
+def graph_codegen(graph: torch.fx.Graph) -> Any:
+    """A graph's code generator: the stored-graph format holds only graphs with torch's own."""
+    return graph._codegen
+
+
+# -- torch.distributed ----------------------------------------------------------------------------
+
+
+def resolve_process_group(group_name: str) -> Any:
+    """The process group a functional collective's ``group_name`` names."""
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    return _resolve_process_group(group_name)
+
+
+def allgather_base(group: Any, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:  # noqa: A002
+    """A gloo group's ``all_gather_into_tensor`` (no public method of the group does it)."""
+    return group._allgather_base(output, input, opts)
+
+
+def reduce_scatter_base(group: Any, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:  # noqa: A002
+    """A gloo group's ``reduce_scatter_tensor`` (no public method of the group does it)."""
+    return group._reduce_scatter_base(output, input, opts)
+
+
+# -- imported on first use: dynamo, AOTAutograd, inductor, OpInfo ---------------------------------
+
+#: name -> (module, attribute; None: the module itself)
+_LAZY: dict[str, tuple[str, str | None]] = {
+    # how the backend hands dynamo graphs to AOTAutograd with its own compilers
+    "aot_autograd": ("torch._dynamo.backends.common", "aot_autograd"),
+    # compilers whose results torch's AOTAutograd cache may store
+    "SerializableAOTDispatchCompiler": (
+        "torch._functorch.aot_autograd",
+        "SerializableAOTDispatchCompiler",
+    ),
+    # torch's AOTAutograd cache hit/miss/save/bypass counts, mirrored in ``cache_stats()``
+    "dynamo_counters": ("torch._dynamo.utils", "counters"),
+    # raised to keep a graph out of torch's AOTAutograd cache
+    "BypassAOTAutogradCache": (
+        "torch._functorch._aot_autograd.autograd_cache",
+        "BypassAOTAutogradCache",
+    ),
+    # the base of what the AOTAutograd cache stores (``NkipyGraph``)
+    "OutputCode": ("torch._inductor.output_code", "OutputCode"),
+    # pickles FX graphs with fake values for the AOTAutograd cache
+    "GraphPickler": ("torch.fx._graph_pickler", "GraphPickler"),
+    "GraphPicklerOptions": ("torch.fx._graph_pickler", "Options"),
+    # ``bundled_autograd_cache``: the cache entry holds nkipy's result itself
+    "functorch_config": ("torch._functorch.config", None),
+    # AOTAutograd's metadata of a graph: whether dynamo may call it without the runtime wrapper
+    "OutputType": ("torch._functorch._aot_autograd.schemas", "OutputType"),
+    "PlainTensorMeta": ("torch._functorch._aot_autograd.schemas", "PlainTensorMeta"),
+    "ViewAndMutationMeta": ("torch._functorch._aot_autograd.schemas", "ViewAndMutationMeta"),
+    # marks outputs' symbolic dimensions, as AOTAutograd's runtime wrapper does
+    "mark_dynamo_propagated_dynamic_indices": (
+        "torch._functorch._aot_autograd.runtime_wrappers",
+        "mark_dynamo_propagated_dynamic_indices",
+    ),
+    # what torch.compile raises when a backend fails: the test harness reports it
+    "BackendCompilerFailed": ("torch._dynamo.exc", "BackendCompilerFailed"),
+    # PyTorch's OpInfo database: the conformance harness's cases
+    "common_methods_invocations": ("torch.testing._internal.common_methods_invocations", None),
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # dynamo first: some of AOTAutograd's modules cannot be imported before it
+    importlib.import_module("torch._dynamo")
+    module = importlib.import_module(where[0])
+    value = module if where[1] is None else getattr(module, where[1])
+    globals()[name] = value
+    return value
+
+
+#: every name of the door (``tests/core/test_torch_door.py`` has a canary for each)
+__all__ = [
+    "CompileContext",
+    "DeviceGuard",
+    "DisableAutocast",
+    "DispatchKey",
+    "DispatchKeySet",
+    "ExcludeDispatchKeyGuard",
+    "FakeTensor",
+    "FakeTensorMode",
+    "OpOverload",
+    "OpOverloadPacket",
+    "OperatorBase",
+    "PRIVATEUSE1",
+    "PrivateUse1Hooks",
+    "TracingContext",
+    "all_op_names",
+    "allgather_base",
+    "core_aten_decompositions",
+    "create_empty_tensor",
+    "detect_fake_mode",
+    "dispatcher_handle",
+    "graph_codegen",
+    "is_any_autocast_enabled",
+    "is_traceable_wrapper_subclass",
+    "overload_name",
+    "privateuse1_backend_name",
+    "profiler_enabled",
+    "reduce_scatter_base",
+    "register_device_module",
+    "register_privateuse1_device_guard",
+    "register_privateuse1_hooks",
+    "resolve_process_group",
+    "schema",
+    "storage_from_data_pointer",
+    "tree_leaves",
+    "tree_map",
+    "unset_fake_temporarily",
+    "untraced",
+    *_LAZY,
+]

@@ -1,0 +1,393 @@
+"""torch's private API is reached through ``nkipy_core._torch`` only, and each name it gives still
+means what nkipy relies on.
+
+One canary per door name: after a torch upgrade, a failure names the symbol and the torch
+version, so the fix starts in ``_torch.py`` and nowhere else. A source scan keeps private torch
+use from creeping back into nkipy-core or the packs. The supported torch range is checked when
+the door is imported, and the device's registration inside ``import torch`` never raises for it.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from fresh_python import python
+
+from nkipy_core import UnsupportedTorchError, _torch
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = [
+    ROOT / d / "src"
+    for d in (
+        "nkipy_core",
+        "nkipy_ops_base",
+        "nkipy_ops_collectives",
+        "nkipy_ops_nki",
+        "nkipy_runtime",
+    )
+]
+DOOR = ROOT / "nkipy_core/src/nkipy_core/_torch.py"
+ADD = torch.ops.aten.add.Tensor
+
+
+def _params(fn) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def _untraced_is_honoured() -> None:
+    """Dynamo breaks the graph at an untraced function and calls it as is (not compiling)."""
+    seen = []
+
+    @_torch.untraced
+    def probe(x):
+        seen.append(torch.compiler.is_compiling())
+        return x
+
+    torch.compiler.reset()
+    torch.compile(lambda x: probe(x + 1) * 2, backend="eager")(torch.ones(2))
+    assert seen == [False], seen
+
+
+def _gloo_methods() -> None:
+    group = dist.ProcessGroupGloo
+    assert callable(group._allgather_base) and callable(group._reduce_scatter_base)
+
+
+#: door name -> a check that raises (or returns False) when torch no longer gives nkipy that
+CANARIES = {
+    "OpOverload": lambda: isinstance(ADD, _torch.OpOverload),
+    "OpOverloadPacket": lambda: isinstance(torch.ops.aten.add, _torch.OpOverloadPacket),
+    "OperatorBase": lambda: issubclass(_torch.OpOverload, _torch.OperatorBase),
+    "DispatchKey": lambda: (
+        {"CPU", "PrivateUse1", "AutocastPrivateUse1"} <= set(_torch.DispatchKey.__members__)
+    ),
+    "DispatchKeySet": lambda: _torch.DispatchKeySet(_torch.DispatchKey.CPU).has(
+        _torch.DispatchKey.CPU
+    ),
+    "ExcludeDispatchKeyGuard": lambda: (
+        _torch.ExcludeDispatchKeyGuard(
+            _torch.DispatchKeySet(_torch.DispatchKey.AutocastPrivateUse1)
+        ).__enter__
+        is not None
+    ),
+    "DisableAutocast": lambda: _torch.DisableAutocast().__enter__ is not None,
+    "all_op_names": lambda: "aten::add.Tensor" in _torch.all_op_names(),
+    "is_any_autocast_enabled": lambda: _torch.is_any_autocast_enabled() is False,
+    "schema": lambda: (
+        _torch.schema(ADD).name == "aten::add"
+        and not _torch.schema(ADD).is_mutable
+        and [a.name for a in _torch.schema(ADD).arguments] == ["self", "other", "alpha"]
+    ),
+    "overload_name": lambda: _torch.overload_name(ADD) == "Tensor",
+    "dispatcher_handle": lambda: callable(_torch.dispatcher_handle(ADD).redispatch_boxed),
+    "privateuse1_backend_name": lambda: _torch.privateuse1_backend_name() == "nkipy",
+    "PrivateUse1Hooks": lambda: (
+        {"is_available", "has_primary_context", "is_built"} <= set(dir(_torch.PrivateUse1Hooks))
+    ),
+    "DeviceGuard": lambda: "type_" in dir(_torch.DeviceGuard),
+    "register_privateuse1_hooks": lambda: callable(_torch.register_privateuse1_hooks),
+    "register_privateuse1_device_guard": lambda: callable(_torch.register_privateuse1_device_guard),
+    "PRIVATEUSE1": lambda: _torch.PRIVATEUSE1.name.lower() == _torch.privateuse1_backend_name(),
+    "register_device_module": lambda: (
+        _params(_torch.register_device_module) == ["device_type", "module"]
+    ),
+    "create_empty_tensor": lambda: (
+        _torch.create_empty_tensor([0], torch.float32).device.type == "nkipy"
+    ),
+    "storage_from_data_pointer": lambda: (
+        _torch.storage_from_data_pointer(1 << 40, torch.device("nkipy", 0), 64).nbytes() == 64
+    ),
+    "untraced": _untraced_is_honoured,
+    "CompileContext": lambda: callable(_torch.CompileContext.current_compile_id),
+    "TracingContext": lambda: (
+        _torch.TracingContext.try_get() is None and callable(_torch.TracingContext.get_traced_code)
+    ),
+    "detect_fake_mode": lambda: _torch.detect_fake_mode([torch.ones(1)]) is None,
+    "FakeTensor": lambda: isinstance(
+        _torch.FakeTensorMode().from_tensor(torch.ones(1)), _torch.FakeTensor
+    ),
+    "FakeTensorMode": lambda: _torch.FakeTensorMode().from_tensor(torch.ones(2)).shape == (2,),
+    "unset_fake_temporarily": lambda: _torch.unset_fake_temporarily().__enter__ is not None,
+    "is_traceable_wrapper_subclass": lambda: (
+        not _torch.is_traceable_wrapper_subclass(torch.ones(1))
+    ),
+    "tree_map": lambda: _torch.tree_map(lambda x: x + 1, ([1], {"a": 2})) == ([2], {"a": 3}),
+    "tree_leaves": lambda: _torch.tree_leaves(([1], {"a": 2})) == [1, 2],
+    "core_aten_decompositions": lambda: (
+        torch.ops.aten.addcmul.default in _torch.core_aten_decompositions()
+    ),
+    "profiler_enabled": lambda: _torch.profiler_enabled() is False,
+    "graph_codegen": lambda: type(_torch.graph_codegen(torch.fx.Graph())) is torch.fx.graph.CodeGen,
+    "resolve_process_group": lambda: callable(
+        torch.distributed.distributed_c10d._resolve_process_group
+    ),
+    "allgather_base": _gloo_methods,
+    "reduce_scatter_base": _gloo_methods,
+    "aot_autograd": lambda: callable(_torch.aot_autograd(fw_compiler=lambda gm, _: gm)),
+    "SerializableAOTDispatchCompiler": lambda: (
+        _params(_torch.SerializableAOTDispatchCompiler.__init__)[1:3]
+        == ["output_code_ty", "compiler_fn"]
+    ),
+    "dynamo_counters": lambda: isinstance(_torch.dynamo_counters["aot_autograd"]["x"], int),
+    "BypassAOTAutogradCache": lambda: issubclass(_torch.BypassAOTAutogradCache, Exception),
+    "OutputCode": lambda: (
+        {"post_compile", "prepare_for_serialization"} <= set(dir(_torch.OutputCode))
+    ),
+    "GraphPickler": lambda: (
+        callable(_torch.GraphPickler.dumps) and callable(_torch.GraphPickler.loads)
+    ),
+    "GraphPicklerOptions": lambda: (
+        {"ops_filter", "node_metadata_key_filter"} <= set(_params(_torch.GraphPicklerOptions))
+    ),
+    "functorch_config": lambda: hasattr(_torch.functorch_config, "bundled_autograd_cache"),
+    "OutputType": lambda: _torch.OutputType.non_alias is not None,
+    "PlainTensorMeta": lambda: inspect.isclass(_torch.PlainTensorMeta),
+    "ViewAndMutationMeta": lambda: (
+        {
+            "input_info",
+            "output_info",
+            "num_intermediate_bases",
+            "tokens",
+            "subclass_inp_meta",
+            "subclass_fw_graph_out_meta",
+        }
+        <= set(_torch.ViewAndMutationMeta.__dataclass_fields__)
+    ),
+    "mark_dynamo_propagated_dynamic_indices": lambda: (
+        _params(_torch.mark_dynamo_propagated_dynamic_indices) == ["t", "dims"]
+    ),
+    "BackendCompilerFailed": lambda: (
+        "inner_exception" in _params(_torch.BackendCompilerFailed.__init__)
+    ),
+    "common_methods_invocations": lambda: (
+        len(_torch.common_methods_invocations.op_db) > 100
+        and callable(_torch.common_methods_invocations.wrapper_set_seed)
+    ),
+}
+
+
+def test_every_door_name_has_a_canary():
+    assert set(_torch.__all__) == set(CANARIES), (
+        "add a canary for each name of nkipy_core._torch (and drop those of removed names)"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(CANARIES))
+def test_door_symbol_still_means_what_nkipy_relies_on(name):
+    if name in {"allgather_base", "reduce_scatter_base", "resolve_process_group"}:
+        if not dist.is_available():
+            pytest.skip("torch is built without torch.distributed")
+    if name == "common_methods_invocations":
+        pytest.importorskip("expecttest")
+    try:
+        ok = CANARIES[name]()
+    except Exception as exc:  # noqa: BLE001 - any failure is the finding
+        pytest.fail(
+            f"torch {torch.__version__} changed nkipy_core._torch.{name}: "
+            f"{type(exc).__name__}: {exc}"
+        )
+    assert ok is not False, (
+        f"torch {torch.__version__} changed nkipy_core._torch.{name}: its canary check failed"
+    )
+
+
+# -- nothing private outside the door -------------------------------------------------------------
+
+#: private attributes of torch objects nkipy reads (only through the door)
+TORCH_OBJECT_PRIVATES = {
+    "_schema",
+    "_overloadname",
+    "_handle",
+    "_codegen",
+    "_allgather_base",
+    "_reduce_scatter_base",
+    "_typed_storage",
+}
+
+
+def _private(parts) -> bool:
+    return any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts)
+
+
+def _chain(node) -> list[str] | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return [node.id, *reversed(parts)]
+    return None
+
+
+def _private_torch_uses(path: Path):
+    """``(line, what)`` for each private torch name ``path`` reaches: imports of private modules
+    or names, attribute chains from a torch module, and the private attributes of torch objects
+    above. Op names under ``torch.ops`` (``torch.ops.aten._softmax``) are public."""
+    tree = ast.parse(path.read_text(), str(path))
+    torch_names: dict[str, list[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "torch":
+                    torch_names[alias.asname or "torch"] = parts if alias.asname else ["torch"]
+                    if _private(parts):
+                        yield node.lineno, f"import {alias.name}"
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            parts = node.module.split(".")
+            if parts[0] == "torch":
+                for alias in node.names:
+                    torch_names[alias.asname or alias.name] = [*parts, alias.name]
+                    if _private([*parts, alias.name]):
+                        yield node.lineno, f"from {node.module} import {alias.name}"
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        if (
+            node.attr in TORCH_OBJECT_PRIVATES
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            and not (isinstance(node.value, ast.Name) and node.value.id in torch_names)
+        ):
+            yield node.lineno, f"._{node.attr[1:]} of a torch object"
+            continue
+        chain = _chain(node)
+        if chain is None or chain[0] not in torch_names:
+            continue
+        full = torch_names[chain[0]] + chain[1:]
+        if full[:2] == ["torch", "ops"]:
+            full = full[:2] + full[5:]  # namespace, op and overload names are data
+        if _private(full[-1:]):
+            yield node.lineno, ".".join(full)
+
+
+def test_no_private_torch_outside_the_door():
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {what}"
+        for source in SOURCES
+        for path in sorted(source.rglob("*.py"))
+        if path != DOOR
+        for line, what in sorted(set(_private_torch_uses(path)))
+    ]
+    assert not found, (
+        "private torch API outside nkipy_core/_torch.py; add it to the door (with a canary in "
+        "tests/core/test_torch_door.py) and use it from there:\n" + "\n".join(found)
+    )
+
+
+def test_the_scan_finds_each_kind_of_private_use(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import torch\n"
+        "import torch._dynamo\n"
+        "import torch.distributed as dist\n"
+        "from torch._guards import TracingContext\n"
+        "from torch.utils import _pytree\n"
+        "x = torch._C._acc\n"
+        "y = dist.distributed_c10d._resolve_process_group\n"
+        "z = op._schema.name\n"
+        "ok = torch.ops.aten._softmax.default, torch.ops._c10d_functional, torch.__version__\n"
+    )
+    found = {line for line, _ in _private_torch_uses(sample)}
+    assert found == {2, 4, 5, 6, 7, 8}
+
+
+# -- the supported torch range --------------------------------------------------------------------
+
+
+def test_the_supported_range_is_nkipy_cores_declared_one():
+    assert _torch.supported_torch() == ">=2.13,<2.14"
+    _torch.check_torch()  # the torch these tests run on is supported
+
+
+@pytest.mark.parametrize("installed", ["2.12.1", "2.14.0", "3.0.0", "2.14.0a0+git1234", "junk"])
+def test_an_unsupported_torch_is_a_typed_error_naming_both_versions(installed):
+    with pytest.raises(UnsupportedTorchError) as info:
+        _torch.check_torch(installed)
+    assert installed in str(info.value)
+    assert _torch.supported_torch() in str(info.value)
+
+
+@pytest.mark.parametrize("installed", ["2.13.0", "2.13.1+cpu", "2.13.2+cu130"])
+def test_supported_torch_builds_pass(installed):
+    _torch.check_torch(installed)
+
+
+def test_without_package_metadata_the_default_range_applies(monkeypatch):
+    def missing(name):
+        raise _torch.importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(_torch.importlib.metadata, "requires", missing)
+    assert _torch.supported_torch() == ">=2.13,<2.14"
+    with pytest.raises(UnsupportedTorchError, match="2.12.0"):
+        _torch.check_torch("2.12.0")
+
+
+def test_an_unsupported_torch_never_breaks_import_torch_or_import_nkipy_core():
+    """The version is checked inside ``import torch`` (the device's autoload): there it becomes
+    a log line, at ``import nkipy_core`` one RuntimeWarning, and on use the typed error."""
+    out = python(
+        """
+import logging, warnings
+import torch
+torch.__version__ = "2.12.0"
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import nkipy_core
+from nkipy_core.device.autoload import autoload
+autoload()  # what torch calls inside `import torch`
+print("warned:", [str(w.message) for w in caught if w.category is RuntimeWarning])
+try:
+    from nkipy_core import _torch
+except nkipy_core.UnsupportedTorchError as exc:
+    print("raised:", exc)
+""",
+        TORCH_DEVICE_BACKEND_AUTOLOAD="0",
+    )
+    assert out.returncode == 0, out.stderr
+    assert "the nkipy device was not registered (UnsupportedTorchError" in out.stderr
+    warned, raised = out.stdout.splitlines()[-2:]
+    assert "UnsupportedTorchError" in warned and "2.12.0" in warned
+    assert raised.startswith("raised: ") and "2.12.0" in raised and ">=2.13,<2.14" in raised
+
+
+# -- no process-wide patches ----------------------------------------------------------------------
+
+
+def test_plain_programs_see_torchs_own_storage_clone_and_import_machinery():
+    """``import torch`` with nkipy installed (the device registers) leaves torch's
+    ``UntypedStorage.clone`` and ``sys.meta_path`` as they are without it."""
+    probe = """
+import sys, torch
+import torch.storage
+print(torch.UntypedStorage.clone is torch.storage._StorageBase.clone)
+print([type(f).__module__ + "." + type(f).__qualname__ for f in sys.meta_path])
+print(torch._C._get_privateuse1_backend_name())
+"""
+    with_nkipy = python(probe)
+    without = python(probe, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert with_nkipy.returncode == 0 and without.returncode == 0, with_nkipy.stderr
+    same, finders, backend = with_nkipy.stdout.splitlines()[-3:]
+    assert backend == "nkipy", "the device did not register: the check would prove nothing"
+    assert same == "True"
+    assert with_nkipy.stdout.splitlines()[-3:-1] == without.stdout.splitlines()[-3:-1]
+    assert "nkipy" not in finders
+
+
+def test_device_storages_copy_on_the_device_and_cpu_storages_stay_torchs(monkeypatch):
+    monkeypatch.setenv("NKIPY_RUNTIME", "cpu")
+    x = torch.arange(4.0).to("nkipy")
+    deep = copy.deepcopy(copy.deepcopy(x))  # a copy of a copy: torch's class, adopted again
+    assert torch.equal(deep.cpu(), torch.arange(4.0))
+    assert deep.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    clone = x.untyped_storage().clone()
+    assert clone.nbytes() == 16 and clone.device.type == "nkipy"
+    cpu = torch.ones(2)
+    assert type(cpu.untyped_storage()) is torch.UntypedStorage
+    assert type(copy.deepcopy(cpu).untyped_storage()) is torch.UntypedStorage
+    assert torch.UntypedStorage.clone is torch.storage._StorageBase.clone
