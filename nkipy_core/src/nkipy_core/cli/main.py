@@ -33,6 +33,7 @@ import torch
 from nkipy_core.cli import new_pack
 from nkipy_core.cli.coverage_exclusions import EXCLUSIONS
 from nkipy_core.compiler import precompile
+from nkipy_core.config.env import NKIPY_CACHE, NKIPY_RUNTIME, TORCH_DEVICE_BACKEND_AUTOLOAD
 from nkipy_core.errors import NkipyError
 from nkipy_core.observe import profiling
 from nkipy_core.plugin import manager as plugins
@@ -220,7 +221,7 @@ def versions(loaded: plugins.Plugins) -> dict[str, str]:
 
 def _selected_runtime(runtimes: list[dict[str, Any]]) -> dict[str, Any]:
     """What the backend would pick: ``NKIPY_RUNTIME`` if set, else the first available one."""
-    requested = os.environ.get("NKIPY_RUNTIME") or None
+    requested = NKIPY_RUNTIME.get()
     by_name = {r["name"]: r for r in runtimes}
     if requested is not None:
         row = by_name.get(requested)
@@ -366,7 +367,7 @@ def device_status() -> dict[str, Any]:
     return {
         "name": NAME,
         "registered": taken == NAME,
-        "autoload": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "1") == "1",
+        "autoload": TORCH_DEVICE_BACKEND_AUTOLOAD.get(),
         "privateuse1": taken,
         "accelerator": taken == NAME and module.is_available(),
     }
@@ -596,7 +597,7 @@ def cmd_precompile(args: argparse.Namespace) -> int:
 
 def _cache_dir(given: str | None) -> Path:
     """A ``DIR`` argument, else ``NKIPY_CACHE``, else ``./nkipy_cache`` (as the backend resolves it)."""
-    return Path(given or os.environ.get("NKIPY_CACHE") or "nkipy_cache").resolve()
+    return Path(given or NKIPY_CACHE.get()).resolve()
 
 
 def cmd_stats(args: argparse.Namespace) -> int:

@@ -25,7 +25,8 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from nkipy_core.buffers import memory
-from nkipy_core.cache.kernel_cache import STATS, KernelCache, digest
+from nkipy_core.cache import keys
+from nkipy_core.cache.kernel_cache import STATS, KernelCache
 from nkipy_core.compiler import precompile, regions, rng
 from nkipy_core.compiler.aten_schema import is_view
 from nkipy_core.compiler.kernel_call import KernelCall, _inverse
@@ -135,8 +136,8 @@ def _versions_key() -> str:
     """The installed plugin distributions and versions, and the core's own sources (its
     primitives and codegen define what a kernel computes): part of every cache key."""
     providers = sorted(f"{s.name}={s.provenance}" for s in plugins.get().statuses if s.ok)
-    return digest(
-        "versions", _core_version(), source_digest("nkipy_core"), torch.__version__, *providers
+    return keys.versions_key(
+        _core_version(), source_digest("nkipy_core"), torch.__version__, providers
     )
 
 
@@ -151,7 +152,7 @@ def _placeholder_key(node: torch.fx.Node) -> str:
 def _plan_key(gm: torch.fx.GraphModule, registry, runtime_name: str) -> str:
     metas = [_placeholder_key(n) for n in gm.graph.nodes if n.op == "placeholder"]
     rules = sorted({r.fingerprint for n in _candidates(gm) for r in registry.rules_for(n.target)})
-    return digest("plan", gm.code, *metas, *rules, _versions_key(), runtime_name)
+    return keys.plan_key(gm.code, metas, rules, _versions_key(), runtime_name)
 
 
 def plan(
@@ -352,7 +353,7 @@ def _subgraph_key(sub: torch.fx.GraphModule, base: str) -> str:
         if n.op == "placeholder"
     ]
     rules = [n.meta[RULE].fingerprint for n in sub.graph.nodes if RULE in n.meta]
-    return digest("subgraph", base, sub.code, *metas, *rules)
+    return keys.fx_key(base, sub.code, metas, rules)
 
 
 def _runtime_tag(runtime, options: CompileOptions) -> str:
@@ -389,7 +390,7 @@ def _find_or_lower(
     cache = KernelCache(config.nkipy_cache)
     options = compile_options(config)
     tag = _runtime_tag(runtime, options)
-    base_key = digest(_versions_key(), runtime.name, tag, config.additional_compiler_args)
+    base_key = keys.fx_base(_versions_key(), runtime.name, tag, config.additional_compiler_args)
     fx_key = _subgraph_key(sub, base_key)
     result = next(iter(sub.graph.find_nodes(op="output"))).args[0]
     tuple_output = isinstance(result, (tuple, list))
@@ -408,9 +409,7 @@ def _find_or_lower(
             return call
     kernel = lower(sub, name)
     ir_text = format_kernel(kernel, with_origin=False)
-    kernel_key = digest(
-        "kernel", ir_text, runtime.name, tag, options.compiler_args, _versions_key()
-    )
+    kernel_key = keys.kernel_key(ir_text, runtime.name, tag, options.compiler_args, _versions_key())
     loaded = cache.load(kernel_key)
     if loaded is None:
         return _Lowered(
@@ -528,7 +527,7 @@ def _entry_meta(job: _Lowered, runtime, seconds: float) -> dict[str, Any]:
         "nkipy_core": _core_version(),
         "inputs": [str(t) for t in kernel.input_types],
         "outputs": [str(t) for t in kernel.output_types],
-        "ir_sha256": digest(format_kernel(kernel, with_origin=False)),
+        "ir_sha256": keys.digest(format_kernel(kernel, with_origin=False)),
         "ops": profiling.op_counts(kernel),
         "compile_seconds": round(seconds, 3),
     }
