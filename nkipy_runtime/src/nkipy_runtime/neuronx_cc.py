@@ -41,7 +41,7 @@ TIMEOUT_ENV = "NKIPY_NEURONX_CC_TIMEOUT"
 DEFAULT_TIMEOUT = 3600.0
 declare_env(
     COMPILER_ENV,
-    kind="path",
+    kind="file",
     meaning="The `neuronx-cc` executable to run; unset: `neuronx-cc` on `PATH`.",
     owner="nkipy-runtime",
 )
@@ -91,8 +91,7 @@ class NeffBuild:
 
 def compiler_path() -> str | None:
     """``$NKIPY_NEURONX_CC`` if set, else ``neuronx-cc`` on PATH, else ``None``."""
-    given = env(COMPILER_ENV)
-    return str(given) if given is not None else shutil.which("neuronx-cc")
+    return env(COMPILER_ENV) or shutil.which("neuronx-cc")
 
 
 def detect_target() -> str | None:

@@ -77,6 +77,8 @@ KINDS: dict[str, Kind[Any]] = {
     for kind in (
         Kind("text", "any text", str),
         Kind("path", "a path", Path),
+        # kept as written: ``./tool`` and ``tool`` differ to ``subprocess`` and ``dlopen``
+        Kind("file", "a file's path", str),
         Kind("flag", "1, true, yes or on; 0, false, no or off", _flag),
         Kind("seconds", "a number of seconds, at least 0 (e.g. 1800)", _seconds),
         Kind("count", "a whole number, at least 0", _count),
@@ -129,8 +131,8 @@ def declare_env(
 ) -> EnvVar[Any]:
     """Declare an environment variable in nkipy's table and return it (``.get()`` reads it).
 
-    ``kind`` is one of ``KINDS`` (``"text"``, ``"path"``, ``"flag"``, ``"seconds"``, ``"count"``,
-    ``"torch-flag"``); ``owner`` is the distribution that reads it (``"nkipy-runtime"``).
+    ``kind`` is one of ``KINDS`` (``"text"``, ``"path"``, ``"file"``, ``"flag"``, ``"seconds"``,
+    ``"count"``, ``"torch-flag"``); ``owner`` is the distribution that reads it (``"nkipy-runtime"``).
     Declaring the same variable again with the same record is a no-op (a module imported
     twice); with a different one it is a ``ConfigurationError``.
     """

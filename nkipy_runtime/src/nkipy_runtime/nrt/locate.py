@@ -17,7 +17,7 @@ STANDARD_LOCATIONS = ("/opt/aws/neuron/lib/libnrt.so.1", "/opt/aws/neuron/lib/li
 LIBRARY_ENV = "NKIPY_LIBNRT"
 declare_env(
     LIBRARY_ENV,
-    kind="path",
+    kind="file",
     meaning="The libnrt to load; unset: the Neuron SDK's install path, else the linker's.",
     owner="nkipy-runtime",
 )
@@ -27,7 +27,7 @@ def find_library() -> str | None:
     """The libnrt to load: ``$NKIPY_LIBNRT``, else the Neuron SDK's install path, else the linker's."""
     given = env(LIBRARY_ENV)
     if given is not None:
-        return str(given)
+        return given
     for path in STANDARD_LOCATIONS:
         if os.path.exists(path):
             return path
