@@ -373,3 +373,22 @@ def test_repeated_in_place_ops_with_a_number_for_a_tensor_argument():
     for i in range(1, 4):
         assert count.add_(1) is count
         assert count.cpu().item() == i
+
+
+def test_floats_baked_into_kernels_are_kept_for_a_bounded_number_of_values(monkeypatch):
+    """``threshold`` compares with its float, so each value has a kernel of its own: a program
+    calling it with ever new values keeps only the most recent ones, and counts the rest."""
+    from nkipy_core.device import eager
+
+    monkeypatch.setattr(eager, "MAX_FLOAT_VALUES", 2)
+    x = torch.randn(7, 3)  # a shape no other test uses: a new signature, bounded at 2 values
+    d = x.to("nkipy")
+    evictions = cache_stats["eager_float_values_evictions"]
+    compiled = cache_stats["compiled_kernels"]
+    for value in (0.3, 0.4, 0.7, 0.3):
+        out = F.threshold(d, value, -1.0)
+        torch.testing.assert_close(out.cpu(), F.threshold(x, value, -1.0))
+    assert cache_stats["compiled_kernels"] == compiled + 3  # 0.3 again: from the disk cache
+    assert cache_stats["eager_float_values_evictions"] == evictions + 2
+    by_value = [v for k, v in eager._state().entries.items() if isinstance(v, eager._ByValue)]
+    assert by_value and all(len(v) <= 2 for v in by_value)

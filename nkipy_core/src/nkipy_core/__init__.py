@@ -21,6 +21,9 @@ _EXPORTS = {
     # registered in-process (pack tests, notebooks)
     "plugins": "nkipy_core.plugin.manager",
     "cache_stats": ("nkipy_core.cache.kernel_cache", "STATS"),
+    # environment variables: packs declare theirs and read them through the one table
+    "declare_env": ("nkipy_core.config.env", "declare_env"),
+    "env": ("nkipy_core.config.env", "env"),
     "kernel_stats": ("nkipy_core.observe.profiling", "kernel_stats"),
     "reset_kernel_stats": ("nkipy_core.observe.profiling", "reset_kernel_stats"),
     "KernelStats": ("nkipy_core.observe.profiling", "KernelStats"),

@@ -12,9 +12,7 @@ rules' NumPy (``benchmarks/bench_nki.py``): installing the pack must not make ev
 
 from __future__ import annotations
 
-import os
-
-from nkipy_core import hookimpl
+from nkipy_core import declare_env, env, hookimpl
 from nkipy_core.runtime import runs_custom_call
 
 from . import custom_call
@@ -28,10 +26,18 @@ NKIPY_HOOK_API = ">=1.0,<2"
 
 #: the switch of the softmax and RMSNorm overrides: "1" turns them on
 OVERRIDES_ENV = "NKIPY_NKI_OVERRIDES"
+declare_env(
+    OVERRIDES_ENV,
+    kind="flag",
+    default=False,
+    meaning="On: nkipy-ops-nki's NKI kernels replace softmax and fuse RMSNorm, on runtimes that "
+    "run NKI custom calls.",
+    owner="nkipy-ops-nki",
+)
 
 
 def overrides_enabled() -> bool:
-    return os.environ.get(OVERRIDES_ENV, "0") == "1"
+    return env(OVERRIDES_ENV)
 
 
 @hookimpl

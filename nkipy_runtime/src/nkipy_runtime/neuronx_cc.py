@@ -26,6 +26,7 @@ from pathlib import Path
 
 import attrs
 
+from nkipy_core import declare_env, env
 from nkipy_core.errors import ConfigurationError, NkipyError, RuntimeUnavailableError
 
 #: the instance families ``--target`` accepts from us (one NEFF per family: they do not load elsewhere)
@@ -38,6 +39,19 @@ COMPILER_ENV = "NKIPY_NEURONX_CC"
 TIMEOUT_ENV = "NKIPY_NEURONX_CC_TIMEOUT"
 #: one kernel of a large model can take tens of minutes; an hour means "stuck", not "slow"
 DEFAULT_TIMEOUT = 3600.0
+declare_env(
+    COMPILER_ENV,
+    kind="file",
+    meaning="The `neuronx-cc` executable to run; unset: `neuronx-cc` on `PATH`.",
+    owner="nkipy-runtime",
+)
+declare_env(
+    TIMEOUT_ENV,
+    kind="seconds",
+    default=DEFAULT_TIMEOUT,
+    meaning="How long one `neuronx-cc` compile may run before it is killed and reported.",
+    owner="nkipy-runtime",
+)
 #: lines of the compiler's log an error message quotes
 LOG_TAIL_LINES = 20
 
@@ -77,7 +91,7 @@ class NeffBuild:
 
 def compiler_path() -> str | None:
     """``$NKIPY_NEURONX_CC`` if set, else ``neuronx-cc`` on PATH, else ``None``."""
-    return os.environ.get(COMPILER_ENV) or shutil.which("neuronx-cc")
+    return env(COMPILER_ENV) or shutil.which("neuronx-cc")
 
 
 def detect_target() -> str | None:
@@ -117,15 +131,7 @@ def resolve_target(configured: str | None) -> str:
 
 def timeout_seconds() -> float:
     """``$NKIPY_NEURONX_CC_TIMEOUT`` (seconds), else ``DEFAULT_TIMEOUT``."""
-    text = os.environ.get(TIMEOUT_ENV)
-    if not text:
-        return DEFAULT_TIMEOUT
-    try:
-        return float(text)
-    except ValueError:
-        raise ConfigurationError(
-            f"{TIMEOUT_ENV}={text!r} is not a number of seconds; unset it or set e.g. 1800"
-        ) from None
+    return env(TIMEOUT_ENV)
 
 
 def _tail(log: str) -> str:

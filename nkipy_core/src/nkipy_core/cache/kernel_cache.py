@@ -8,7 +8,7 @@ Layout under the cache root::
     stats/                  the last run's per-kernel counters (written by ``profiling``)
 
 The kernel key hashes the IR text, runtime, compiler arguments and package versions, so two
-graphs that lower to the same IR share one compiled artifact. The index maps the *input* of
+graphs that lower to the same IR share one compiled artifact (every key's recipe is in ``keys``). The index maps the *input* of
 lowering (FX code and input types) to results, so a process with a warm cache does not lower.
 
 Every entry is written to a private temporary directory and renamed into place, which is atomic
@@ -44,6 +44,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from nkipy_core.config import env
 from nkipy_core.errors import CacheError, CacheLockTimeoutError
 
 log = logging.getLogger("nkipy.cache")
@@ -53,17 +54,7 @@ log = logging.getLogger("nkipy.cache")
 #: users observe that a warm cache skipped lowering and that ranks compiled each kernel once
 STATS: collections.Counter[str] = collections.Counter()
 
-LOCK_TIMEOUT_ENV = "NKIPY_CACHE_LOCK_TIMEOUT"
-_DEFAULT_LOCK_TIMEOUT = 3600.0
 _LOCK_POLL_SECONDS = 0.05
-
-
-def digest(*parts: str | bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode() if isinstance(part, str) else part)
-        h.update(b"\0")
-    return h.hexdigest()
 
 
 class KernelCache:
@@ -150,7 +141,7 @@ class KernelCache:
         Each call opens the lock file anew, so threads of one process exclude each other too
         (``flock`` locks belong to an open file, not to a process)."""
         path = self.root / "locks" / key
-        timeout = _lock_timeout()
+        timeout = env.NKIPY_CACHE_LOCK_TIMEOUT.get()
         with open(path, "ab") as lock:  # created if absent, never truncated
             deadline = time.monotonic() + timeout
             while True:
@@ -163,7 +154,7 @@ class KernelCache:
                             f"waited {timeout:g} s for another process to compile kernel {key} "
                             f"(it holds {path}). A process that dies releases the lock, so the "
                             "holder is still running: check it is not hung, or let the wait last "
-                            f"longer by setting {LOCK_TIMEOUT_ENV} (seconds)."
+                            f"longer by setting {env.NKIPY_CACHE_LOCK_TIMEOUT.name} (seconds)."
                         ) from None
                     time.sleep(_LOCK_POLL_SECONDS)
             yield  # closing the file releases the lock
@@ -209,19 +200,6 @@ class KernelCache:
         except OSError:
             return
         shutil.rmtree(graveyard, ignore_errors=True)
-
-
-def _lock_timeout() -> float:
-    text = os.environ.get(LOCK_TIMEOUT_ENV)
-    if text is None:
-        return _DEFAULT_LOCK_TIMEOUT
-    try:
-        return float(text)
-    except ValueError:
-        raise CacheError(
-            f"{LOCK_TIMEOUT_ENV}={text!r} is not a number of seconds; set it to e.g. 7200 or unset it "
-            f"(default {_DEFAULT_LOCK_TIMEOUT:g})."
-        ) from None
 
 
 def atomic_write(path: Path, data: bytes, staging: Path) -> None:

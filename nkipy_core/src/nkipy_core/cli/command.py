@@ -5,9 +5,9 @@ kernel cache directory their arguments name.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
+from nkipy_core.config.env import NKIPY_CACHE
 from nkipy_core.plugin import manager as plugins
 
 # Exit codes: 0 fine; 1 doctor found no usable runtime; 2 usage or plugin error (argparse's too).
@@ -25,4 +25,4 @@ def loaded_plugins(args: argparse.Namespace) -> plugins.Plugins:
 
 def cache_dir(given: str | None) -> Path:
     """A ``DIR`` argument, else ``NKIPY_CACHE``, else ``./nkipy_cache`` (as the backend resolves it)."""
-    return Path(given or os.environ.get("NKIPY_CACHE") or "nkipy_cache").resolve()
+    return Path(given or NKIPY_CACHE.get()).resolve()

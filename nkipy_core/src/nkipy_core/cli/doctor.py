@@ -5,7 +5,6 @@ fall back or fail here.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -17,6 +16,7 @@ from nkipy_core import _torch
 from nkipy_core.cli.command import EXIT_NO_RUNTIME, EXIT_OK, loaded_plugins
 from nkipy_core.cli.format import emit
 from nkipy_core.cli.installed import plugin_rows, render_plugins, render_runtimes, runtime_rows
+from nkipy_core.config.env import NKIPY_RUNTIME, TORCH_DEVICE_BACKEND_AUTOLOAD
 from nkipy_core.plugin import manager as plugins
 
 CORE_DISTRIBUTION = "nkipy-core"
@@ -46,7 +46,7 @@ def versions(loaded: plugins.Plugins) -> dict[str, str]:
 
 def _selected_runtime(runtimes: list[dict[str, Any]]) -> dict[str, Any]:
     """What the backend would pick: ``NKIPY_RUNTIME`` if set, else the first available one."""
-    requested = os.environ.get("NKIPY_RUNTIME") or None
+    requested = NKIPY_RUNTIME.get()
     by_name = {r["name"]: r for r in runtimes}
     if requested is not None:
         row = by_name.get(requested)
@@ -79,7 +79,7 @@ def device_status() -> dict[str, Any]:
     return {
         "name": NAME,
         "registered": taken == NAME,
-        "autoload": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "1") == "1",
+        "autoload": TORCH_DEVICE_BACKEND_AUTOLOAD.get(),
         "privateuse1": taken,
         "accelerator": taken == NAME and module.is_available(),
     }

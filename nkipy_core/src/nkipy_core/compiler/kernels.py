@@ -17,10 +17,11 @@ import torch
 import torch.fx
 
 from nkipy_core.buffers import memory
-from nkipy_core.cache.kernel_cache import STATS, KernelCache, digest
+from nkipy_core.cache import keys
+from nkipy_core.cache.kernel_cache import STATS, KernelCache
 from nkipy_core.compiler import precompile
 from nkipy_core.compiler.kernel_call import KernelCall
-from nkipy_core.compiler.keys import core_version, placeholder_key, runtime_tag, versions_key
+from nkipy_core.compiler.key_parts import core_version, placeholder_key, runtime_tag, versions_key
 from nkipy_core.compiler.lower import lower_subgraph, output_orders
 from nkipy_core.compiler.lowering import tensor_type
 from nkipy_core.compiler.plan import RULE
@@ -42,7 +43,7 @@ def _subgraph_key(sub: torch.fx.GraphModule, base: str) -> str:
         if n.op == "placeholder"
     ]
     rules = [n.meta[RULE].fingerprint for n in sub.graph.nodes if RULE in n.meta]
-    return digest("subgraph", base, sub.code, *metas, *rules)
+    return keys.fx_key(base, sub.code, metas, rules)
 
 
 @attrs.frozen
@@ -73,7 +74,7 @@ def _find_or_lower(
     cache = KernelCache(config.nkipy_cache)
     options = compile_options(config)
     tag = runtime_tag(runtime, options)
-    base_key = digest(versions_key(), runtime.name, tag, config.additional_compiler_args)
+    base_key = keys.fx_base(versions_key(), runtime.name, tag, config.additional_compiler_args)
     fx_key = _subgraph_key(sub, base_key)
     result = next(iter(sub.graph.find_nodes(op="output"))).args[0]
     tuple_output = isinstance(result, (tuple, list))
@@ -92,7 +93,7 @@ def _find_or_lower(
             return call
     kernel = lower(sub, name)
     ir_text = format_kernel(kernel, with_origin=False)
-    kernel_key = digest("kernel", ir_text, runtime.name, tag, options.compiler_args, versions_key())
+    kernel_key = keys.kernel_key(ir_text, runtime.name, tag, options.compiler_args, versions_key())
     loaded = cache.load(kernel_key)
     if loaded is None:
         return _Lowered(
@@ -210,7 +211,7 @@ def _entry_meta(job: _Lowered, runtime, seconds: float) -> dict[str, Any]:
         "nkipy_core": core_version(),
         "inputs": [str(t) for t in kernel.input_types],
         "outputs": [str(t) for t in kernel.output_types],
-        "ir_sha256": digest(format_kernel(kernel, with_origin=False)),
+        "ir_sha256": keys.digest(format_kernel(kernel, with_origin=False)),
         "ops": profiling.op_counts(kernel),
         "compile_seconds": round(seconds, 3),
     }

@@ -10,9 +10,10 @@ import torch
 import torch.fx
 
 from nkipy_core import _torch
-from nkipy_core.cache.kernel_cache import STATS, KernelCache, digest
+from nkipy_core.cache import keys
+from nkipy_core.cache.kernel_cache import STATS, KernelCache
 from nkipy_core.compiler import regions, rng
-from nkipy_core.compiler.keys import placeholder_key, versions_key
+from nkipy_core.compiler.key_parts import placeholder_key, versions_key
 from nkipy_core.compiler.lowering import invoke, output_types, tensor_type
 from nkipy_core.config.settings import Config
 from nkipy_core.errors import LoweringError, Unsupported, VerificationError
@@ -102,7 +103,7 @@ def _runtime_declines(builder: KernelBuilder, runtime: Runtime) -> str:
 def _plan_key(gm: torch.fx.GraphModule, registry, runtime_name: str) -> str:
     metas = [placeholder_key(n) for n in gm.graph.nodes if n.op == "placeholder"]
     rules = sorted({r.fingerprint for n in _candidates(gm) for r in registry.rules_for(n.target)})
-    return digest("plan", gm.code, *metas, *rules, versions_key(), runtime_name)
+    return keys.plan_key(gm.code, metas, rules, versions_key(), runtime_name)
 
 
 def plan(

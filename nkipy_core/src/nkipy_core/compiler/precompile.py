@@ -13,18 +13,18 @@ from __future__ import annotations
 import atexit
 import json
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
+from nkipy_core.config import env
 from nkipy_core.errors import RuntimeNotFoundError, RuntimeUnavailableError
 from nkipy_core.plugin import manager as plugins
 
 log = logging.getLogger("nkipy.precompile")
 
 #: where the process writes its report at exit (set by ``nkipy-ops precompile``)
-REPORT_ENV = "NKIPY_PRECOMPILE_REPORT"
+REPORT_ENV = env.NKIPY_PRECOMPILE_REPORT.name
 
 
 class Report:
@@ -72,8 +72,9 @@ class Report:
             }
 
     def _write_at_exit(self) -> None:
-        if not self._registered and os.environ.get(REPORT_ENV):
-            atexit.register(self.write, Path(os.environ[REPORT_ENV]))
+        path = env.NKIPY_PRECOMPILE_REPORT.get()
+        if not self._registered and path is not None:
+            atexit.register(self.write, path)
             self._registered = True
 
     def write(self, path: Path) -> None:

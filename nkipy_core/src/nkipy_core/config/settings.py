@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from nkipy_core.config import env
 from nkipy_core.errors import ConfigurationError, RuntimeNotFoundError, RuntimeUnavailableError
 from nkipy_core.plugin import manager as plugins
 
@@ -27,8 +28,8 @@ def _detect_rank_world() -> tuple[int, int]:
 
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    rank = os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))
-    return int(rank), int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = env.LOCAL_RANK.get()
+    return env.RANK.get() if local_rank is None else local_rank, env.WORLD_SIZE.get()
 
 
 def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -107,10 +108,10 @@ def _resolve(
     return Config(
         rank=detected_rank if rank is None else rank,
         world_size=detected_world if world_size is None else world_size,
-        runtime=runtime or os.environ.get("NKIPY_RUNTIME") or None,
-        nkipy_cache=nkipy_cache or os.environ.get("NKIPY_CACHE") or _DEFAULTS.nkipy_cache,
-        target=target or os.environ.get("NKIPY_TARGET") or None,
-        precompile=precompile or os.environ.get("NKIPY_PRECOMPILE") or None,
+        runtime=runtime or env.NKIPY_RUNTIME.get(),
+        nkipy_cache=nkipy_cache or env.NKIPY_CACHE.get(),
+        target=target or env.NKIPY_TARGET.get(),
+        precompile=precompile or env.NKIPY_PRECOMPILE.get(),
         **settings,
     )
 

@@ -12,6 +12,13 @@ result comes back to the device. Two kinds of op run on CPU by design, without a
 fills, which draw from torch's CPU generator so that seeded device runs reproduce CPU runs, and
 ops whose output shape depends on the data (``masked_select``, ``nonzero``, ``unique``), which
 no static-shape kernel can express (printing a tensor uses them).
+
+What each signature runs is kept in memory, in bounded caches (``nkipy_core.cache.lru``):
+``MAX_SIGNATURES`` call signatures (and as many fast keys), and ``MAX_FLOAT_VALUES`` float
+values for each signature whose kernels bake its floats in. A program that calls an op with ever
+new ints or floats evicts the least recently used (``cache_stats["eager_signatures_evictions"]``,
+``"eager_fast_calls_evictions"``, ``"eager_float_values_evictions"``) instead of holding a kernel
+per value; an evicted kernel comes back from the on-disk kernel cache when it is called again.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import torch.fx
 
 from nkipy_core import _torch
 from nkipy_core.buffers import memory
+from nkipy_core.cache.lru import BoundedCache
 from nkipy_core.compiler.aten_schema import functional_form
 from nkipy_core.compiler.fallback import FallbackWarning
 from nkipy_core.compiler.kernel_call import KernelCall
@@ -82,6 +90,11 @@ _HOST_OPS = {
 
 log = logging.getLogger("nkipy.device")
 
+#: call signatures (and fast keys) whose kernels a process keeps in memory
+MAX_SIGNATURES = 4096
+#: float values kept per signature whose kernels bake the floats in (``_ByValue``)
+MAX_FLOAT_VALUES = 64
+
 
 class _Kernels:
     """What each eager call signature runs, for one configuration: a compiled single-op kernel,
@@ -89,7 +102,7 @@ class _Kernels:
 
     def __init__(self, config: Config):
         self.config = config
-        self.entries: dict[tuple, Any] = {}
+        self.entries: BoundedCache[tuple, Any] = BoundedCache("eager_signatures", MAX_SIGNATURES)
         self.warned: set[str] = set()
         loaded = plugins.get(strict=config.strict)
         aten.claim(loaded.lowerings.ops())  # plugins may have been reloaded since the first use
@@ -97,7 +110,7 @@ class _Kernels:
         self.decompositions = loaded.decompositions.table(loaded.lowerings.ops())
         self.decomposing: set[_torch.OpOverload] = set()
         #: ``_fast_key`` -> what a call of all tensors runs: a kernel call, or ``_InPlace``
-        self.fast: dict[tuple, Any] = {}
+        self.fast: BoundedCache[tuple, Any] = BoundedCache("eager_fast_calls", MAX_SIGNATURES)
 
 
 class _Decomposition:
@@ -242,9 +255,10 @@ def run(op: _torch.OpOverload, args: tuple, kwargs: dict) -> Any:
         return _in_memory_format(entry(*tensors), layout)
     if isinstance(entry, _ByValue):
         values = tuple(floats)
-        if values not in entry:
-            entry[values] = _by_value(op, args, kwargs, state)
-        entry = entry[values]
+        by_value = entry.get(values)
+        if by_value is None:
+            by_value = entry[values] = _by_value(op, args, kwargs, state)
+        entry = by_value
     if isinstance(entry, str):
         return _on_cpu(op, args, kwargs, entry, state)
     if isinstance(entry, _Decomposition):
@@ -319,8 +333,13 @@ def _by_value(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels)
     return decision
 
 
-class _ByValue(dict):
+class _ByValue(BoundedCache):
     """Entries of one call signature keyed by its float values (their kernels bake them in)."""
+
+    __slots__ = ()
+
+    def __init__(self):
+        super().__init__("eager_float_values", MAX_FLOAT_VALUES)
 
 
 class _Lifted:

@@ -61,15 +61,16 @@ import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from nkipy_core import _torch
-from nkipy_core.cache.kernel_cache import STATS, KernelCache, digest
+from nkipy_core.cache import keys
+from nkipy_core.cache.kernel_cache import STATS, KernelCache
 from nkipy_core.compiler.kernel_call import entry
 from nkipy_core.compiler.kernels import compile_options
-from nkipy_core.compiler.keys import runtime_tag, versions_key
+from nkipy_core.compiler.key_parts import runtime_tag, versions_key
 from nkipy_core.compiler.pipeline import compile_graph
 from nkipy_core.config.settings import Config, select_runtime
 from nkipy_core.dynamo import stored_graph
 from nkipy_core.plugin import manager as plugins
-from nkipy_core.plugin.registry import code_digest, op_name, source_digest
+from nkipy_core.plugin.registry import op_name, source_digest
 
 log = logging.getLogger("nkipy.aot_cache")
 
@@ -239,7 +240,7 @@ def cache_key(
     loaded = plugins.get(strict=config.strict)
     added = loaded.decompositions.added
     table = sorted(
-        f"{name}={_decomposition_fingerprint(fn) if name in added else ''}"
+        f"{name}={keys.function_fingerprint(fn) if name in added else ''}"
         for name, fn in ((op_name(op), fn) for op, fn in decompositions.items())
     )
     # what a hit's graph was planned and lowered with: it is not planned again (``stored_graph``)
@@ -250,19 +251,13 @@ def cache_key(
         for n in gm.graph.nodes
         if n.meta.get("custom")
     ]
-    return digest(
-        "aot",
+    return keys.aot_key(
         versions_key(),
         runtime.name,
         runtime_tag(runtime, options),
         repr(sorted(settings.items())),
-        *table,
-        *rules,
-        *sources,
-        *regions,
+        table,
+        rules,
+        sources,
+        regions,
     )
-
-
-def _decomposition_fingerprint(fn: Callable[..., Any]) -> str:
-    module = getattr(fn, "__module__", "") or ""
-    return f"{module}.{getattr(fn, '__qualname__', fn)}#{code_digest(fn)}:{source_digest(module) if module else '-'}"

@@ -39,6 +39,7 @@ import torch.autograd.profiler as _torch_profiler
 
 from nkipy_core import _torch
 from nkipy_core.cache.kernel_cache import atomic_write
+from nkipy_core.config import env
 
 log = logging.getLogger("nkipy.profiling")
 
@@ -207,7 +208,7 @@ def reset_kernel_stats() -> None:
 def _rank() -> tuple[int, int]:
     """(rank, world size) from the launcher's environment (torchrun sets both); at exit the
     process group may already be gone, the environment is not."""
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    return env.RANK.get(), env.WORLD_SIZE.get()
 
 
 def stats_file(root: Path, rank: int, world_size: int) -> Path:

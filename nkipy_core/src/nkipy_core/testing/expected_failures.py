@@ -26,10 +26,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from nkipy_core.config import env
+
 if TYPE_CHECKING:
     from nkipy_core.testing.conformance import ConformanceReport
 
-UPDATE_ENV = "NKIPY_UPDATE_EXPECTED_FAILURES"
+UPDATE_ENV = env.NKIPY_UPDATE_EXPECTED_FAILURES.name
 
 Key = tuple[str, str, str]  # (op, dtype, sample)
 
@@ -160,7 +162,7 @@ def expected_failures_for(report: ConformanceReport, path: str | os.PathLike) ->
     rewritten from ``report`` (so that the assertion that follows passes and ``git diff`` shows
     what changed)."""
     expected = ExpectedFailures.read(path)
-    if os.environ.get(UPDATE_ENV):
+    if env.NKIPY_UPDATE_EXPECTED_FAILURES.get():
         expected = expected.updated(report)
         expected.write(path)
     return expected

@@ -12,9 +12,9 @@ list (``4,5,7``); a list of ranges (``0-1,4``) is accepted as well.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
+from nkipy_core import env
 from nkipy_core.errors import NkipyError
 
 VISIBLE_CORES = "NEURON_RT_VISIBLE_CORES"
@@ -79,10 +79,9 @@ def assign_visible_cores(total_cores: int, environ: Mapping[str, str] | None = N
     no choice. None for a single process whose user set the variable (validated here, so a typo
     fails with a clear message rather than inside libnrt).
     """
-    env = os.environ if environ is None else environ
-    local_rank = int(env.get("LOCAL_RANK", "0"))
-    local_world_size = int(env.get("LOCAL_WORLD_SIZE", "1"))
-    user = env.get(VISIBLE_CORES)
+    local_rank = env("LOCAL_RANK", environ) or 0
+    local_world_size = env("LOCAL_WORLD_SIZE", environ)
+    user = env(VISIBLE_CORES, environ)
     cores = parse_visible_cores(user) if user is not None else tuple(range(total_cores))
     mine = cores_for_local_rank(cores, local_rank, local_world_size)
     if user is not None and local_world_size == 1:

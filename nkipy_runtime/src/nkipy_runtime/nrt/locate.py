@@ -10,15 +10,24 @@ import ctypes.util
 import functools
 import os
 
+from nkipy_core import declare_env, env
+
 #: where the Neuron SDK's aws-neuronx-runtime-lib package installs libnrt
 STANDARD_LOCATIONS = ("/opt/aws/neuron/lib/libnrt.so.1", "/opt/aws/neuron/lib/libnrt.so")
 LIBRARY_ENV = "NKIPY_LIBNRT"
+declare_env(
+    LIBRARY_ENV,
+    kind="file",
+    meaning="The libnrt to load; unset: the Neuron SDK's install path, else the linker's.",
+    owner="nkipy-runtime",
+)
 
 
 def find_library() -> str | None:
     """The libnrt to load: ``$NKIPY_LIBNRT``, else the Neuron SDK's install path, else the linker's."""
-    if os.environ.get(LIBRARY_ENV):
-        return os.environ[LIBRARY_ENV]
+    given = env(LIBRARY_ENV)
+    if given is not None:
+        return given
     for path in STANDARD_LOCATIONS:
         if os.path.exists(path):
             return path

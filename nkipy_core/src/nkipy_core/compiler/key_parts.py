@@ -1,6 +1,7 @@
-"""What a cached plan or kernel depends on besides its graph: the installed packs and core, and
-the runtime's target. Part of the plan, FX-index and kernel cache keys, and of the keys of the
-graphs stored in torch's AOTAutograd cache (``nkipy_core.dynamo.aot_cache``).
+"""The parts of cache keys that the compiler gathers besides its graph: the installed packs and
+core, a graph input's layout, the runtime's target. The recipes that hash them into keys are in
+``nkipy_core.cache.keys``; these parts go into the plan, FX-index and kernel keys, and into the
+keys of the graphs stored in torch's AOTAutograd cache (``nkipy_core.dynamo.aot_cache``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 import torch
 import torch.fx
 
-from nkipy_core.cache.kernel_cache import digest
+from nkipy_core.cache import keys
 from nkipy_core.compiler.lowering import Layout
 from nkipy_core.plugin import manager as plugins
 from nkipy_core.plugin.registry import source_digest
@@ -29,8 +30,8 @@ def versions_key() -> str:
     """The installed plugin distributions and versions, and the core's own sources (its
     primitives and codegen define what a kernel computes): part of every cache key."""
     providers = sorted(f"{s.name}={s.provenance}" for s in plugins.get().statuses if s.ok)
-    return digest(
-        "versions", core_version(), source_digest("nkipy_core"), torch.__version__, *providers
+    return keys.versions_key(
+        core_version(), source_digest("nkipy_core"), torch.__version__, providers
     )
 
 

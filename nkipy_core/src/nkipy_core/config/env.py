@@ -1,0 +1,339 @@
+"""Every environment variable nkipy reads, declared once: name, default, what it accepts, what it
+means and which distribution owns it.
+
+The table is the only place that reads ``os.environ`` for a variable nkipy knows (a test scans
+the sources for any other read of an ``NKIPY_*`` name), so a value is parsed the same way
+everywhere, and a bad one fails with a ``ConfigurationError`` that names the variable and what
+it accepts instead of a ``ValueError`` somewhere deep. Values are read at each call (a test or a
+launcher may set them late), never cached.
+
+nkipy-core declares its variables here; a pack declares its own at import through
+``nkipy_core.declare_env`` and reads them with ``nkipy_core.env``. Variables set by the launcher
+(torchrun), torch or the Neuron runtime are declared too, as inputs nkipy only reads.
+``docs/configuration.md`` is rendered from the table (``render``, run by
+``docs/gen_configuration.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from nkipy_core.errors import ConfigurationError
+
+T = TypeVar("T")
+
+#: the distribution that owns nkipy-core's own variables
+CORE = "nkipy-core"
+#: owners of the variables nkipy only reads (``EnvVar.input_only``)
+LAUNCHER = "launcher (torchrun)"
+TORCH = "torch"
+NEURON_RUNTIME = "Neuron runtime (libnrt)"
+
+
+# The records are frozen dataclasses, not attrs classes: the hardware probe that torch runs in
+# every program dynamo compiles reads a variable through this table, and must stay that light.
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind(Generic[T]):
+    """How a variable's text becomes a value: ``parse`` raises ``ValueError`` on text it does
+    not take, and ``accepts`` says in words what it takes (for errors and the docs)."""
+
+    name: str
+    accepts: str
+    parse: Callable[[str], T] = dataclasses.field(compare=False)
+
+
+def _flag(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # also refuses nan
+        raise ValueError(text)
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+KINDS: dict[str, Kind[Any]] = {
+    kind.name: kind
+    for kind in (
+        Kind("text", "any text", str),
+        Kind("path", "a path", Path),
+        # kept as written: ``./tool`` and ``tool`` differ to ``subprocess`` and ``dlopen``
+        Kind("file", "a file's path", str),
+        Kind("flag", "1, true, yes or on; 0, false, no or off", _flag),
+        Kind("seconds", "a number of seconds, at least 0 (e.g. 1800)", _seconds),
+        Kind("count", "a whole number, at least 0", _count),
+        # torch's own rule for its switches: exactly "1" is on, anything else is off
+        Kind("torch-flag", "1 (on); any other value is off, as torch reads it", lambda t: t == "1"),
+    )
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvVar(Generic[T]):
+    """One environment variable: the value of ``get()`` is ``default`` when the variable is
+    unset or empty, else its text parsed by ``kind``."""
+
+    name: str
+    kind: Kind[T]
+    default: T | None
+    meaning: str
+    owner: str
+    #: set by the launcher, torch or the Neuron runtime; nkipy reads it and documents it, but
+    #: does not define it
+    input_only: bool = False
+
+    def get(self, environ: Mapping[str, str] | None = None) -> T | None:
+        """The value in ``environ`` (default: the process environment) now."""
+        text = (os.environ if environ is None else environ).get(self.name)
+        if not text:
+            return self.default
+        try:
+            return self.kind.parse(text)
+        except ValueError:
+            raise ConfigurationError(
+                f"{self.name}={text!r} is not valid: it accepts {self.kind.accepts}. "
+                f"Fix it, or unset it for the default ({_shown(self.default)})."
+            ) from None
+
+
+_lock = threading.Lock()
+_table: dict[str, EnvVar[Any]] = {}
+
+
+def declare_env(
+    name: str,
+    *,
+    kind: str,
+    default: Any = None,
+    meaning: str,
+    owner: str,
+    input_only: bool = False,
+) -> EnvVar[Any]:
+    """Declare an environment variable in nkipy's table and return it (``.get()`` reads it).
+
+    ``kind`` is one of ``KINDS`` (``"text"``, ``"path"``, ``"file"``, ``"flag"``, ``"seconds"``,
+    ``"count"``, ``"torch-flag"``); ``owner`` is the distribution that reads it (``"nkipy-runtime"``).
+    Declaring the same variable again with the same record is a no-op (a module imported
+    twice); with a different one it is a ``ConfigurationError``.
+    """
+    if kind not in KINDS:
+        raise ConfigurationError(
+            f"environment variable {name}: unknown kind {kind!r}; use one of {sorted(KINDS)}"
+        )
+    var = EnvVar(name, KINDS[kind], default, meaning, owner, input_only)
+    with _lock:
+        known = _table.setdefault(name, var)
+    if known != var:
+        raise ConfigurationError(
+            f"environment variable {name} is declared twice, differently: by {known.owner} and "
+            f"by {var.owner}. One distribution owns a variable; the other reads it with "
+            "nkipy_core.env."
+        )
+    return known
+
+
+def env(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The value of the declared variable ``name`` in ``environ`` (default: the process
+    environment) now: its default when unset, else its parsed text."""
+    var = _table.get(name)
+    if var is None:
+        raise ConfigurationError(
+            f"environment variable {name} is not declared; declare it with "
+            "nkipy_core.declare_env(...) when the module that reads it is imported"
+        )
+    return var.get(environ)
+
+
+def table() -> list[EnvVar[Any]]:
+    """The variables declared so far (nkipy-core's, and those of the packs imported), by name."""
+    with _lock:
+        return sorted(_table.values(), key=lambda v: v.name)
+
+
+def _shown(default: Any) -> str:
+    """A default as a user would set it."""
+    if default is None:
+        return "unset"
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    if isinstance(default, float):
+        return f"{default:g}"
+    return str(default)
+
+
+# -- nkipy-core's variables -----------------------------------------------------------------------
+
+NKIPY_RUNTIME = declare_env(
+    "NKIPY_RUNTIME",
+    kind="text",
+    meaning="The runtime to run on (`cpu`, `nrt`, `xla`) when `init_nkipy_backend(runtime=...)` "
+    "names none; unset picks the highest-priority available one.",
+    owner=CORE,
+)
+NKIPY_CACHE = declare_env(
+    "NKIPY_CACHE",
+    kind="path",
+    default=Path("nkipy_cache"),
+    meaning="The kernel cache directory when `init_nkipy_backend(nkipy_cache=...)` names none "
+    "(relative to the working directory).",
+    owner=CORE,
+)
+NKIPY_TARGET = declare_env(
+    "NKIPY_TARGET",
+    kind="text",
+    meaning="The hardware generation to compile for (`trn1`, `trn2`, `trn3`) when "
+    "`init_nkipy_backend(target=...)` names none; unset lets the runtime detect it.",
+    owner=CORE,
+)
+NKIPY_PRECOMPILE = declare_env(
+    "NKIPY_PRECOMPILE",
+    kind="text",
+    meaning="A runtime to compile every kernel for as well, into the cache, while the program "
+    "runs on another (`nkipy-ops precompile` sets it).",
+    owner=CORE,
+)
+NKIPY_PRECOMPILE_REPORT = declare_env(
+    "NKIPY_PRECOMPILE_REPORT",
+    kind="path",
+    meaning="Where a precompiling process writes its counts (JSON) at exit "
+    "(`nkipy-ops precompile` sets it).",
+    owner=CORE,
+)
+NKIPY_CACHE_LOCK_TIMEOUT = declare_env(
+    "NKIPY_CACHE_LOCK_TIMEOUT",
+    kind="seconds",
+    default=3600.0,
+    meaning="How long a process waits for another one compiling the same kernel into a shared "
+    "cache before raising `CacheLockTimeoutError`.",
+    owner=CORE,
+)
+NKIPY_UPDATE_EXPECTED_FAILURES = declare_env(
+    "NKIPY_UPDATE_EXPECTED_FAILURES",
+    kind="flag",
+    default=False,
+    meaning="On: a pack's conformance test rewrites its expected-failures file from the run "
+    "instead of checking it.",
+    owner=CORE,
+)
+
+# -- variables nkipy only reads -----------------------------------------------------------------
+
+RANK = declare_env(
+    "RANK",
+    kind="count",
+    default=0,
+    meaning="The process's global rank, when torch.distributed is not initialised.",
+    owner=LAUNCHER,
+    input_only=True,
+)
+LOCAL_RANK = declare_env(
+    "LOCAL_RANK",
+    kind="count",
+    meaning="The process's rank on its host: which NeuronCores it takes, and its rank (before "
+    "`RANK`) when torch.distributed is not initialised.",
+    owner=LAUNCHER,
+    input_only=True,
+)
+WORLD_SIZE = declare_env(
+    "WORLD_SIZE",
+    kind="count",
+    default=1,
+    meaning="The number of processes, when torch.distributed is not initialised.",
+    owner=LAUNCHER,
+    input_only=True,
+)
+LOCAL_WORLD_SIZE = declare_env(
+    "LOCAL_WORLD_SIZE",
+    kind="count",
+    default=1,
+    meaning="The number of processes on this host, among which the visible NeuronCores are "
+    "shared out.",
+    owner=LAUNCHER,
+    input_only=True,
+)
+NEURON_RT_VISIBLE_CORES = declare_env(
+    "NEURON_RT_VISIBLE_CORES",
+    kind="text",
+    meaning="The NeuronCores this host's processes may use (`2`, `0-3`, `4,5,7`); unset: all of "
+    "them. Each local rank is given its own block before the runtime starts.",
+    owner=NEURON_RUNTIME,
+    input_only=True,
+)
+TORCH_DEVICE_BACKEND_AUTOLOAD = declare_env(
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    kind="torch-flag",
+    default=True,
+    meaning="Whether `import torch` loads device backends, the `nkipy` device among them "
+    "(`nkipy-ops doctor` reports it).",
+    owner=TORCH,
+    input_only=True,
+)
+
+
+# -- the documentation page ---------------------------------------------------------------------
+
+HEADER = """\
+# Configuration
+
+<!-- Generated by docs/gen_configuration.py from nkipy_core.config.env; do not edit. -->
+
+nkipy reads these environment variables. A setting passed to `init_nkipy_backend` or
+`torch.compile(..., options={...})` wins over its variable. An empty variable counts as unset.
+A value the variable does not accept fails with a `ConfigurationError` that names the variable
+and what it accepts.
+
+Packs declare their own variables (`nkipy_core.declare_env`); this page lists those of the packs
+in this repository.
+"""
+
+
+def _row(var: EnvVar[Any]) -> str:
+    default = "unset" if var.default is None else f"`{_shown(var.default)}`"
+    return f"| `{var.name}` | {default} | {var.kind.accepts} | {var.meaning} | {var.owner} |"
+
+
+def rows(input_only: bool) -> list[str]:
+    """The table rows of the declared variables that are (or are not) ``input_only``."""
+    return [_row(var) for var in table() if var.input_only == input_only]
+
+
+def render() -> str:
+    """``docs/configuration.md`` for the variables declared so far."""
+    head = "| variable | default | accepts | meaning | owner |\n|---|---|---|---|---|"
+    return "\n".join(
+        [
+            HEADER,
+            "## nkipy's variables",
+            "",
+            head,
+            *rows(input_only=False),
+            "",
+            "## Variables nkipy reads from the launcher, torch and the Neuron runtime",
+            "",
+            "nkipy does not define these; it reads them as their owners set them.",
+            "",
+            head,
+            *rows(input_only=True),
+            "",
+        ]
+    )
