@@ -18,7 +18,7 @@ import builtins
 import functools
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,6 +26,9 @@ import torch
 from nkipy_core.ir.builder import Traced, apply, constant
 from nkipy_core.ir.graph import ConstantData, Opaque
 from nkipy_core.ir.types import DType
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 Array = Traced | np.ndarray
 Scalar = bool | int | float
@@ -162,7 +165,7 @@ def dtype_of(x: Array) -> DType:
     return x.value.type.dtype if isinstance(x, Traced) else DType.from_numpy(np.asarray(x).dtype)
 
 
-def _is_scalar(x: Any) -> bool:
+def _is_scalar(x: Any) -> TypeIs[Scalar | np.generic]:
     return isinstance(x, (bool, int, float, np.generic)) and not isinstance(x, np.ndarray)
 
 
@@ -531,7 +534,7 @@ def pad(x: ArrayLike, pad_width: Sequence[tuple[int, int]], constant_values: Sca
         slice(-lo if lo < 0 else 0, d + hi if hi < 0 else d)
         for d, (lo, hi) in zip(shape, pad_width)
     )
-    x = x[crop] if builtins.any(lo < 0 or hi < 0 for lo, hi in pad_width) else x
+    x = _getitem(x, crop) if builtins.any(lo < 0 or hi < 0 for lo, hi in pad_width) else x
     low = tuple(builtins.max(lo, 0) for lo, _ in pad_width)
     high = tuple(builtins.max(hi, 0) for _, hi in pad_width)
     if not builtins.any(low) and not builtins.any(high):
@@ -562,15 +565,21 @@ def _getitem(x: Array, index: Any) -> Array:
             if k < 0:
                 raise IndexError("knp indexing does not support negative steps; use knp.take")
             e = builtins.max(e, s)
-            start.append(s), limit.append(e), stride.append(k)
+            start.append(s)
+            limit.append(e)
+            stride.append(k)
             out_shape.append(-(-(e - s) // k))
         elif isinstance(item, (int, np.integer)):
             i = int(item) + size if item < 0 else int(item)
             if not 0 <= i < size:
                 raise IndexError(f"index {item} is out of bounds for axis {dim} with size {size}")
-            start.append(i), limit.append(i + 1), stride.append(1)
+            start.append(i)
+            limit.append(i + 1)
+            stride.append(1)
         else:
-            start.append(0), limit.append(size), stride.append(1)
+            start.append(0)
+            limit.append(size)
+            stride.append(1)
             gathers.append((len(out_shape), item))
             out_shape.append(size)
         dim += 1
@@ -900,22 +909,25 @@ for _name, _fn in {
     "ne": not_equal,
 }.items():
     setattr(Traced, f"__{_name}__", _fn)
-Traced.__hash__ = object.__hash__
-Traced.__neg__ = negative
-Traced.__abs__ = abs
-Traced.__invert__ = lambda self: (
-    logical_not(self) if dtype_of(self) is DType.bool else bitwise_not(self)
-)
-Traced.__getitem__ = _getitem
-Traced.astype = astype
-Traced.reshape = lambda self, *shape: reshape(
-    self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
-)
-Traced.transpose = lambda self, *axes: transpose(self, axes or None)
-Traced.T = property(lambda self: transpose(self))
-Traced.sum = sum
-Traced.max = max
-Traced.min = min
-Traced.mean = mean
+for _name, _fn in {
+    "__hash__": object.__hash__,
+    "__neg__": negative,
+    "__abs__": abs,
+    "__invert__": lambda self: (
+        logical_not(self) if dtype_of(self) is DType.bool else bitwise_not(self)
+    ),
+    "__getitem__": _getitem,
+    "astype": astype,
+    "reshape": lambda self, *shape: reshape(
+        self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
+    ),
+    "transpose": lambda self, *axes: transpose(self, axes or None),
+    "T": property(lambda self: transpose(self)),
+    "sum": sum,
+    "max": max,
+    "min": min,
+    "mean": mean,
+}.items():
+    setattr(Traced, _name, _fn)
 
 del _name, _fn

@@ -462,7 +462,7 @@ def kernel_rows(runs: list[dict[str, Any]], sort: str = "total") -> list[dict[st
     return sorted(rows.values(), key=lambda k: (STATS_SORTS[sort](k), k["key"]))
 
 
-def _bytes(n: int) -> str:
+def _bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -543,7 +543,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """
     loaded = _load(args)
     runtime_data = runtime_rows(loaded)
-    report = {
+    report: dict[str, Any] = {
         "versions": versions(loaded),
         "plugins": plugin_rows(loaded),
         "runtimes": runtime_data,

@@ -195,9 +195,10 @@ def _wait_where_the_collective_runs(
     collective runs outside (through torch.distributed), so must its wait, or the kernel would
     read the tensor before the collective has written it."""
     for node in nodes:
-        if node.target.name() == _WAIT_TENSOR and isinstance(decisions[node.name], LoweringRule):
+        # fx types a target loosely: these call_function nodes call OpOverloads
+        if node.target.name() == _WAIT_TENSOR and isinstance(decisions[node.name], LoweringRule):  # type: ignore[union-attr]
             producer = node.args[0]
-            if not isinstance(decisions.get(getattr(producer, "name", None)), LoweringRule):
+            if not isinstance(decisions.get(getattr(producer, "name", "")), LoweringRule):
                 decisions[node.name] = "it waits on a collective that runs outside the kernel"
 
 
@@ -273,7 +274,8 @@ FALLBACKS = "nkipy_fallbacks"
 class _Support(OperatorSupportBase):
     def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
         if node.target is operator.getitem:  # a result of a lowered multi-output op
-            return RULE in node.args[0].meta
+            producer = node.args[0]
+            return isinstance(producer, torch.fx.Node) and RULE in producer.meta
         return RULE in node.meta
 
 
@@ -331,8 +333,8 @@ def trace_subgraph(sub: torch.fx.GraphModule, name: str):
             env[node] = invoke(node.meta[RULE], node, builder, env.__getitem__)
         elif node.op == "output":
             result = node.args[0]
-            outputs = list(result) if isinstance(result, (tuple, list)) else [result]
-            outputs = [env[o] for o in outputs]
+            nodes = list(result) if isinstance(result, (tuple, list)) else [result]
+            outputs = [env[o] for o in nodes]
         else:
             raise LoweringError(f"unexpected {node.op} node {node.name} in a fused subgraph")
     with builder.building("output layout"):
@@ -669,9 +671,7 @@ def functionalize_writes(gm: torch.fx.GraphModule) -> None:
             continue
         base = next((b for b, v in latest.items() if v is target), target)
         later = order[node]
-        target.replace_all_uses_with(
-            node, delete_user_cb=lambda user, later=later: order.get(user, -1) > later
-        )
+        target.replace_all_uses_with(node, delete_user_cb=lambda user: order.get(user, -1) > later)
         latest[base] = node
     for base, value in latest.items():
         if base.op == "placeholder":

@@ -51,8 +51,8 @@ def install() -> None:
         ("_local_scalar_dense", _item),
     ):
         lib.impl(name, _kernel_code(kernel), "PrivateUse1")
-    for name, kernel in rnn.KERNELS:
-        lib.impl(name, _kernel_code(kernel), "PrivateUse1")
+    for name, rnn_kernel in rnn.KERNELS:
+        lib.impl(name, _kernel_code(rnn_kernel), "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")  # torch takes fallbacks on the global namespace
     fallback.fallback(_kernel_code(_fallback), "PrivateUse1")
     _library = (lib, fallback)
@@ -97,6 +97,7 @@ def claim(ops) -> None:
             has_kernel(qualified, "CompositeImplicitAutograd")
             or has_kernel(qualified, "PrivateUse1")
         ):
+            assert _library is not None, "install() registers the device's library first"
             _library[0].impl(
                 op,
                 _kernel_code(_cpu_kernel(op) if op in views else _eager_kernel(op)),
@@ -112,7 +113,7 @@ def _mutating_forms(ops: set, functional) -> set:
         for op in ops
         for suffix in ("", "_")
     }
-    candidates = (getattr(p, name) for p in packets - {None} for name in p.overloads())
+    candidates = (getattr(p, name) for p in packets if p is not None for name in p.overloads())
     return {op for op in candidates if op._schema.is_mutable and functional(op) in ops}
 
 

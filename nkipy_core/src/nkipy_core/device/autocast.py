@@ -27,7 +27,7 @@ FLOAT32 = (
     "renorm logsumexp softmax log_softmax cumprod cumsum prod sum"
 ).split()
 
-_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
+_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)  # type: ignore[attr-defined]  # not in torch's stubs
 _libraries: tuple[torch.library.Library, ...] | None = None
 
 

@@ -341,18 +341,19 @@ def _lifted(
         others = [_graph(op, *scalars.substitute((args, kwargs), [], 1)), _graph(op, args, kwargs)]
     except Exception:  # noqa: BLE001 - a sentinel is out of the op's domain: key by value
         return None
-    if any(isinstance(other, str) for other in others):
+    graphs = [other for other in others if not isinstance(other, str)]
+    if len(graphs) != len(others):
         return None
     lowered_with = [[scalars.sentinel(i, v) for i in range(len(floats))] for v in (0, 1)] + [floats]
 
     def lower(sub: torch.fx.GraphModule, name: str):
         rule = next(n.meta[compiler.RULE] for n in sub.graph.nodes if compiler.RULE in n.meta)
-        for _, node in others:
+        for _, node in graphs:
             node.meta[compiler.RULE] = rule
         try:
             kernels = [
                 scalars.lift(compiler.trace_subgraph(graph, name), values)
-                for graph, values in zip((sub, *(g for g, _ in others)), lowered_with)
+                for graph, values in zip((sub, *(g for g, _ in graphs)), lowered_with)
             ]
         except Exception as exc:  # noqa: BLE001 - e.g. the rule declines a sentinel
             raise scalars.NotLiftable(str(exc)) from exc
@@ -708,7 +709,7 @@ def _on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict, why: str, stat
 
 def _written(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     """The tensors ``op`` mutates, per its schema."""
-    found = []
+    found: list[torch.Tensor] = []
     for i, a in enumerate(op._schema.arguments):
         if a.alias_info is None or not a.alias_info.is_write:
             continue

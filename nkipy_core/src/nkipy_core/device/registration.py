@@ -43,9 +43,9 @@ def _clone_storage_on_the_device() -> None:
             return memory.clone_storage(self)
         return torch_clone(self)
 
-    clone._nkipy = True
+    clone._nkipy = True  # type: ignore[attr-defined]  # marks the patch as installed
     clone.__doc__ = torch_clone.__doc__
-    torch.UntypedStorage.clone = clone
+    torch.UntypedStorage.clone = clone  # type: ignore[method-assign]  # see the docstring
 
 
 def _first_use(config) -> None:

@@ -49,5 +49,5 @@ class _AddWhenImported(importlib.abc.MetaPathFinder):
             load(module)
             module.add(package)
 
-        spec.loader.exec_module = exec_module
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]  # wraps this one loader
         return spec

@@ -53,7 +53,7 @@ import contextlib
 import contextvars
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import torch
@@ -132,7 +132,8 @@ class NkipyGraph(OutputCode):
         self.stored: bytes | None = None
         _made(self)
 
-    def __call__(self, inputs: list[Any]) -> Any:
+    def __call__(self, inputs: Sequence[Any]) -> Any:
+        assert self.compiled is not None, "only the copy torch pickles loses it"
         return self.compiled(*inputs)
 
     def prepare_for_serialization(self) -> None:
@@ -170,7 +171,8 @@ class NkipyGraph(OutputCode):
             return
         STATS["aot_cache_recompiled"] += 1
         fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
-        gm = GraphPickler.loads(self.graph, fake_mode)
+        assert self.graph is not None, "a graph without it bypasses the cache"
+        gm = cast(torch.fx.GraphModule, GraphPickler.loads(self.graph, fake_mode))
         gm.recompile()
         inputs = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
         with fake_mode:  # as AOTAutograd runs its compilers: tensors the passes make are fake too
@@ -217,7 +219,7 @@ def caching(
     try:
         with (
             torch._functorch.config.patch(bundled_autograd_cache=True),
-            torch.compiler.config.patch(
+            torch.compiler.config.patch(  # type: ignore[attr-defined]  # a config module's, made at import
                 cache_key_tag=f"{tag}|nkipy:{key}" if tag else f"nkipy:{key}"
             ),
         ):

@@ -110,7 +110,7 @@ def bare_call(
         if graph is not None
         else f"AOTAutograd compiled {len(graphs)} graphs for it"
     )
-    if why is None:
+    if graph is not None and why is None:
         if torch._C._is_any_autocast_enabled():
             why = "autocast is on"
         elif next(gm.parameters(), None) is not None or next(gm.buffers(), None) is not None:
@@ -123,7 +123,7 @@ def bare_call(
             why = "an input requires grad (the wrapper runs the graph with grad mode off)"
         elif any(is_traceable_wrapper_subclass(x) for x in example_inputs):
             why = "it takes tensor subclasses"
-    if why is not None:
+    if graph is None or why is not None:
         log.debug("nkipy: the compiled graph keeps AOTAutograd's runtime wrapper: %s", why)
         STATS["wrapped_graphs"] += 1
         return wrapped
