@@ -17,7 +17,7 @@ from __future__ import annotations
 import builtins
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -254,7 +254,7 @@ def _float_dtype(x: ArrayLike) -> DType:
     return _as_float(result_type(x))
 
 
-def _unary_float(prim: str):
+def _unary_float(prim: str) -> Callable[[ArrayLike], Array]:
     def fn(x: ArrayLike) -> Array:
         return apply(prim, [astype(x, _float_dtype(x))], {})
 
@@ -279,7 +279,7 @@ erf = _unary_float("erf")
 erfc = _unary_float("erfc")
 
 
-def _float_composite(fn):
+def _float_composite(fn: Callable[[Array], Array]) -> Callable[[ArrayLike], Array]:
     """A float function written over primitives, rounded once as torch's kernel rounds: integer
     inputs are computed in the default float dtype, half floats in f32."""
 
@@ -351,7 +351,7 @@ def exp2(x: Array) -> Array:
     return exp(multiply(x, math.log(2)))
 
 
-def _unary_same(prim: str, ints_identity: bool = False):
+def _unary_same(prim: str, ints_identity: bool = False) -> Callable[[ArrayLike], Array]:
     def fn(x: ArrayLike) -> Array:
         x = asarray(x)
         if ints_identity and not dtype_of(x).is_float:
@@ -397,7 +397,9 @@ def signbit(x: ArrayLike) -> Array:
     return less(x, 0) if dtype_of(x) is not DType.bool else full(_shape(x), False, DType.bool)
 
 
-def _binary(prim: str, *, true_divide: bool = False, logical: bool = False):
+def _binary(
+    prim: str, *, true_divide: bool = False, logical: bool = False
+) -> Callable[[ArrayLike, ArrayLike], Array]:
     def fn(a: ArrayLike, b: ArrayLike) -> Array:
         dtype = result_type(a, b)
         if true_divide:
@@ -909,7 +911,7 @@ for _name, _fn in {
     "ne": not_equal,
 }.items():
     setattr(Traced, f"__{_name}__", _fn)
-for _name, _fn in {
+for _attr, _value in {
     "__hash__": object.__hash__,
     "__neg__": negative,
     "__abs__": abs,
@@ -928,6 +930,6 @@ for _name, _fn in {
     "min": min,
     "mean": mean,
 }.items():
-    setattr(Traced, _name, _fn)
+    setattr(Traced, _attr, _value)
 
-del _name, _fn
+del _name, _fn, _attr, _value
