@@ -133,7 +133,7 @@ class NkipyGraph(OutputCode):
         _made(self)
 
     def __call__(self, inputs: Sequence[Any]) -> Any:
-        assert self.compiled is not None, "only the copy torch pickles loses it"
+        assert self.compiled is not None, "only the copy torch pickles drops its callable"
         return self.compiled(*inputs)
 
     def prepare_for_serialization(self) -> None:
@@ -171,7 +171,7 @@ class NkipyGraph(OutputCode):
             return
         STATS["aot_cache_recompiled"] += 1
         fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
-        assert self.graph is not None, "a graph without it bypasses the cache"
+        assert self.graph is not None, "only a graph with its pickled ATen graph is cached"
         gm = cast(torch.fx.GraphModule, GraphPickler.loads(self.graph, fake_mode))
         gm.recompile()
         inputs = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
