@@ -13,6 +13,46 @@ from __future__ import annotations
 
 import importlib
 import warnings
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported lazily at run time)
+    from nkipy_core import config as config
+    from nkipy_core import knp as knp
+    from nkipy_core.cache.kernel_cache import STATS as _STATS
+    from nkipy_core.compiler.lowering import LoweringContext as LoweringContext
+    from nkipy_core.compiler.pipeline import FallbackWarning as FallbackWarning
+    from nkipy_core.compiler.regions import kernel_boundary as kernel_boundary
+    from nkipy_core.compiler.regions import on_cpu as on_cpu
+    from nkipy_core.config.settings import Config as Config
+    from nkipy_core.config.settings import init_nkipy_backend as init_nkipy_backend
+    from nkipy_core.errors import CacheError as CacheError
+    from nkipy_core.errors import CacheLockTimeoutError as CacheLockTimeoutError
+    from nkipy_core.errors import ConfigurationError as ConfigurationError
+    from nkipy_core.errors import DeviceError as DeviceError
+    from nkipy_core.errors import LoweringError as LoweringError
+    from nkipy_core.errors import NkipyError as NkipyError
+    from nkipy_core.errors import PluginConflictError as PluginConflictError
+    from nkipy_core.errors import PluginError as PluginError
+    from nkipy_core.errors import RuntimeNotFoundError as RuntimeNotFoundError
+    from nkipy_core.errors import RuntimeUnavailableError as RuntimeUnavailableError
+    from nkipy_core.errors import SpecializationLimitError as SpecializationLimitError
+    from nkipy_core.errors import Unsupported as Unsupported
+    from nkipy_core.errors import UnsupportedOpsError as UnsupportedOpsError
+    from nkipy_core.errors import VerificationError as VerificationError
+    from nkipy_core.observe.profiling import KernelStats as KernelStats
+    from nkipy_core.observe.profiling import kernel_stats as kernel_stats
+    from nkipy_core.observe.profiling import reset_kernel_stats as reset_kernel_stats
+    from nkipy_core.plugin import manager as _manager
+    from nkipy_core.plugin.hookspecs import hookimpl as hookimpl
+    from nkipy_core.plugin.registry import DecompositionRegistry as DecompositionRegistry
+    from nkipy_core.plugin.registry import LoweringRegistry as LoweringRegistry
+    from nkipy_core.plugin.registry import Provenance as Provenance
+    from nkipy_core.plugin.registry import RuleSet as RuleSet
+    from nkipy_core.plugin.registry import RuntimeRegistry as RuntimeRegistry
+
+    # exported under other names: assigned, as a renaming import is not an export
+    cache_stats = _STATS
+    plugins = _manager
 
 _EXPORTS = {
     "knp": "nkipy_core.knp",

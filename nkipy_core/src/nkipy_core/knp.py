@@ -17,8 +17,8 @@ from __future__ import annotations
 import builtins
 import functools
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,6 +26,9 @@ import torch
 from nkipy_core.ir.builder import Traced, apply, constant
 from nkipy_core.ir.graph import ConstantData, Opaque
 from nkipy_core.ir.types import DType
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 Array = Traced | np.ndarray
 Scalar = bool | int | float
@@ -162,7 +165,7 @@ def dtype_of(x: Array) -> DType:
     return x.value.type.dtype if isinstance(x, Traced) else DType.from_numpy(np.asarray(x).dtype)
 
 
-def _is_scalar(x: Any) -> bool:
+def _is_scalar(x: Any) -> TypeIs[Scalar | np.generic]:
     return isinstance(x, (bool, int, float, np.generic)) and not isinstance(x, np.ndarray)
 
 
@@ -251,7 +254,7 @@ def _float_dtype(x: ArrayLike) -> DType:
     return _as_float(result_type(x))
 
 
-def _unary_float(prim: str):
+def _unary_float(prim: str) -> Callable[[ArrayLike], Array]:
     def fn(x: ArrayLike) -> Array:
         return apply(prim, [astype(x, _float_dtype(x))], {})
 
@@ -276,7 +279,7 @@ erf = _unary_float("erf")
 erfc = _unary_float("erfc")
 
 
-def _float_composite(fn):
+def _float_composite(fn: Callable[[Array], Array]) -> Callable[[ArrayLike], Array]:
     """A float function written over primitives, rounded once as torch's kernel rounds: integer
     inputs are computed in the default float dtype, half floats in f32."""
 
@@ -348,7 +351,7 @@ def exp2(x: Array) -> Array:
     return exp(multiply(x, math.log(2)))
 
 
-def _unary_same(prim: str, ints_identity: bool = False):
+def _unary_same(prim: str, ints_identity: bool = False) -> Callable[[ArrayLike], Array]:
     def fn(x: ArrayLike) -> Array:
         x = asarray(x)
         if ints_identity and not dtype_of(x).is_float:
@@ -394,7 +397,9 @@ def signbit(x: ArrayLike) -> Array:
     return less(x, 0) if dtype_of(x) is not DType.bool else full(_shape(x), False, DType.bool)
 
 
-def _binary(prim: str, *, true_divide: bool = False, logical: bool = False):
+def _binary(
+    prim: str, *, true_divide: bool = False, logical: bool = False
+) -> Callable[[ArrayLike, ArrayLike], Array]:
     def fn(a: ArrayLike, b: ArrayLike) -> Array:
         dtype = result_type(a, b)
         if true_divide:
@@ -531,7 +536,7 @@ def pad(x: ArrayLike, pad_width: Sequence[tuple[int, int]], constant_values: Sca
         slice(-lo if lo < 0 else 0, d + hi if hi < 0 else d)
         for d, (lo, hi) in zip(shape, pad_width)
     )
-    x = x[crop] if builtins.any(lo < 0 or hi < 0 for lo, hi in pad_width) else x
+    x = _getitem(x, crop) if builtins.any(lo < 0 or hi < 0 for lo, hi in pad_width) else x
     low = tuple(builtins.max(lo, 0) for lo, _ in pad_width)
     high = tuple(builtins.max(hi, 0) for _, hi in pad_width)
     if not builtins.any(low) and not builtins.any(high):
@@ -562,15 +567,21 @@ def _getitem(x: Array, index: Any) -> Array:
             if k < 0:
                 raise IndexError("knp indexing does not support negative steps; use knp.take")
             e = builtins.max(e, s)
-            start.append(s), limit.append(e), stride.append(k)
+            start.append(s)
+            limit.append(e)
+            stride.append(k)
             out_shape.append(-(-(e - s) // k))
         elif isinstance(item, (int, np.integer)):
             i = int(item) + size if item < 0 else int(item)
             if not 0 <= i < size:
                 raise IndexError(f"index {item} is out of bounds for axis {dim} with size {size}")
-            start.append(i), limit.append(i + 1), stride.append(1)
+            start.append(i)
+            limit.append(i + 1)
+            stride.append(1)
         else:
-            start.append(0), limit.append(size), stride.append(1)
+            start.append(0)
+            limit.append(size)
+            stride.append(1)
             gathers.append((len(out_shape), item))
             out_shape.append(size)
         dim += 1
@@ -900,22 +911,25 @@ for _name, _fn in {
     "ne": not_equal,
 }.items():
     setattr(Traced, f"__{_name}__", _fn)
-Traced.__hash__ = object.__hash__
-Traced.__neg__ = negative
-Traced.__abs__ = abs
-Traced.__invert__ = lambda self: (
-    logical_not(self) if dtype_of(self) is DType.bool else bitwise_not(self)
-)
-Traced.__getitem__ = _getitem
-Traced.astype = astype
-Traced.reshape = lambda self, *shape: reshape(
-    self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
-)
-Traced.transpose = lambda self, *axes: transpose(self, axes or None)
-Traced.T = property(lambda self: transpose(self))
-Traced.sum = sum
-Traced.max = max
-Traced.min = min
-Traced.mean = mean
+for _attr, _value in {
+    "__hash__": object.__hash__,
+    "__neg__": negative,
+    "__abs__": abs,
+    "__invert__": lambda self: (
+        logical_not(self) if dtype_of(self) is DType.bool else bitwise_not(self)
+    ),
+    "__getitem__": _getitem,
+    "astype": astype,
+    "reshape": lambda self, *shape: reshape(
+        self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
+    ),
+    "transpose": lambda self, *axes: transpose(self, axes or None),
+    "T": property(lambda self: transpose(self)),
+    "sum": sum,
+    "max": max,
+    "min": min,
+    "mean": mean,
+}.items():
+    setattr(Traced, _attr, _value)
 
-del _name, _fn
+del _name, _fn, _attr, _value

@@ -136,7 +136,7 @@ def _storage(buffer, nbytes: int) -> torch.UntypedStorage:
     storage = _torch.storage_from_data_pointer(address, _DEVICE, nbytes)
     storage.__class__ = DeviceStorage
     setattr(storage, _ATTR, _Allocation(buffer, address, _runtime or runtime()))
-    return storage
+    return storage  # type: ignore[return-value]  # torch's stub says Storage: it is an UntypedStorage
 
 
 def _buffer(storage: torch.UntypedStorage):
@@ -229,14 +229,15 @@ def resize(t: torch.Tensor, shape: Sequence[int]) -> None:
     """``resize_``: a contiguous layout; a bigger size gets a new buffer holding the old bytes.
     (Unlike CPU tensors, other views of the old storage keep the old buffer.)"""
     storage, strides = t.untyped_storage(), contiguous_strides(shape)
-    needed = _span(shape, strides, t.storage_offset(), t.element_size())
+    offset = int(t.storage_offset())
+    needed = _span(shape, strides, offset, t.element_size())
     if needed > storage.nbytes():
         old_bytes = storage.nbytes()
         buffer = runtime().allocate(needed)
         if old_bytes:
             runtime().copy(_bytes(_buffer(storage), old_bytes), _bytes(buffer, old_bytes))
         storage = _storage(buffer, needed)
-    set_layout(t, storage, shape, strides, t.storage_offset())
+    set_layout(t, storage, shape, strides, offset)
 
 
 def clone_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:
@@ -278,7 +279,7 @@ def _array(buffer, t: torch.Tensor) -> DeviceArray:
         _DTYPES.get(t.dtype) or DType.from_torch(t.dtype),
         t.shape,
         t.stride(),
-        t.storage_offset(),
+        int(t.storage_offset()),  # a device tensor's layout is concrete
     )
 
 

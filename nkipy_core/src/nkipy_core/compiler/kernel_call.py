@@ -66,7 +66,7 @@ class KernelCall(torch.nn.Module):
         #: outputs the kernel returns in another dimension order (``output_orders``), put back
         self.inverse_orders = tuple(None if o is None else inverse_permutation(o) for o in orders)
         #: a call whose inputs are all CPU tensors runs on host arrays, without staging
-        self.run_host = getattr(runtime, "run_host", None)
+        self.run_host: Any = getattr(runtime, "run_host", None)  # set when host_path is
         self.host_path = not any(self.on_device) and self.run_host is not None
         self.host_views = HostViews(len(executable.signature.inputs))
         #: the one output, returned as the kernel gives it (no tuple, no permutation)
@@ -83,7 +83,7 @@ class KernelCall(torch.nn.Module):
     def forward(self, *args: torch.Tensor):
         if self.host_path:
             try:  # CPU tensors NumPy can view; device tensors, bf16 and autograd tensors raise
-                arrays = self.host_views.arrays(args)
+                arrays: list[np.ndarray] | None = self.host_views.arrays(args)
             except (TypeError, RuntimeError):
                 arrays = host_arrays(args)
             if arrays is not None:  # what _execute does, inline: this is the call of a small graph

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import numpy as np
@@ -102,7 +102,7 @@ def _draws(node: torch.fx.Node) -> bool:
                 if index < len(node.args)
                 else node.kwargs.get("dropout_p", argument.default_value)
             )
-            return isinstance(p, torch.fx.Node) or p != 0
+            return isinstance(p, torch.fx.Node) or bool(p != 0)
     return True
 
 
@@ -200,7 +200,8 @@ def _to_host(gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node]) -> None:
                 _split_dropout(graph, node)
                 continue
             args = list(node.args)
-            if _shape_only_self(node.target) and isinstance(args[0], torch.fx.Node):
+            # fx types a target loosely: random nodes call OpOverloads
+            if _shape_only_self(node.target) and isinstance(args[0], torch.fx.Node):  # type: ignore[arg-type]
                 args[0] = _host_empty(graph, args[0])
             host = _host(graph, node.target, tuple(args), dict(node.kwargs), node.meta.get("val"))
         node.replace_all_uses_with(host)
@@ -213,7 +214,7 @@ def _to_host(gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node]) -> None:
 def _dropping(node: torch.fx.Node) -> bool:
     """Whether a ``native_dropout`` node draws at all (not in evaluation, not with ``p = 0``)."""
     _, p, train = node.args[:3]
-    return bool(train) and p != 0
+    return bool(train) and bool(p != 0)
 
 
 def _split_dropout(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
@@ -221,7 +222,7 @@ def _split_dropout(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     ``noise.div_(1 - p)`` rounds the kept value ``1/(1-p)`` to the tensor's dtype, then
     ``x * noise`` (``p = 1`` multiplies by the all-zero noise)."""
     aten = torch.ops.aten
-    x, p = node.args[:2]
+    x, p = cast(tuple[torch.fx.Node, float], node.args[:2])  # native_dropout(input, p, train)
     out_val, mask_val = node.meta["val"]
     noise = _host(graph, aten.bernoulli.p, (_host_empty(graph, x), 1 - p), {}, out_val)
     if p != 1:

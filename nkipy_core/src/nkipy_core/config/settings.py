@@ -260,7 +260,7 @@ def select_runtime(config: Config):
         return runtime
     for name in registry.names():
         runtime = registry.get(name)
-        if runtime.available()[0]:
+        if runtime is not None and runtime.available()[0]:
             return runtime
     raise RuntimeUnavailableError(
         "no nkipy runtime is available; `nkipy-ops doctor` says what each one is missing"

@@ -116,6 +116,7 @@ def claim(ops) -> None:
             op.has_kernel_for_dispatch_key(_torch.DispatchKey.CompositeImplicitAutograd)
             or op.has_kernel_for_dispatch_key(_torch.DispatchKey.PrivateUse1)
         ):
+            assert _library is not None, "install() registers the device's library first"
             _library[0].impl(
                 op,
                 _kernel_code(_cpu_kernel(op) if op in views else _eager_kernel(op)),

@@ -362,7 +362,8 @@ def _lifted(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -
         others = [_graph(op, *scalars.substitute((args, kwargs), [], 1)), _graph(op, args, kwargs)]
     except Exception:  # noqa: BLE001 - a sentinel is out of the op's domain: key by value
         return None
-    if any(isinstance(other, str) for other in others):
+    graphs = [other for other in others if not isinstance(other, str)]
+    if len(graphs) != len(others):
         return None
     lowered_with = [[scalars.sentinel(i, v) for i in range(len(floats))] for v in (0, 1)] + [floats]
 

@@ -130,7 +130,8 @@ class NkipyGraph(_torch.OutputCode):
         self.stored: bytes | None = None
         _made(self)
 
-    def __call__(self, inputs: list[Any]) -> Any:
+    def __call__(self, inputs: Sequence[Any]) -> Any:
+        assert self.compiled is not None, "only the copy torch pickles drops its callable"
         return self.compiled(*inputs)
 
     def prepare_for_serialization(self) -> None:

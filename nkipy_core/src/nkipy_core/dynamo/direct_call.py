@@ -125,7 +125,7 @@ def bare_call(
             why = "an input requires grad (the wrapper runs the graph with grad mode off)"
         elif any(_torch.is_traceable_wrapper_subclass(x) for x in example_inputs):
             why = "it takes tensor subclasses"
-    if why is not None:
+    if graph is None or why is not None:
         log.debug("nkipy: the compiled graph keeps AOTAutograd's runtime wrapper: %s", why)
         STATS["wrapped_graphs"] += 1
         return wrapped

@@ -117,7 +117,7 @@ def specialize(
     graph.output(graph.graph_copy(gm.graph, {}))
     mode = _torch.FakeTensorMode()  # no shape environment: every size is static
     env: dict[torch.fx.Node, Any] = {}
-    placeholders = iter(zip(key, like))
+    examples = iter(zip(key, like))
 
     def value_of(arg: torch.fx.Node) -> Any:
         return env[arg]
@@ -130,7 +130,7 @@ def specialize(
     with mode, torch.no_grad(), _torch.DisableAutocast():
         for node in list(graph.nodes):
             if node.op == "placeholder":
-                spec, example = next(placeholders)
+                spec, example = next(examples)
                 if isinstance(example, torch.Tensor):
                     shape, stride = spec
                     value = torch.empty_strided(

@@ -113,7 +113,7 @@ def dumps(gm: torch.fx.GraphModule) -> tuple[bytes | None, str | None]:
                 )
             )
         elif node.op == "get_attr":
-            value = gm
+            value: Any = gm
             for part in node.target.split("."):
                 value = getattr(value, part)
             constants[node.target] = value
@@ -122,8 +122,9 @@ def dumps(gm: torch.fx.GraphModule) -> tuple[bytes | None, str | None]:
                 node.op,
                 node.name,
                 node.target,
-                torch.fx.node.map_arg(node.args, lambda n: _Ref(index[n])),
-                dict(torch.fx.node.map_arg(node.kwargs, lambda n: _Ref(index[n]))),
+                # map_arg maps nodes to any value; torch types the result as fx arguments
+                torch.fx.node.map_arg(node.args, lambda n: _Ref(index[n])),  # type: ignore[arg-type, return-value]
+                dict(torch.fx.node.map_arg(node.kwargs, lambda n: _Ref(index[n]))),  # type: ignore[arg-type, return-value]
             )
         )
     stored = StoredGraph(tuple(nodes), tuple(kernels), constants, gm.meta[FALLBACKS])

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 import numpy as np
 
-from nkipy_core.ir.types import DType, TensorType
+from nkipy_core.ir.types import DType, TensorType, as_dims
 
 
 @attrs.frozen
@@ -36,7 +36,7 @@ class ConstantData:
 
     data: bytes
     dtype: DType
-    shape: tuple[int, ...] = attrs.field(converter=tuple)
+    shape: tuple[int, ...] = attrs.field(converter=as_dims)
 
     @classmethod
     def from_array(cls, array: np.ndarray, dtype: DType) -> ConstantData:
@@ -87,6 +87,14 @@ class Opaque:
         return f"<{len(self.text)} chars sha256:{digest}>"
 
 
+def _values(values: Iterable[Value]) -> tuple[Value, ...]:
+    return tuple(values)
+
+
+def _ops(ops: Iterable[Op]) -> tuple[Op, ...]:
+    return tuple(ops)
+
+
 def _freeze_attrs(value: Mapping[str, Any] | tuple) -> tuple[tuple[str, Any], ...]:
     items = value.items() if isinstance(value, Mapping) else value
     return tuple(sorted(items))
@@ -97,7 +105,7 @@ class Op:
     """``result = prim(*operands, **attrs)``; ``origin`` says which ATen op and rule built it."""
 
     prim: str
-    operands: tuple[Value, ...] = attrs.field(converter=tuple)
+    operands: tuple[Value, ...] = attrs.field(converter=_values)
     attributes: tuple[tuple[str, Any], ...] = attrs.field(converter=_freeze_attrs)
     result: Value
     origin: str = attrs.field(default="", eq=False)
@@ -112,9 +120,9 @@ class Kernel:
     """A compiled unit: parameters in, outputs out, ops in between in program order."""
 
     name: str
-    params: tuple[Value, ...] = attrs.field(converter=tuple)
-    ops: tuple[Op, ...] = attrs.field(converter=tuple)
-    outputs: tuple[Value, ...] = attrs.field(converter=tuple)
+    params: tuple[Value, ...] = attrs.field(converter=_values)
+    ops: tuple[Op, ...] = attrs.field(converter=_ops)
+    outputs: tuple[Value, ...] = attrs.field(converter=_values)
 
     @property
     def input_types(self) -> tuple[TensorType, ...]:

@@ -6,13 +6,19 @@ kernel is a self-contained value; these helpers translate at the edges.
 
 from __future__ import annotations
 
+import builtins
 import enum
 import math
+from collections.abc import Iterable
 
 import attrs
 import ml_dtypes
 import numpy as np
 import torch
+
+# inside DType, ``bool`` is a member and ``torch`` a property: its annotations use
+# ``builtins.bool`` and this alias
+_TorchDType = torch.dtype
 
 
 class DType(enum.Enum):
@@ -31,20 +37,24 @@ class DType(enum.Enum):
     f32 = "f32"
     f64 = "f64"
 
+    # set below on each member: the NumPy and torch dtypes, read on every kernel call
+    _numpy: np.dtype
+    _torch: _TorchDType
+
     @property
-    def is_float(self) -> bool:
+    def is_float(self) -> builtins.bool:
         return self in _FLOATS
 
     @property
-    def is_integer(self) -> bool:
+    def is_integer(self) -> builtins.bool:
         return self in _INTEGERS
 
     @property
-    def is_half(self) -> bool:
+    def is_half(self) -> builtins.bool:
         """16-bit floats: the cpu runtime computes them in f32 and rounds each result, like torch."""
         return self in (DType.f16, DType.bf16)
 
-    def scalar(self, value: bool | int | float) -> np.ndarray:
+    def scalar(self, value: builtins.bool | int | float) -> np.ndarray:
         """A Python number as a 0-d array of this type, rounded as torch converts a ``Scalar``:
         half floats are constructed from an f32 (``c10::Half(float)``), so a double is rounded
         to f32 first. The direct cast can differ: ``1 + 2**-11 + 2**-40`` is 1.0 in torch's f16,
@@ -67,11 +77,11 @@ class DType(enum.Enum):
         return _NUMPY_NAMES[self]
 
     @property
-    def torch(self) -> torch.dtype:
+    def torch(self) -> _TorchDType:
         return self._torch
 
     @classmethod
-    def from_torch(cls, dtype: torch.dtype) -> DType:
+    def from_torch(cls, dtype: _TorchDType) -> DType:
         try:
             return _FROM_TORCH[dtype]
         except KeyError:
@@ -128,11 +138,16 @@ for _member in DType:
     _member._numpy, _member._torch = _TO_NUMPY[_member], _TO_TORCH[_member]
 
 
+def as_dims(values: Iterable[int]) -> tuple[int, ...]:
+    """A shape or strides as a tuple: the converter of shape fields (a typed ``tuple``)."""
+    return tuple(values)
+
+
 @attrs.frozen
 class TensorType:
     """Static shape and element type of an IR value."""
 
-    shape: tuple[int, ...] = attrs.field(converter=tuple)
+    shape: tuple[int, ...] = attrs.field(converter=as_dims)
     dtype: DType
 
     @property

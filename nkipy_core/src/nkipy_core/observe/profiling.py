@@ -112,7 +112,7 @@ class KernelRecord:
         return perf_counter_ns()
 
     def stop(self, start: int | _Event) -> None:
-        if start.__class__ is not int:
+        if not isinstance(start, int):
             start = start.close()
         self.total_ns += perf_counter_ns() - start
         self.calls += 1

@@ -164,10 +164,15 @@ def _incompatible(candidate: _Candidate, declared: str, reason: str, strict: boo
 def _build(strict: bool) -> Plugins:
     manager = pluggy.PluginManager("nkipy")
     manager.add_hookspecs(hookspecs)
-    registries = {
-        "lowerings": LoweringRegistry(),
-        "decompositions": DecompositionRegistry(),
-        "runtimes": RuntimeRegistry(),
+    lowerings, decompositions, runtimes = (
+        LoweringRegistry(),
+        DecompositionRegistry(),
+        RuntimeRegistry(),
+    )
+    registries: dict[str, LoweringRegistry | DecompositionRegistry | RuntimeRegistry] = {
+        "lowerings": lowerings,
+        "decompositions": decompositions,
+        "runtimes": runtimes,
     }
     statuses = []
     for candidate in [*_entry_point_candidates(), *_extra]:
@@ -199,13 +204,7 @@ def _build(strict: bool) -> Plugins:
                 candidate.name, module, candidate.provenance, True, hook_api=declared or ""
             )
         )
-    return Plugins(
-        manager,
-        statuses,
-        registries["lowerings"],
-        registries["decompositions"],
-        registries["runtimes"],
-    )
+    return Plugins(manager, statuses, lowerings, decompositions, runtimes)
 
 
 def get(strict: bool = False) -> Plugins:

@@ -6,14 +6,14 @@ one of them; ``nrt`` (Trainium) and ``xla`` come from ``nkipy-runtime``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import numpy as np
 
 from nkipy_core.ir.graph import Kernel
-from nkipy_core.ir.types import DType, TensorType
+from nkipy_core.ir.types import DType, TensorType, as_dims
 
 
 @attrs.frozen
@@ -28,12 +28,16 @@ class CompileOptions:
     target: str | None = None
 
 
+def _types(types: Iterable[TensorType]) -> tuple[TensorType, ...]:
+    return tuple(types)
+
+
 @attrs.frozen
 class Signature:
     """The input and output types of an executable, stored beside its artifacts in the cache."""
 
-    inputs: tuple[TensorType, ...] = attrs.field(converter=tuple)
-    outputs: tuple[TensorType, ...] = attrs.field(converter=tuple)
+    inputs: tuple[TensorType, ...] = attrs.field(converter=_types)
+    outputs: tuple[TensorType, ...] = attrs.field(converter=_types)
 
     @classmethod
     def of(cls, kernel: Kernel) -> Signature:
@@ -42,7 +46,8 @@ class Signature:
 
 def contiguous_strides(shape: Sequence[int]) -> list[int]:
     """Row-major strides in elements, as torch gives a contiguous tensor."""
-    strides, step = [], 1
+    strides: list[int] = []
+    step = 1
     for size in reversed(shape):
         strides.insert(0, step)
         step *= max(size, 1)
@@ -60,8 +65,8 @@ class DeviceArray:
 
     buffer: Any
     dtype: DType
-    shape: tuple[int, ...] = attrs.field(converter=tuple)
-    strides: tuple[int, ...] = attrs.field(converter=tuple)
+    shape: tuple[int, ...] = attrs.field(converter=as_dims)
+    strides: tuple[int, ...] = attrs.field(converter=as_dims)
     offset: int = 0
 
     @classmethod

@@ -32,7 +32,10 @@ def _errstate_ignore():
     """NumPy 2's error-state context variable and the error object that ignores everything, or
     ``None`` (NumPy 1.x: no context variable; ``np.errstate`` then)."""
     try:
-        from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
+        from numpy._core._ufunc_config import (  # type: ignore[attr-defined]  # not in NumPy's stubs
+            _extobj_contextvar,
+            _make_extobj,
+        )
 
         return _extobj_contextvar, _make_extobj(all="ignore")
     except (ImportError, TypeError):

@@ -21,6 +21,7 @@ ones get the error as a reason to edit, fixed ones go).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
 UPDATE_ENV = env.NKIPY_UPDATE_EXPECTED_FAILURES.name
 
 Key = tuple[str, str, str]  # (op, dtype, sample)
+
+
+def _reasons(reasons: Mapping[Key, str]) -> dict[Key, str]:
+    return dict(reasons)
 
 
 @attrs.frozen
@@ -67,7 +72,7 @@ class Verdict:
 class ExpectedFailures:
     """``(op, dtype, sample) -> reason``, plus the file's header comment."""
 
-    reasons: dict[Key, str] = attrs.field(factory=dict, converter=dict)
+    reasons: dict[Key, str] = attrs.field(factory=dict, converter=_reasons)
     header: str = ""
 
     @classmethod

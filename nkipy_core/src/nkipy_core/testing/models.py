@@ -86,6 +86,8 @@ class LlamaBlock(nn.Module):
     The rotary tables are computed in ``forward`` from positions, as Llama implementations do.
     """
 
+    inv_freq: torch.Tensor  # a buffer
+
     def __init__(self, config: LlamaConfig | None = None, *, sdpa: bool = False, seed: int = 0):
         super().__init__()
         self.config = config = config or LlamaConfig()

@@ -107,7 +107,7 @@ def _samples(
 ) -> list[Any]:
     """The first ``count`` samples (among the first 64)."""
     torch.manual_seed(seed)
-    out = []
+    out: list[Any] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for n, sample in enumerate(opinfo.sample_inputs("cpu", dtype, requires_grad=requires_grad)):
@@ -152,7 +152,7 @@ def run_case(
     """
     start = time.monotonic()
     dtype_name = str(dtype).removeprefix("torch.")
-    row = dict(op=case.name, dtype=dtype_name, targets=case.targets)
+    row: dict[str, Any] = dict(op=case.name, dtype=dtype_name, targets=case.targets)
 
     def done(status: str, note: str, **fields: Any) -> OpResult:
         return OpResult(status=status, note=note, seconds=time.monotonic() - start, **row, **fields)

@@ -208,8 +208,8 @@ def run_sample(
     except _Mismatch as exc:
         result.error = str(exc)
     except Exception as exc:  # noqa: BLE001 - any exception under compile is a failure to report
-        exc = _unwrap(exc)
-        result.error = f"{what} raised {type(exc).__name__}: {one_line(str(exc))}"
+        inner = _unwrap(exc)
+        result.error = f"{what} raised {type(inner).__name__}: {one_line(str(inner))}"
 
 
 def _unwrap(exc: BaseException) -> BaseException:
