@@ -11,14 +11,14 @@ AOTAutograd key, which holds the kernel cache directory: its entries refer to ke
 =====================  ==================================================  ========================
 key                    parts                                               built by
 =====================  ==================================================  ========================
-``versions_key``       nkipy-core's version and sources, torch's version,  ``compiler.plan``
+``versions_key``       nkipy-core's version and sources, torch's version,  ``compiler.key_parts``
                        every loaded pack and its version                   (part of every key)
-``plan_key``           graph code, input fake tensors and layouts, the     ``compiler.pipeline``
+``plan_key``           graph code, input fake tensors and layouts, the     ``compiler.plan``
                        fingerprints of candidate rules, versions, runtime  (``index/`` on disk)
-``fx_base``            versions, runtime, its target tag, compiler args    ``compiler.pipeline``
-``fx_key``             ``fx_base``, kernel graph code, input types and     ``compiler.pipeline``
+``fx_base``            versions, runtime, its target tag, compiler args    ``compiler.kernels``
+``fx_key``             ``fx_base``, kernel graph code, input types and     ``compiler.kernels``
                        layouts, fingerprints of the rules chosen           (``index/`` on disk)
-``kernel_key``         kernel IR text, runtime, target tag, compiler       ``compiler.pipeline``
+``kernel_key``         kernel IR text, runtime, target tag, compiler       ``compiler.kernels``
                        args, versions                                      (``kernels/`` on disk)
 ``aot_key``            versions, runtime and tag, the settings, the        ``dynamo.aot_cache``
                        decomposition table, every rule, packs' sources,    (torch's AOTAutograd
