@@ -50,6 +50,6 @@ def test_the_exported_names_have_their_types(tmp_path):
     untyped = sorted(e for e, type_ in revealed.items() if type_ == "Any")
     assert not untyped, f"bind {untyped} under TYPE_CHECKING in nkipy_core/__init__.py"
     assert revealed["init_nkipy_backend"].endswith("-> nkipy_core.config.settings.Config")
-    assert revealed["FallbackWarning"].endswith("-> nkipy_core.compiler.pipeline.FallbackWarning")
+    assert revealed["FallbackWarning"].endswith("-> nkipy_core.compiler.fallback.FallbackWarning")
     assert revealed["cache_stats"].startswith("collections.Counter")
     assert "nkipy_core.ir.builder.Traced" in revealed["knp.exp"]

@@ -19,10 +19,12 @@ if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported l
     from nkipy_core import config as config
     from nkipy_core import knp as knp
     from nkipy_core.cache.kernel_cache import STATS as _STATS
+    from nkipy_core.compiler.fallback import FallbackWarning as FallbackWarning
     from nkipy_core.compiler.lowering import LoweringContext as LoweringContext
-    from nkipy_core.compiler.pipeline import FallbackWarning as FallbackWarning
     from nkipy_core.compiler.regions import kernel_boundary as kernel_boundary
     from nkipy_core.compiler.regions import on_cpu as on_cpu
+    from nkipy_core.config.env import declare_env as declare_env
+    from nkipy_core.config.env import env as env
     from nkipy_core.config.settings import Config as Config
     from nkipy_core.config.settings import init_nkipy_backend as init_nkipy_backend
     from nkipy_core.errors import CacheError as CacheError
@@ -38,6 +40,7 @@ if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported l
     from nkipy_core.errors import SpecializationLimitError as SpecializationLimitError
     from nkipy_core.errors import Unsupported as Unsupported
     from nkipy_core.errors import UnsupportedOpsError as UnsupportedOpsError
+    from nkipy_core.errors import UnsupportedTorchError as UnsupportedTorchError
     from nkipy_core.errors import VerificationError as VerificationError
     from nkipy_core.observe.profiling import KernelStats as KernelStats
     from nkipy_core.observe.profiling import kernel_stats as kernel_stats

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import re
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -117,7 +118,9 @@ register_device_module = torch._register_device_module
 #: an empty PrivateUse1 tensor with no storage yet: device tensors are set on runtime buffers
 create_empty_tensor = torch._C._acc.create_empty_tensor
 #: a storage over a data pointer without an allocator: a runtime buffer's stand-in for torch
-storage_from_data_pointer = torch._C._construct_storage_from_data_pointer
+storage_from_data_pointer: Callable[[int, torch.device, int], torch.UntypedStorage] = (
+    torch._C._construct_storage_from_data_pointer  # type: ignore[assignment]  # the stub says Storage: it makes an UntypedStorage
+)
 
 
 def untraced(fn: Any) -> Any:
@@ -163,7 +166,7 @@ def resolve_process_group(group_name: str) -> Any:
     """The process group a functional collective's ``group_name`` names."""
     from torch.distributed.distributed_c10d import _resolve_process_group
 
-    return _resolve_process_group(group_name)
+    return _resolve_process_group(group_name)  # type: ignore[arg-type]  # GroupName is a NewType of str
 
 
 def allgather_base(group: Any, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:  # noqa: A002

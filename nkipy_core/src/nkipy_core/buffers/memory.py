@@ -10,6 +10,7 @@ what a buffer is: this module hands it ``DeviceArray`` descriptions and never to
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 
@@ -108,7 +109,7 @@ class DeviceStorage(torch.UntypedStorage):
         ``DeviceStorage`` again (``adopt``)."""
         memo = memo.setdefault("torch", {})
         if self._cdata not in memo:
-            copy = clone_storage(self)
+            copy: torch.UntypedStorage = clone_storage(self)
             copy.__class__ = torch.UntypedStorage
             memo[self._cdata] = copy
         return memo[self._cdata]
@@ -127,7 +128,7 @@ _by_address: dict[int, object] = {}
 _next_address = 1 << 44
 
 
-def _storage(buffer, nbytes: int) -> torch.UntypedStorage:
+def _storage(buffer, nbytes: int) -> DeviceStorage:
     """A torch storage standing for ``buffer``. Torch wants a data pointer (it keys storages by
     it, e.g. in ``torch.save``); it gets a unique address that is never dereferenced: no kernel
     of this device reads storage memory, and torch's own CPU kernels are only used for views."""
@@ -136,7 +137,7 @@ def _storage(buffer, nbytes: int) -> torch.UntypedStorage:
     storage = _torch.storage_from_data_pointer(address, _DEVICE, nbytes)
     storage.__class__ = DeviceStorage
     setattr(storage, _ATTR, _Allocation(buffer, address, _runtime or runtime()))
-    return storage  # type: ignore[return-value]  # torch's stub says Storage: it is an UntypedStorage
+    return cast(DeviceStorage, storage)  # its class, set above
 
 
 def _buffer(storage: torch.UntypedStorage):
@@ -202,7 +203,7 @@ def _span(shape: Sequence[int], strides: Sequence[int], offset: int, itemsize: i
 def _tensor(
     buffer, nbytes: int, dtype: torch.dtype, shape, strides, offset: int = 0
 ) -> torch.Tensor:
-    t = _torch.create_empty_tensor([0], dtype)
+    t = _torch.create_empty_tensor((0,), dtype)
     _SET.redispatch_boxed(
         _CPU, t, _storage(buffer, nbytes), offset, shape, strides
     )  # set_layout, inline
@@ -240,7 +241,7 @@ def resize(t: torch.Tensor, shape: Sequence[int]) -> None:
     set_layout(t, storage, shape, strides, offset)
 
 
-def clone_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:
+def clone_storage(storage: torch.UntypedStorage) -> DeviceStorage:
     """A new storage with a copy of ``storage``'s bytes, copied on the device."""
     nbytes = storage.nbytes()
     buffer = runtime().allocate(nbytes)

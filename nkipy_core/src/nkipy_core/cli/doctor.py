@@ -139,7 +139,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """
     loaded = loaded_plugins(args)
     runtime_data = runtime_rows(loaded)
-    report = {
+    report: dict[str, Any] = {
         "versions": versions(loaded),
         "plugins": plugin_rows(loaded),
         "runtimes": runtime_data,

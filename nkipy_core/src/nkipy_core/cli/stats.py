@@ -37,7 +37,7 @@ def kernel_rows(runs: list[dict[str, Any]], sort: str = "total") -> list[dict[st
     return sorted(rows.values(), key=lambda k: (STATS_SORTS[sort](k), k["key"]))
 
 
-def _bytes(n: int) -> str:
+def _bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"

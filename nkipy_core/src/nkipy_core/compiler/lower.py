@@ -5,7 +5,7 @@ its outputs in the memory order torch expects of them.
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx
@@ -76,8 +76,8 @@ def trace_subgraph(sub: torch.fx.GraphModule, name: str):
             env[node] = invoke(node.meta[RULE], node, builder, env.__getitem__)
         elif node.op == "output":
             result = node.args[0]
-            outputs = list(result) if isinstance(result, (tuple, list)) else [result]
-            outputs = [env[o] for o in outputs]
+            results = list(result) if isinstance(result, (tuple, list)) else [result]
+            outputs = [env[cast(torch.fx.Node, o)] for o in results]
         else:
             raise LoweringError(f"unexpected {node.op} node {node.name} in a fused subgraph")
     with builder.building("output layout"):

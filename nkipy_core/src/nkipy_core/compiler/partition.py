@@ -18,7 +18,8 @@ from nkipy_core.plugin.registry import LoweringRule
 class _Support(OperatorSupportBase):
     def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
         if node.target is operator.getitem:  # a result of a lowered multi-output op
-            return RULE in node.args[0].meta
+            produced = node.args[0]
+            return isinstance(produced, torch.fx.Node) and RULE in produced.meta
         return RULE in node.meta
 
 

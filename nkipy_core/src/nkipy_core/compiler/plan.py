@@ -147,9 +147,13 @@ def _wait_where_the_collective_runs(
     collective runs outside (through torch.distributed), so must its wait, or the kernel would
     read the tensor before the collective has written it."""
     for node in nodes:
+        assert isinstance(node.target, _torch.OpOverload), "_candidates keeps only operators"
         if node.target.name() == _WAIT_TENSOR and isinstance(decisions[node.name], LoweringRule):
             producer = node.args[0]
-            if not isinstance(decisions.get(getattr(producer, "name", None)), LoweringRule):
+            if not (
+                isinstance(producer, torch.fx.Node)
+                and isinstance(decisions.get(producer.name), LoweringRule)
+            ):
                 decisions[node.name] = "it waits on a collective that runs outside the kernel"
 
 

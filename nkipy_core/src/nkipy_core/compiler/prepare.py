@@ -74,9 +74,7 @@ def functionalize_writes(gm: torch.fx.GraphModule) -> None:
             continue
         base = next((b for b, v in latest.items() if v is target), target)
         later = order[node]
-        target.replace_all_uses_with(
-            node, delete_user_cb=lambda user, later=later: order.get(user, -1) > later
-        )
+        target.replace_all_uses_with(node, delete_user_cb=lambda user: order.get(user, -1) > later)
         latest[base] = node
     for base, value in latest.items():
         if base.op == "placeholder":

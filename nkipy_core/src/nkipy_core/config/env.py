@@ -21,11 +21,12 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from nkipy_core.errors import ConfigurationError
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 #: the distribution that owns nkipy-core's own variables
 CORE = "nkipy-core"
@@ -40,13 +41,13 @@ NEURON_RUNTIME = "Neuron runtime (libnrt)"
 
 
 @dataclasses.dataclass(frozen=True)
-class Kind(Generic[T]):
+class Kind(Generic[T_co]):
     """How a variable's text becomes a value: ``parse`` raises ``ValueError`` on text it does
     not take, and ``accepts`` says in words what it takes (for errors and the docs)."""
 
     name: str
     accepts: str
-    parse: Callable[[str], T] = dataclasses.field(compare=False)
+    parse: Callable[[str], T_co] = dataclasses.field(compare=False)
 
 
 def _flag(text: str) -> bool:
@@ -72,37 +73,39 @@ def _count(text: str) -> int:
     return value
 
 
+TEXT = Kind("text", "any text", str)
+PATH = Kind("path", "a path", Path)
+# kept as written: ``./tool`` and ``tool`` differ to ``subprocess`` and ``dlopen``
+FILE = Kind("file", "a file's path", str)
+FLAG = Kind("flag", "1, true, yes or on; 0, false, no or off", _flag)
+SECONDS = Kind("seconds", "a number of seconds, at least 0 (e.g. 1800)", _seconds)
+COUNT = Kind("count", "a whole number, at least 0", _count)
+# torch's own rule for its switches: exactly "1" is on, anything else is off
+TORCH_FLAG = Kind(
+    "torch-flag", "1 (on); any other value is off, as torch reads it", lambda t: t == "1"
+)
+
 KINDS: dict[str, Kind[Any]] = {
-    kind.name: kind
-    for kind in (
-        Kind("text", "any text", str),
-        Kind("path", "a path", Path),
-        # kept as written: ``./tool`` and ``tool`` differ to ``subprocess`` and ``dlopen``
-        Kind("file", "a file's path", str),
-        Kind("flag", "1, true, yes or on; 0, false, no or off", _flag),
-        Kind("seconds", "a number of seconds, at least 0 (e.g. 1800)", _seconds),
-        Kind("count", "a whole number, at least 0", _count),
-        # torch's own rule for its switches: exactly "1" is on, anything else is off
-        Kind("torch-flag", "1 (on); any other value is off, as torch reads it", lambda t: t == "1"),
-    )
+    kind.name: kind for kind in (TEXT, PATH, FILE, FLAG, SECONDS, COUNT, TORCH_FLAG)
 }
 
 
 @dataclasses.dataclass(frozen=True)
-class EnvVar(Generic[T]):
+class EnvVar(Generic[T_co]):
     """One environment variable: the value of ``get()`` is ``default`` when the variable is
-    unset or empty, else its text parsed by ``kind``."""
+    unset or empty, else its text parsed by ``kind`` (``T_co`` includes ``None`` when the
+    default is ``None``)."""
 
     name: str
-    kind: Kind[T]
-    default: T | None
+    kind: Kind[T_co]
+    default: T_co
     meaning: str
     owner: str
     #: set by the launcher, torch or the Neuron runtime; nkipy reads it and documents it, but
     #: does not define it
     input_only: bool = False
 
-    def get(self, environ: Mapping[str, str] | None = None) -> T | None:
+    def get(self, environ: Mapping[str, str] | None = None) -> T_co:
         """The value in ``environ`` (default: the process environment) now."""
         text = (os.environ if environ is None else environ).get(self.name)
         if not text:
@@ -140,7 +143,47 @@ def declare_env(
         raise ConfigurationError(
             f"environment variable {name}: unknown kind {kind!r}; use one of {sorted(KINDS)}"
         )
-    var = EnvVar(name, KINDS[kind], default, meaning, owner, input_only)
+    return _declare(
+        name, kind=KINDS[kind], default=default, meaning=meaning, owner=owner, input_only=input_only
+    )
+
+
+@overload
+def _declare(
+    name: str,
+    *,
+    kind: Kind[T],
+    default: T,
+    meaning: str,
+    owner: str,
+    input_only: bool = False,
+) -> EnvVar[T]: ...
+
+
+@overload
+def _declare(
+    name: str,
+    *,
+    kind: Kind[T],
+    default: None = None,
+    meaning: str,
+    owner: str,
+    input_only: bool = False,
+) -> EnvVar[T | None]: ...
+
+
+def _declare(
+    name: str,
+    *,
+    kind: Kind[Any],
+    default: Any = None,
+    meaning: str,
+    owner: str,
+    input_only: bool = False,
+) -> EnvVar[Any]:
+    """``declare_env`` with the kind itself, so nkipy-core's variables keep their value types
+    (``get()`` of a variable without a default may be ``None``)."""
+    var = EnvVar(name, kind, default, meaning, owner, input_only)
     with _lock:
         known = _table.setdefault(name, var)
     if known != var:
@@ -183,53 +226,53 @@ def _shown(default: Any) -> str:
 
 # -- nkipy-core's variables -----------------------------------------------------------------------
 
-NKIPY_RUNTIME = declare_env(
+NKIPY_RUNTIME = _declare(
     "NKIPY_RUNTIME",
-    kind="text",
+    kind=TEXT,
     meaning="The runtime to run on (`cpu`, `nrt`, `xla`) when `init_nkipy_backend(runtime=...)` "
     "names none; unset picks the highest-priority available one.",
     owner=CORE,
 )
-NKIPY_CACHE = declare_env(
+NKIPY_CACHE = _declare(
     "NKIPY_CACHE",
-    kind="path",
+    kind=PATH,
     default=Path("nkipy_cache"),
     meaning="The kernel cache directory when `init_nkipy_backend(nkipy_cache=...)` names none "
     "(relative to the working directory).",
     owner=CORE,
 )
-NKIPY_TARGET = declare_env(
+NKIPY_TARGET = _declare(
     "NKIPY_TARGET",
-    kind="text",
+    kind=TEXT,
     meaning="The hardware generation to compile for (`trn1`, `trn2`, `trn3`) when "
     "`init_nkipy_backend(target=...)` names none; unset lets the runtime detect it.",
     owner=CORE,
 )
-NKIPY_PRECOMPILE = declare_env(
+NKIPY_PRECOMPILE = _declare(
     "NKIPY_PRECOMPILE",
-    kind="text",
+    kind=TEXT,
     meaning="A runtime to compile every kernel for as well, into the cache, while the program "
     "runs on another (`nkipy-ops precompile` sets it).",
     owner=CORE,
 )
-NKIPY_PRECOMPILE_REPORT = declare_env(
+NKIPY_PRECOMPILE_REPORT = _declare(
     "NKIPY_PRECOMPILE_REPORT",
-    kind="path",
+    kind=PATH,
     meaning="Where a precompiling process writes its counts (JSON) at exit "
     "(`nkipy-ops precompile` sets it).",
     owner=CORE,
 )
-NKIPY_CACHE_LOCK_TIMEOUT = declare_env(
+NKIPY_CACHE_LOCK_TIMEOUT = _declare(
     "NKIPY_CACHE_LOCK_TIMEOUT",
-    kind="seconds",
+    kind=SECONDS,
     default=3600.0,
     meaning="How long a process waits for another one compiling the same kernel into a shared "
     "cache before raising `CacheLockTimeoutError`.",
     owner=CORE,
 )
-NKIPY_UPDATE_EXPECTED_FAILURES = declare_env(
+NKIPY_UPDATE_EXPECTED_FAILURES = _declare(
     "NKIPY_UPDATE_EXPECTED_FAILURES",
-    kind="flag",
+    kind=FLAG,
     default=False,
     meaning="On: a pack's conformance test rewrites its expected-failures file from the run "
     "instead of checking it.",
@@ -238,50 +281,50 @@ NKIPY_UPDATE_EXPECTED_FAILURES = declare_env(
 
 # -- variables nkipy only reads -----------------------------------------------------------------
 
-RANK = declare_env(
+RANK = _declare(
     "RANK",
-    kind="count",
+    kind=COUNT,
     default=0,
     meaning="The process's global rank, when torch.distributed is not initialised.",
     owner=LAUNCHER,
     input_only=True,
 )
-LOCAL_RANK = declare_env(
+LOCAL_RANK = _declare(
     "LOCAL_RANK",
-    kind="count",
+    kind=COUNT,
     meaning="The process's rank on its host: which NeuronCores it takes, and its rank (before "
     "`RANK`) when torch.distributed is not initialised.",
     owner=LAUNCHER,
     input_only=True,
 )
-WORLD_SIZE = declare_env(
+WORLD_SIZE = _declare(
     "WORLD_SIZE",
-    kind="count",
+    kind=COUNT,
     default=1,
     meaning="The number of processes, when torch.distributed is not initialised.",
     owner=LAUNCHER,
     input_only=True,
 )
-LOCAL_WORLD_SIZE = declare_env(
+LOCAL_WORLD_SIZE = _declare(
     "LOCAL_WORLD_SIZE",
-    kind="count",
+    kind=COUNT,
     default=1,
     meaning="The number of processes on this host, among which the visible NeuronCores are "
     "shared out.",
     owner=LAUNCHER,
     input_only=True,
 )
-NEURON_RT_VISIBLE_CORES = declare_env(
+NEURON_RT_VISIBLE_CORES = _declare(
     "NEURON_RT_VISIBLE_CORES",
-    kind="text",
+    kind=TEXT,
     meaning="The NeuronCores this host's processes may use (`2`, `0-3`, `4,5,7`); unset: all of "
     "them. Each local rank is given its own block before the runtime starts.",
     owner=NEURON_RUNTIME,
     input_only=True,
 )
-TORCH_DEVICE_BACKEND_AUTOLOAD = declare_env(
+TORCH_DEVICE_BACKEND_AUTOLOAD = _declare(
     "TORCH_DEVICE_BACKEND_AUTOLOAD",
-    kind="torch-flag",
+    kind=TORCH_FLAG,
     default=True,
     meaning="Whether `import torch` loads device backends, the `nkipy` device among them "
     "(`nkipy-ops doctor` reports it).",

@@ -19,6 +19,9 @@ ops (``rnn``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from nkipy_core import _torch
@@ -62,6 +65,7 @@ def install() -> None:
     if _library is not None:
         return
     lib = torch.library.Library("aten", "IMPL")
+    kernel: Callable[..., Any]
     for name, kernel in (
         ("empty.memory_format", _empty),
         ("empty_strided", _empty_strided),
@@ -132,7 +136,7 @@ def _mutating_forms(ops: set) -> set:
         for op in ops
         for suffix in ("", "_")
     }
-    candidates = (getattr(p, name) for p in packets - {None} for name in p.overloads())
+    candidates = (getattr(p, name) for p in packets if p is not None for name in p.overloads())
     return {op for op in candidates if _torch.schema(op).is_mutable and functional_form(op) in ops}
 
 

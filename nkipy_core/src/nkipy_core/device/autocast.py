@@ -28,7 +28,7 @@ FLOAT32 = (
     "renorm logsumexp softmax log_softmax cumprod cumsum prod sum"
 ).split()
 
-_KEY = _torch.DispatchKeySet(_torch.DispatchKey.AutocastPrivateUse1)
+_KEY = _torch.DispatchKeySet(_torch.DispatchKey.AutocastPrivateUse1)  # type: ignore[attr-defined]  # not in torch's stub
 _libraries: tuple[torch.library.Library, ...] | None = None
 
 

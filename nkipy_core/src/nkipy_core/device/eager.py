@@ -369,12 +369,12 @@ def _lifted(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -
 
     def lower(sub: torch.fx.GraphModule, name: str):
         rule = next(n.meta[RULE] for n in sub.graph.nodes if RULE in n.meta)
-        for _, node in others:
+        for _, node in graphs:
             node.meta[RULE] = rule
         try:
             kernels = [
                 scalars.lift(trace_subgraph(graph, name), values)
-                for graph, values in zip((sub, *(g for g, _ in others)), lowered_with)
+                for graph, values in zip((sub, *(g for g, _ in graphs)), lowered_with)
             ]
         except Exception as exc:  # noqa: BLE001 - e.g. the rule declines a sentinel
             raise scalars.NotLiftable(str(exc)) from exc
@@ -683,7 +683,7 @@ def _on_cpu(op: _torch.OpOverload, args: tuple, kwargs: dict, why: str, state: _
 
 def _written(op: _torch.OpOverload, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     """The tensors ``op`` mutates, per its schema."""
-    found = []
+    found: list[torch.Tensor] = []
     for i, a in enumerate(_torch.schema(op).arguments):
         if a.alias_info is None or not a.alias_info.is_write:
             continue

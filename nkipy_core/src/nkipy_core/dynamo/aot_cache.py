@@ -215,7 +215,7 @@ def caching(
     try:
         with (
             _torch.functorch_config.patch(bundled_autograd_cache=True),
-            torch.compiler.config.patch(
+            torch.compiler.config.patch(  # type: ignore[attr-defined]  # set up when torch imports it
                 cache_key_tag=f"{tag}|nkipy:{key}" if tag else f"nkipy:{key}"
             ),
         ):

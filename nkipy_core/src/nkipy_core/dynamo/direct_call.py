@@ -113,6 +113,7 @@ def bare_call(
         else f"AOTAutograd compiled {len(graphs)} graphs for it"
     )
     if why is None:
+        assert graph is not None, "why is None only when AOTAutograd compiled one graph"
         if _torch.is_any_autocast_enabled():
             why = "autocast is on"
         elif next(gm.parameters(), None) is not None or next(gm.buffers(), None) is not None:
