@@ -8,24 +8,14 @@ from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 
 import pytest
+from repo_sources import ROOT, SOURCES
 
 import nkipy_core
 from nkipy_core.config import env
 from nkipy_core.errors import ConfigurationError
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "configuration.md"
 REGENERATE = "python docs/gen_configuration.py"
-SOURCES = [
-    ROOT / d / "src"
-    for d in (
-        "nkipy_core",
-        "nkipy_ops_base",
-        "nkipy_ops_collectives",
-        "nkipy_ops_nki",
-        "nkipy_runtime",
-    )
-]
 TABLE_MODULE = ROOT / "nkipy_core" / "src" / "nkipy_core" / "config" / "env.py"
 
 

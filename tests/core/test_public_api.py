@@ -12,15 +12,11 @@ import importlib
 from pathlib import Path
 
 import pytest
+from repo_sources import PACK_SOURCES, ROOT
 
 from nkipy_core.plugin.hook_api import DEPRECATED, PUBLIC_MODULES
 
-ROOT = Path(__file__).resolve().parents[2]
 RELEASED = Path(__file__).with_name("public_api.txt")
-PACK_SOURCES = [
-    ROOT / d / "src"
-    for d in ("nkipy_ops_base", "nkipy_ops_collectives", "nkipy_ops_nki", "nkipy_runtime")
-]
 #: private modules the first-party packs of this repository may import too, and why: they ship
 #: and are tested together with nkipy-core, so a change to these lands in one commit
 FIRST_PARTY_ONLY = {

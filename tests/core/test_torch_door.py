@@ -18,20 +18,10 @@ import pytest
 import torch
 import torch.distributed as dist
 from fresh_python import python
+from repo_sources import ROOT, SOURCES
 
 from nkipy_core import UnsupportedTorchError, _torch
 
-ROOT = Path(__file__).resolve().parents[2]
-SOURCES = [
-    ROOT / d / "src"
-    for d in (
-        "nkipy_core",
-        "nkipy_ops_base",
-        "nkipy_ops_collectives",
-        "nkipy_ops_nki",
-        "nkipy_runtime",
-    )
-]
 DOOR = ROOT / "nkipy_core/src/nkipy_core/_torch.py"
 ADD = torch.ops.aten.add.Tensor
 
