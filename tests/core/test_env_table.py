@@ -183,16 +183,17 @@ def test_values_are_parsed_read_at_each_call_and_empty_is_unset(monkeypatch):
 
 def test_packs_declare_their_variables_through_the_public_api(monkeypatch):
     assert nkipy_core.declare_env is env.declare_env and nkipy_core.env is env.env
-    pytest.importorskip("nkipy_ops_nki")
-    from nkipy_ops_nki import plugin
-
-    names = {var.name: var for var in env.table()}
-    assert names["NKIPY_NKI_OVERRIDES"].owner == "nkipy-ops-nki"
-    monkeypatch.setenv("NKIPY_NKI_OVERRIDES", "1")
-    assert plugin.overrides_enabled() is True
-    monkeypatch.setenv("NKIPY_NKI_OVERRIDES", "2")
-    with pytest.raises(ConfigurationError, match="NKIPY_NKI_OVERRIDES='2'"):
-        plugin.overrides_enabled()
+    monkeypatch.setattr(env, "_table", dict(env._table))  # the declaration ends with the test
+    var = nkipy_core.declare_env(
+        "NKIPY_EXAMPLE_PACK_FAST", kind="flag", default=False, meaning="m", owner="nkipy-ops-x"
+    )
+    assert var in env.table() and var.owner == "nkipy-ops-x"
+    assert nkipy_core.env("NKIPY_EXAMPLE_PACK_FAST") is False
+    monkeypatch.setenv("NKIPY_EXAMPLE_PACK_FAST", "yes")
+    assert nkipy_core.env("NKIPY_EXAMPLE_PACK_FAST") is True
+    monkeypatch.setenv("NKIPY_EXAMPLE_PACK_FAST", "2")
+    with pytest.raises(ConfigurationError, match="NKIPY_EXAMPLE_PACK_FAST='2'"):
+        nkipy_core.env("NKIPY_EXAMPLE_PACK_FAST")
 
 
 def test_a_variable_is_declared_once():

@@ -152,3 +152,15 @@ def test_a_kernel_file_with_an_nki_custom_call_runs_on_its_own():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["float32", "(4,", "7,", "33)"]
+
+
+def test_the_overrides_switch_is_a_declared_flag(monkeypatch):
+    from nkipy_core.config import env
+    from nkipy_ops_nki import plugin
+
+    assert {v.name: v for v in env.table()}["NKIPY_NKI_OVERRIDES"].owner == "nkipy-ops-nki"
+    monkeypatch.setenv("NKIPY_NKI_OVERRIDES", "0")
+    assert plugin.overrides_enabled() is False
+    monkeypatch.setenv("NKIPY_NKI_OVERRIDES", "2")
+    with pytest.raises(nkipy_core.ConfigurationError, match="NKIPY_NKI_OVERRIDES='2'"):
+        plugin.overrides_enabled()
