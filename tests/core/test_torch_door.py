@@ -381,3 +381,28 @@ def test_device_storages_copy_on_the_device_and_cpu_storages_stay_torchs(monkeyp
     assert type(cpu.untyped_storage()) is torch.UntypedStorage
     assert type(copy.deepcopy(cpu).untyped_storage()) is torch.UntypedStorage
     assert torch.UntypedStorage.clone is torch.storage._StorageBase.clone
+
+
+def test_the_range_check_agrees_with_packaging():
+    """The door decides a range without importing packaging's specifiers (about 10 ms inside
+    every ``import torch``); it must decide as packaging does."""
+    from packaging.specifiers import SpecifierSet
+
+    versions = ["2.13.0+cpu", "2.13.0+cu121", "2.13", "2.13.5", "2.13.post1", "2.13.0rc1"]
+    versions += ["2.13.0.dev20260101", "2.14.0a0+git1234", "2.14.0", "2.14.0.post1", "2.12.1"]
+    ranges = [">=2.13,<2.14", ">2.13,<=2.14", "==2.13.0,!=2.13.5", "~=2.13.0", "<=2.13"]
+    ranges += ["!=2.13.0", "==2.13.0+cpu", ">2.13"]
+    differ = [
+        (v, r)
+        for v in versions
+        for r in ranges
+        if _torch._satisfies(v, r) != SpecifierSet(r).contains(v, prereleases=True)
+    ]
+    assert not differ
+
+
+def test_import_torch_does_not_load_packaging_for_the_range_check():
+    probe = "import sys, torch; print(hasattr(torch, 'nkipy'), 'packaging' in sys.modules)"
+    result = python(probe)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "False"]

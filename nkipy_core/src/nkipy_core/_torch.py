@@ -44,14 +44,11 @@ def supported_torch() -> str:
 
 def check_torch(installed: str | None = None) -> None:
     """Raise ``UnsupportedTorchError`` if ``installed`` (default: this torch) is not supported."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
-    installed = installed or torch.__version__
+    installed = installed or str(torch.__version__)
     supported = supported_torch()
     try:
-        ok = SpecifierSet(supported).contains(Version(installed), prereleases=True)
-    except InvalidVersion:
+        ok = _satisfies(installed, supported)
+    except ValueError:  # not a PEP 440 version (packaging's InvalidVersion)
         ok = False
     if not ok:
         raise UnsupportedTorchError(
@@ -60,6 +57,41 @@ def check_torch(installed: str | None = None) -> None:
             f"Install a supported torch (pip install 'torch{supported}') or an nkipy-core "
             "release made for this torch."
         )
+
+
+def _satisfies(installed: str, specifiers: str) -> bool:
+    """Whether ``installed`` meets every comparison in ``specifiers`` (``">=2.13,<2.14"``), by
+    PEP 440 as ``packaging`` decides it: ``<2.14`` excludes ``2.14.0a0`` (a nightly of 2.14).
+
+    Plain comparisons are evaluated over the copy of ``packaging.version`` torch has already
+    imported, so the check adds nothing to ``import torch``; ``packaging``'s specifier module
+    (about 10 ms to import) is loaded only for another form (``~=``, ``==2.13.*``)."""
+    from torch._vendor.packaging.version import Version  # loaded by ``import torch`` already
+
+    version = Version(installed)
+    for specifier in specifiers.split(","):
+        match = re.fullmatch(r"(>=|<=|==|!=|>|<)([0-9][0-9a-z.+]*)", specifier)
+        if match is None:
+            from packaging.specifiers import SpecifierSet
+
+            return SpecifierSet(specifiers).contains(installed, prereleases=True)
+        op, bound = match.group(1), Version(match.group(2))
+        same_release = Version(version.base_version) == Version(bound.base_version)
+        # a bound without a local label ignores the installed one (``2.13.0+cpu``) where PEP 440 does
+        public = version if bound.local else Version(version.public)
+        ok = {
+            ">=": public >= bound,
+            "<=": public <= bound,
+            "==": public == bound,
+            "!=": public != bound,
+            # PEP 440: ``<V`` admits no pre-release of V, ``>V`` no post-release or local of V
+            "<": version < bound and not (version.is_prerelease and same_release),
+            ">": version > bound
+            and not ((version.is_postrelease or version.local) and same_release),
+        }[op]
+        if not ok:
+            return False
+    return True
 
 
 check_torch()
