@@ -1,24 +1,23 @@
-"""The in-memory caches' bound and eviction counter (``nkipy_core.cache.lru``) and the key
+"""The in-memory caches' bound and eviction counter (``nkipy_core.cache.bounded``) and the key
 recipes (``nkipy_core.cache.keys``)."""
 
 import pytest
 
 from nkipy_core import cache_stats
 from nkipy_core.cache import keys
-from nkipy_core.cache.lru import BoundedCache
+from nkipy_core.cache.bounded import BoundedCache
 
 
-def test_the_least_recently_used_entry_is_evicted_and_counted():
-    cache: BoundedCache[str, int] = BoundedCache("test_lru", 2)
-    before = cache_stats["test_lru_evictions"]
+def test_the_oldest_entry_is_evicted_and_counted():
+    cache: BoundedCache[str, int] = BoundedCache("test_bounded", 2)
+    before = cache_stats["test_bounded_evictions"]
     cache["a"], cache["b"] = 1, 2
-    assert cache.get("a") == 1  # "a" is now more recent than "b"
+    cache["a"] = 10  # replacing an entry evicts nothing and keeps its place
+    assert cache_stats["test_bounded_evictions"] == before
     cache["c"] = 3
-    assert "b" not in cache and cache.get("a") == 1 and cache.get("c") == 3
-    assert len(cache) == 2 and cache_stats["test_lru_evictions"] == before + 1
-    cache["c"] = 4  # replacing an entry evicts nothing
-    assert cache_stats["test_lru_evictions"] == before + 1
-    assert cache.get("b") is None
+    assert "a" not in cache and cache.get("b") == 2 and cache.get("c") == 3
+    assert len(cache) == 2 and cache_stats["test_bounded_evictions"] == before + 1
+    assert cache.get("a") is None
     with pytest.raises(ValueError, match="at least 1"):
         BoundedCache("empty", 0)
 

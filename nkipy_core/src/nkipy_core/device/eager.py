@@ -13,10 +13,10 @@ fills, which draw from torch's CPU generator so that seeded device runs reproduc
 ops whose output shape depends on the data (``masked_select``, ``nonzero``, ``unique``), which
 no static-shape kernel can express (printing a tensor uses them).
 
-What each signature runs is kept in memory, in bounded caches (``nkipy_core.cache.lru``):
+What each signature runs is kept in memory, in bounded caches (``nkipy_core.cache.bounded``):
 ``MAX_SIGNATURES`` call signatures (and as many fast keys), and ``MAX_FLOAT_VALUES`` float
 values for each signature whose kernels bake its floats in. A program that calls an op with ever
-new ints or floats evicts the least recently used (``cache_stats["eager_signatures_evictions"]``,
+new ints or floats evicts the oldest (``cache_stats["eager_signatures_evictions"]``,
 ``"eager_fast_calls_evictions"``, ``"eager_float_values_evictions"``) instead of holding a kernel
 per value; an evicted kernel comes back from the on-disk kernel cache when it is called again.
 """
@@ -34,7 +34,7 @@ import torch.fx
 
 from nkipy_core import _torch
 from nkipy_core.buffers import memory
-from nkipy_core.cache.lru import BoundedCache
+from nkipy_core.cache.bounded import BoundedCache
 from nkipy_core.compiler.aten_schema import functional_form
 from nkipy_core.compiler.fallback import FallbackWarning
 from nkipy_core.compiler.kernel_call import KernelCall
