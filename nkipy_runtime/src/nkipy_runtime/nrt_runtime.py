@@ -14,11 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from nkipy_core import env
+from nkipy_core.errors import ConfigurationError
 from nkipy_core.ir import Kernel
 from nkipy_core.runtime import CompileOptions, DeviceArray, DeviceStats, Signature
 
 from . import neuronx_cc
-from .hlo_files import HLO_PROTO, hlo_artifacts
+from .hlo_files import HLO_PROTO, HLO_TEXT, hlo_artifacts
+from .neuron import NeuronProfile, NeuronProfileError, profile_for, violations
 from .nrt import probe
 
 NEFF, LOG = "kernel.neff", "neuronx-cc.log"
@@ -71,19 +74,59 @@ class NrtRuntime:
 
     # -- compiling ---------------------------------------------------------------------------
 
+    def profile(self, options: CompileOptions) -> NeuronProfile:
+        """The Neuron target profile kernels are emitted for and checked against."""
+        return profile_for(neuronx_cc.resolve_target(options.target))
+
     def cache_tag(self, options: CompileOptions) -> str:
-        return neuronx_cc.resolve_target(options.target)
+        profile = self.profile(options)
+        return f"{profile.target}-int{64 if profile.native_int64 else 32}"
+
+    def _hlo(self, kernel: Kernel, profile: NeuronProfile) -> dict[str, bytes]:
+        return hlo_artifacts(kernel, narrow_int64=not profile.native_int64)
+
+    def declines(self, kernel: Kernel, options: CompileOptions) -> str:
+        """Why neuronx-cc for the configured target cannot take ``kernel`` ("" if it can): the
+        planner asks this of each op, so an op the target cannot take stays on CPU."""
+        profile = self.profile(options)
+        found = violations(self._hlo(kernel, profile)[HLO_TEXT].decode(), profile)
+        if not found:
+            return ""
+        first = found[0]
+        return (
+            f"neuronx-cc for {profile.name} does not take {first.opcode} on {first.dtype} "
+            f"({first.detail}): it requires {first.rule.requires} ({first.rule.source})"
+        )
 
     def compile(self, kernel: Kernel, options: CompileOptions) -> NrtExecutable:
-        files = hlo_artifacts(kernel)
+        """Emit the kernel for the target, check it against the target's profile (a
+        ``NeuronProfileError`` instead of a compiler failure minutes later), then compile it with
+        the profile's flags before the user's."""
+        profile = self.profile(options)
+        files = self._hlo(kernel, profile)
+        found = violations(files[HLO_TEXT].decode(), profile)
+        if found:
+            raise NeuronProfileError(kernel.name, profile, found)
         build = neuronx_cc.compile_neff(
             files[HLO_PROTO],
-            target=self.cache_tag(options),
-            extra_args=options.compiler_args,
+            target=profile.target,
+            extra_args=" ".join([*profile.compiler_flags(), options.compiler_args]).strip(),
             timeout=neuronx_cc.timeout_seconds(),
         )
         return NrtExecutable(
             Signature.of(kernel), {**files, NEFF: build.neff, LOG: build.log.encode()}
+        )
+
+    def describe(self) -> str:
+        """The Neuron profile kernels are compiled for here (``nkipy-ops doctor`` prints it
+        even where the runtime is unavailable, as on a build box that precompiles)."""
+        try:
+            profile = self.profile(CompileOptions(target=env("NKIPY_TARGET")))
+        except ConfigurationError as exc:
+            return f"Neuron profile: none yet ({exc})"
+        return (
+            f"Neuron profile {profile.name}: kernels are checked against its rules before "
+            f"neuronx-cc runs with {' '.join(profile.compiler_flags())}"
         )
 
     def load(

@@ -91,7 +91,19 @@ def to_hlo(stablehlo: str) -> HloModule:
         )
     except Exception as exc:  # noqa: BLE001 - jaxlib raises its own untyped errors
         raise HloConversionError(f"jaxlib rejected the StableHLO module: {exc}") from None
-    return HloModule(computation.as_serialized_hlo_module_proto(), computation.as_hlo_text())
+    return HloModule(computation.as_serialized_hlo_module_proto(), _text(computation))
+
+
+def _text(computation: Any) -> str:
+    """The module's HLO text with each instruction's metadata (the ATen op and rule it came
+    from, for people and for the Neuron profile check) and every constant written out (the check
+    reads their values)."""
+    from jaxlib import _hlo
+
+    options = _hlo.HloPrintOptions()
+    options.print_metadata = True
+    options.print_large_constants = True
+    return computation.get_hlo_module().to_string(options)
 
 
 def devices(platform: str = "cpu") -> list[Any]:

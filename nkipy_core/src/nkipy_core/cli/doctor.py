@@ -126,7 +126,7 @@ def render_doctor(report: dict[str, Any]) -> str:
     for row in report["runtimes"]:
         if not row["available"]:
             lines.append(f"Note: runtime {row['name']!r} is unavailable: {row['reason']}")
-        elif row["details"]:
+        if row["details"]:
             lines.append(f"Runtime {row['name']!r}: {row['details']}")
     return "\n".join(lines)
 

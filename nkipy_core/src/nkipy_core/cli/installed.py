@@ -49,13 +49,19 @@ def runtime_rows(loaded: plugins.Plugins) -> list[dict[str, Any]]:
                 "priority": getattr(runtime, "priority", 0),
                 "provider": provenance.distribution if provenance else "<unknown>",
                 "version": provenance.version if provenance else "?",
-                "hardware": bool(getattr(runtime, "hardware", False)),
+                "hardware": _hardware(runtime),
                 "available": ok,
                 "reason": reason,
-                "details": _details(runtime) if ok else "",
+                # a hardware runtime says what it would compile for even where it cannot run
+                # (a build box that precompiles for it)
+                "details": _details(runtime) if ok or _hardware(runtime) else "",
             }
         )
     return rows
+
+
+def _hardware(runtime: Any) -> bool:
+    return bool(getattr(runtime, "hardware", False))
 
 
 def _details(runtime: Any) -> str:

@@ -72,7 +72,7 @@ def _find_or_lower(
     """The kernel's call rebuilt from the cache (through the fx index without lowering, or by
     its kernel key after lowering), else the lowered kernel still to compile."""
     cache = KernelCache(config.nkipy_cache)
-    options = compile_options(config)
+    options = config.compile_options()
     tag = runtime_tag(runtime, options)
     base_key = keys.fx_base(versions_key(), runtime.name, tag, config.additional_compiler_args)
     fx_key = _subgraph_key(sub, base_key)
@@ -134,13 +134,6 @@ def load_kernel(
     log.debug("kernel %s loaded from cache entry %s without lowering", name, key)
     stats = profiling.record(cache.root, key, name, meta.get("ops", {}), signature)
     return KernelCall(name, executable, runtime, tuple_output, key, devices, orders, stats)
-
-
-def compile_options(config: Config) -> CompileOptions:
-    """What a runtime compiles and loads a kernel with, from the configuration."""
-    return CompileOptions(
-        config.additional_compiler_args, config.rank, config.world_size, config.target
-    )
 
 
 def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall, float | None]:

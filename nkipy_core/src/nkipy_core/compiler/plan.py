@@ -5,6 +5,7 @@ torch on CPU; cached by graph, so a warm run skips the rules.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 import torch.fx
@@ -13,7 +14,7 @@ from nkipy_core import _torch
 from nkipy_core.cache import keys
 from nkipy_core.cache.kernel_cache import STATS, KernelCache
 from nkipy_core.compiler import regions, rng
-from nkipy_core.compiler.key_parts import placeholder_key, versions_key
+from nkipy_core.compiler.key_parts import placeholder_key, runtime_tag, versions_key
 from nkipy_core.compiler.lowering import invoke, output_types, tensor_type
 from nkipy_core.config.settings import Config
 from nkipy_core.errors import LoweringError, Unsupported, VerificationError
@@ -45,12 +46,13 @@ def _candidates(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
 
 
 def choose_rule(
-    node: torch.fx.Node, rules: list[LoweringRule], strict: bool, runtime: Runtime
+    node: torch.fx.Node, rules: list[LoweringRule], config: Config, runtime: Runtime
 ) -> LoweringRule | str:
     """The first rule that accepts ``node`` (tried on a scratch kernel), or why none did.
 
     A rule whose lowering the runtime cannot run inside a kernel is declined (see
     ``_runtime_declines``): the node then runs as torch, and the fallback warning says why."""
+    strict = config.strict
     if not rules:
         return "no installed pack lowers it"
     try:
@@ -65,8 +67,8 @@ def choose_rule(
             return builder.param(tensor_type(arg.meta.get("val")))
 
         try:
-            invoke(rule, node, builder, lookup)
-            reason = _runtime_declines(builder, runtime)
+            result = invoke(rule, node, builder, lookup)
+            reason = _runtime_declines(builder, result, config, runtime)
             if reason:
                 raise Unsupported(reason)
             return rule
@@ -84,12 +86,14 @@ def choose_rule(
     return "; ".join(reasons)
 
 
-def _runtime_declines(builder: KernelBuilder, runtime: Runtime) -> str:
+def _runtime_declines(builder: KernelBuilder, result: Any, config: Config, runtime: Runtime) -> str:
     """Why ``runtime`` cannot run what ``builder`` holds inside a kernel ("" if it can).
 
     Collectives need a runtime that runs them between processes (``kernel_collectives``): one
     that cannot would compute each rank's part alone, silently wrong. Custom calls need a runtime
-    that runs their host function or whose compiler knows their target."""
+    that runs their host function or whose compiler knows their target. A runtime whose compiler
+    accepts less than the IR can say (``Runtime.declines``: the Neuron target profile) is asked
+    about the op's kernel, results included."""
     if not getattr(runtime, "kernel_collectives", False) and any(
         primitive(name).collective for name in builder.primitives()
     ):
@@ -97,13 +101,19 @@ def _runtime_declines(builder: KernelBuilder, runtime: Runtime) -> str:
     unknown = sorted(t for t in builder.custom_call_targets() if not runs_custom_call(runtime, t))
     if unknown:
         return f"the {runtime.name} runtime runs no custom calls to {', '.join(unknown)} inside kernels"
-    return ""
+    declines = getattr(runtime, "declines", None)
+    if declines is None:
+        return ""
+    outputs = [r for r in (result if isinstance(result, tuple) else (result,)) if r is not None]
+    return declines(builder.finish(outputs), config.compile_options())
 
 
-def _plan_key(gm: torch.fx.GraphModule, registry, runtime_name: str) -> str:
+def _plan_key(gm: torch.fx.GraphModule, registry, runtime: Runtime, config: Config) -> str:
+    """Plans depend on the runtime and its target (what ``Runtime.declines`` says)."""
     metas = [placeholder_key(n) for n in gm.graph.nodes if n.op == "placeholder"]
     rules = sorted({r.fingerprint for n in _candidates(gm) for r in registry.rules_for(n.target)})
-    return keys.plan_key(gm.code, metas, rules, versions_key(), runtime_name)
+    tag = runtime_tag(runtime, config.compile_options())
+    return keys.plan_key(gm.code, metas, rules, versions_key(), f"{runtime.name}/{tag}")
 
 
 def plan(
@@ -111,7 +121,7 @@ def plan(
 ) -> dict[str, LoweringRule | str]:
     """Node name -> chosen rule, or the reason it falls back; cached by graph so warm runs skip rules."""
     registry = plugins.get(strict=config.strict).lowerings
-    key = _plan_key(gm, registry, runtime.name)
+    key = _plan_key(gm, registry, runtime, config)
     nodes = _candidates(gm)
     cached = _restore_plan(cache.get_index(key), nodes, registry)
     if cached is not None:
@@ -120,7 +130,7 @@ def plan(
         )
         return cached
     decisions = {
-        n.name: choose_rule(n, registry.rules_for(n.target), config.strict, runtime) for n in nodes
+        n.name: choose_rule(n, registry.rules_for(n.target), config, runtime) for n in nodes
     }
     _wait_where_the_collective_runs(nodes, decisions)
     lowered = sum(isinstance(d, LoweringRule) for d in decisions.values())

@@ -18,6 +18,7 @@ import attrs
 from nkipy_core.config import env
 from nkipy_core.errors import ConfigurationError, RuntimeNotFoundError, RuntimeUnavailableError
 from nkipy_core.plugin import manager as plugins
+from nkipy_core.runtime.base import CompileOptions
 
 log = logging.getLogger("nkipy")
 
@@ -70,6 +71,12 @@ class Config:
     #: ``runtime``: ahead-of-time compiles on a machine without the device (``NKIPY_PRECOMPILE``;
     #: ``nkipy-ops precompile`` sets it)
     precompile: str | None = None
+
+    def compile_options(self) -> CompileOptions:
+        """What a runtime compiles and loads a kernel with under this configuration."""
+        return CompileOptions(
+            self.additional_compiler_args, self.rank, self.world_size, self.target
+        )
 
     def override(self, options: dict[str, Any] | None) -> Config:
         """This config with ``torch.compile`` options applied; unknown keys are an error."""

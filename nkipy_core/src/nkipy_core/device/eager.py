@@ -397,7 +397,7 @@ def _kernel(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels, l
     if isinstance(built, str):
         return built
     sub, node = built
-    decision = choose_rule(node, state.rules.rules_for(op), state.config.strict, memory.runtime())
+    decision = choose_rule(node, state.rules.rules_for(op), state.config, memory.runtime())
     if not isinstance(decision, LoweringRule):
         return decision
     node.meta[RULE] = decision

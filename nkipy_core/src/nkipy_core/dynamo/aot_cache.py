@@ -64,7 +64,6 @@ from nkipy_core import _torch
 from nkipy_core.cache import keys
 from nkipy_core.cache.kernel_cache import STATS, KernelCache
 from nkipy_core.compiler.kernel_call import entry
-from nkipy_core.compiler.kernels import compile_options
 from nkipy_core.compiler.key_parts import runtime_tag, versions_key
 from nkipy_core.compiler.pipeline import compile_graph
 from nkipy_core.config.settings import Config, select_runtime
@@ -234,7 +233,7 @@ def cache_key(
     """What nkipy adds to torch's AOTAutograd cache key for dynamo graph ``gm`` (see the module
     docstring): what the compiled graphs depend on beyond the graph's code and inputs."""
     runtime = select_runtime(config)
-    options = compile_options(config)
+    options = config.compile_options()
     settings = attrs.asdict(config, recurse=False)
     settings.pop("log_level")
     settings["nkipy_cache"] = KernelCache(config.nkipy_cache).root

@@ -39,7 +39,7 @@ from nkipy_core import _torch
 from nkipy_core.cache.kernel_cache import KernelCache
 from nkipy_core.compiler.fallback import FALLBACKS, report_fallbacks
 from nkipy_core.compiler.kernel_call import KernelCall, inverse_permutation
-from nkipy_core.compiler.kernels import compile_options, load_kernel
+from nkipy_core.compiler.kernels import load_kernel
 from nkipy_core.config.settings import Config, select_runtime
 from nkipy_core.plugin.registry import op_name, resolve_op
 
@@ -143,7 +143,7 @@ def loads(data: bytes, config: Config) -> torch.fx.GraphModule | None:
     stored: StoredGraph = pickle.loads(data)
     runtime = select_runtime(config)
     cache = KernelCache(config.nkipy_cache)
-    options = compile_options(config)
+    options = config.compile_options()
     root: dict[str, Any] = dict(stored.constants)
     for k in stored.kernels:
         call = load_kernel(

@@ -174,8 +174,15 @@ class Runtime(Protocol):
         """Run a kernel on device arrays; its outputs are new contiguous device arrays."""
         ...
 
-    # Optional: ``describe() -> str`` says what an available runtime runs on (versions, devices);
-    # ``nkipy-ops doctor`` prints it.
+    # Optional: ``describe() -> str`` says what an available runtime runs on (versions, devices),
+    # and what a hardware runtime compiles for even where it is unavailable; ``nkipy-ops doctor``
+    # prints it.
+    #
+    # Optional: ``declines(kernel, options) -> str`` says why the runtime's compiler cannot take
+    # ``kernel`` ("" if it can). The planner asks it of each op's trial kernel, so an op the
+    # target cannot take runs as torch on CPU, with a fallback warning that gives the reason,
+    # instead of failing in the compiler (``nrt``: its Neuron target profile). Its answer must
+    # depend only on the kernel and on what ``cache_tag`` names (plans are cached under both).
     #
     # Optional, for runtimes whose compiler is a separate, slow tool (``nrt``):
     # - ``parallel_compile = True``: independent kernels of one graph compile concurrently (threads
