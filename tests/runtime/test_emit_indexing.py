@@ -76,6 +76,23 @@ def test_take_along_axis_every_dtype(dtype):
     assert_same_bits(one_op("take_along_axis", inputs, axis=1), inputs)
 
 
+def test_u8_indices_above_127_stay_positive():
+    """u8 indices of 128 and more (an s8 reading would make them negative, counting from the
+    end) pick those positions in every gather and scatter."""
+    x = sample(DType.f32, (2, 200))
+    take = np.array([130, 199, 0, 128, 127], np.uint8)
+    along = np.array([[128, 1, 199], [150, 129, 0]], np.uint8)
+    upd = sample(DType.f32, (2, 5), 1)
+    for prim, inputs, params in [
+        ("take", [x, take], {"axis": 1}),
+        ("take_along_axis", [x, along], {"axis": 1}),
+        ("scatter_reduce", [x, take, upd], {"axis": 1, "kind": "max"}),
+    ]:
+        assert_same_bits(one_op(prim, inputs, **params), inputs)
+    inputs = [x, take, upd]
+    assert_same(one_op("scatter_add", inputs, axis=1), inputs)
+
+
 #: (operand shape, 1-D indices, updates shape, axis): repeated and negative indices accumulate
 SCATTER_CASES = [
     ((5,), [0, 4, -1, 0, 2, 0], (6,), 0),

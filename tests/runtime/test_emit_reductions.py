@@ -14,7 +14,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from xla_oracle import assert_same, run_on_xla, run_reference
+from xla_oracle import assert_same, assert_same_bits, run_on_xla, run_reference
 
 from nkipy_core.ir import DType, KernelBuilder, TensorType
 
@@ -171,8 +171,9 @@ def test_argreduce(dtype):
 
 @pytest.mark.parametrize("dtype", [DType.f32, DType.f16, DType.bf16], ids=str)
 def test_argreduce_first_nan_and_first_tie(dtype):
-    """NaN wins over infinities and is reported at its first position; equal values (-0.0 and
-    0.0 among them) report the first; the extreme at the last position is found."""
+    """NaN wins over infinities and is reported at its first position, whatever its sign bit,
+    in an all-NaN row too; equal values (-0.0 and 0.0 among them) report the first; the
+    extreme at the last position is found."""
     x = np.array(
         [
             [np.inf, 1.0, np.nan, 2.0, np.nan],
@@ -180,9 +181,12 @@ def test_argreduce_first_nan_and_first_tie(dtype):
             [0.0, -0.0, 0.0, -0.0, 0.0],
             [1.0, 1.0, 1.0, 1.0, 9.0],
             [-9.0, 1.0, 1.0, 1.0, -9.0],
+            [np.nan, np.nan, np.nan, np.nan, np.nan],
+            [-np.inf, 3.0, -np.nan, np.inf, np.nan],
         ],
         dtype=dtype.numpy,
     )
+    assert np.signbit(x[6, 2])  # a NaN with its sign bit set
     cases = [
         ([TensorType(x.shape, dtype)], {"kind": kind, "axis": 1, "keepdims": False})
         for kind in ("argmax", "argmin")
@@ -257,6 +261,34 @@ def test_sort(dtype):
         for shape, axis in SORT_CASES
     ]
     _check_one_operand("sort", dtype, cases, _sort_data)
+
+
+def _nans(dtype: DType, n: int) -> np.ndarray:
+    """``n`` quiet NaNs of ``dtype`` with distinct payloads, every other one negative."""
+    bits = np.dtype(f"u{dtype.numpy.itemsize}")
+    nans = np.full(n, np.nan, dtype.numpy).view(bits)
+    nans |= np.arange(n).astype(bits)
+    nans[1::2] |= bits.type(1) << bits.type(8 * bits.itemsize - 1)
+    return nans.view(dtype.numpy)
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.f16, DType.bf16, DType.f64], ids=str)
+def test_sort_keeps_the_bits_and_order_of_zeros_and_nans(dtype):
+    """Values come out with their bits: ``-0.0`` and ``0.0`` tie and keep their input order,
+    NaNs (payloads, sign bits) go last in input order, ascending and descending alike."""
+    row = np.array(
+        [-0.0, 0.0, 1.5, -0.0, -np.inf, 0.0, 1.5, np.inf, -2.0, -0.0, -2.0, 0.0], dtype.numpy
+    )
+    if dtype is not DType.bf16:  # see _sort_data: NumPy's bf16 order around NaN is arbitrary
+        row = np.concatenate([row, _nans(dtype, 4)])
+        row[[2, 5, 9, 12, 13, 14, 15]] = row[[12, 13, 14, 2, 5, 9, 15]]  # NaNs among the rest
+    x = np.stack([row, row[::-1]])
+    cases = [
+        ([TensorType(x.shape, dtype)], {"axis": 1, "descending": d, "indices": i})
+        for d in (False, True)
+        for i in (False, True)
+    ]
+    assert_same_bits(_cases_kernel("sort", cases), [x] * len(cases))
 
 
 @pytest.mark.parametrize("indices", [False, True], ids=["values", "indices"])

@@ -89,10 +89,21 @@ class Val:
         return self.type.shape
 
 
-class FunctionBuilder:
-    """Accumulates the body of one function (or of one region inside it)."""
+def index_dtype(size: int) -> DType:
+    """The type of indices into an axis of ``size`` elements: s32 unless the axis is too long
+    for it. neuronx-cc wants s32 indices (trn1 computes 64-bit integers in 32 bits)."""
+    return DType.i32 if size <= np.iinfo(np.int32).max else DType.i64
 
-    def __init__(self) -> None:
+
+class FunctionBuilder:
+    """Accumulates the body of one function (or of one region inside it).
+
+    ``narrow_int64`` says the target computes 64-bit integers in 32 bits (neuronx-cc on trn1),
+    so that emitters write the bounds of i64/u64 values as 32-bit ones: a 64-bit bound would be
+    cut there, not kept. Off, every 64-bit integer is exact, as on XLA and the cpu runtime."""
+
+    def __init__(self, *, narrow_int64: bool = False) -> None:
+        self.narrow_int64 = narrow_int64
         self.lines: list[str] = []
         self._ids = itertools.count()
         self._indent = 2

@@ -7,8 +7,15 @@ NumPy raises ``IndexError`` while XLA clamps a gather's start into range and dro
 scatter's out-of-range update. Kernels are built with indices in range (the primitive table
 says so), so the difference never shows in a valid kernel.
 
-Indices of any integer type are widened to i64 first: one index type for every gather keeps
-the dimension numbers uniform, and u8 indices above 127 stay positive.
+Indices of any integer type are converted to s32 first (s64 only for an axis of 2^31 elements
+or more, which no real tensor has): neuronx-cc wants s32 indices, trn1 computing 64-bit
+integers in 32 bits; one index type per gather keeps the dimension numbers uniform; and u8
+indices above 127 stay positive (the conversion zero-extends them). Indices in range fit s32
+whatever their type.
+
+Scatter combiners hold no ``or``/``and``, which neuronx-cc does not take as a combiner:
+booleans scatter as u8 0/1 with ``maximum`` (NumPy's ``add`` and ``maximum`` on booleans) or
+``minimum`` (``multiply``, ``minimum``).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 from nkipy_core.ir import DType, TensorType
 
-from .builder import FunctionBuilder, Val, i64_array
+from .builder import FunctionBuilder, Val, i64_array, index_dtype
 from .registry import emits
 
 
@@ -25,9 +32,9 @@ def _dims(values: Sequence[int]) -> str:
     return "[" + ", ".join(str(v) for v in values) + "]"
 
 
-def _wrapped(b: FunctionBuilder, indices: Val, size: int) -> Val:
-    """``indices`` as i64, a negative one counting from ``size`` (NumPy's reading)."""
-    indices = b.convert(indices, DType.i64)
+def _wrapped(b: FunctionBuilder, indices: Val, size: int, dtype: DType) -> Val:
+    """``indices`` as ``dtype``, a negative one counting from ``size`` (NumPy's reading)."""
+    indices = b.convert(indices, dtype)
     negative = b.compare("LT", indices, b.full(0, indices.type))
     return b.select(negative, b.binary("add", indices, b.full(size, indices.type)), indices)
 
@@ -68,7 +75,8 @@ def _index_vectors(b: FunctionBuilder, indices: Val) -> Val:
 def _take(b: FunctionBuilder, result: TensorType, x: Val, indices: Val, *, axis: int) -> Val:
     """Whole slices of ``x`` along ``axis``: the result's dims are ``x``'s before ``axis``,
     then the indices' dims (the gather's batch dims), then ``x``'s after ``axis``."""
-    starts = _index_vectors(b, _wrapped(b, indices, x.shape[axis]))
+    n = x.shape[axis]
+    starts = _index_vectors(b, _wrapped(b, indices, n, index_dtype(n)))
     rank, batch = x.type.rank, indices.type.rank
     return _gather(
         b,
@@ -89,17 +97,18 @@ def _take_along_axis(
     """Element ``i`` of the result is ``x`` at ``i`` with ``indices[i]`` in place of its
     ``axis`` coordinate: a gather of single elements whose full start vectors are the
     indices along ``axis`` and iotas along every other dimension."""
+    dtype = index_dtype(max(*x.shape, *indices.shape))  # one type for every coordinate
     coords = []
     for d in range(x.type.rank):
         if d == axis:
-            coord = _wrapped(b, indices, x.shape[axis])
+            coord = _wrapped(b, indices, x.shape[axis], dtype)
         else:
-            coord = b.iota(TensorType(indices.shape, DType.i64), d)
+            coord = b.iota(TensorType(indices.shape, dtype), d)
         coords.append(_index_vectors(b, coord))
     starts = b.op(
         "stablehlo.concatenate",
         coords,
-        TensorType((*indices.shape, x.type.rank), DType.i64),
+        TensorType((*indices.shape, x.type.rank), dtype),
         {"dimension": f"{x.type.rank} : i64"},
     )
     every = range(x.type.rank)
@@ -117,20 +126,26 @@ def _take_along_axis(
 
 def _scatter(
     b: FunctionBuilder,
-    result: TensorType,
     x: Val,
     indices: Val,
     updates: Val,
     axis: int,
-    combine: Callable[[FunctionBuilder, Val, Val], Val],
+    kind: str,
 ) -> Val:
-    """``x`` with each update combined into its position by ``combine(old, new)``; each of the
-    1-D ``indices`` picks a slice of ``x`` along ``axis``. ``updates`` broadcast (NumPy's rule)
-    to those slices first, as the ``ufunc.at`` reference does."""
+    """``x`` with each update combined into its position as scatter kind ``kind`` does; each of
+    the 1-D ``indices`` picks a slice of ``x`` along ``axis``. ``updates`` broadcast (NumPy's
+    rule) to those slices first, as the ``ufunc.at`` reference does. Booleans scatter as u8."""
+    logical = x.dtype is DType.bool
+    if logical:
+        x, updates = b.convert(x, DType.u8), b.convert(updates, DType.u8)
+        combine = _binary(_BOOL_COMBINERS[kind])
+    else:
+        combine = _COMBINERS[kind]
     updates = b.broadcast(
         updates, (*x.shape[:axis], indices.shape[0], *x.shape[axis + 1 :]), range(updates.type.rank)
     )
-    starts = _index_vectors(b, _wrapped(b, indices, x.shape[axis]))
+    n = x.shape[axis]
+    starts = _index_vectors(b, _wrapped(b, indices, n, index_dtype(n)))
     scalar = TensorType((), x.dtype)
     with b.region(scalar, scalar) as (body, (old, new)):
         b.returns([combine(b, old, new)])
@@ -138,10 +153,10 @@ def _scatter(
         f"#stablehlo.scatter<update_window_dims = {_dims(d for d in range(x.type.rank) if d != axis)}, "
         f"inserted_window_dims = [{axis}], scatter_dims_to_operand_dims = [{axis}], index_vector_dim = 1>"
     )
-    return b.op(
+    out = b.op(
         "stablehlo.scatter",
         [x, starts, updates],
-        result,
+        x.type,
         {
             "scatter_dimension_numbers": numbers,
             "indices_are_sorted": "false",
@@ -149,41 +164,49 @@ def _scatter(
         },
         regions=[body],
     )
+    return b.compare("NE", out, b.full(0, out.type)) if logical else out
 
 
-def _add(b: FunctionBuilder, old: Val, new: Val) -> Val:
-    """NumPy's ``add`` on booleans is ``or``; StableHLO's ``add`` takes numbers only."""
-    return b.binary("or" if old.dtype is DType.bool else "add", old, new)
+Combiner = Callable[[FunctionBuilder, Val, Val], Val]
 
 
-def _multiply(b: FunctionBuilder, old: Val, new: Val) -> Val:
-    return b.binary("and" if old.dtype is DType.bool else "multiply", old, new)
+def _binary(name: str) -> Combiner:
+    return lambda b, old, new: b.binary(name, old, new)
 
 
-def _extremum(direction: str) -> Callable[[FunctionBuilder, Val, Val], Val]:
+def _extremum(direction: str) -> Combiner:
     """``np.maximum``/``np.minimum`` of the old and the new value: the old one if it is NaN or
     strictly beyond the new one (``GT``/``LT``, false against a NaN), else the new one. So NaN
     wins from either side and a tie (``-0.0`` against ``0.0``) takes the new value's bits, as
     ``np.maximum.at`` does; compare and select do not depend on how a backend's ``maximum``
-    treats NaN and signed zeros."""
+    treats NaN and signed zeros. Two selects rather than an ``or`` of the two tests, which
+    neuronx-cc does not take in a combiner."""
 
     def combine(b: FunctionBuilder, old: Val, new: Val) -> Val:
-        keep = b.compare(direction, old, new)
-        if old.dtype.is_float:
-            keep = b.binary("or", keep, b.compare("NE", old, old))
-        return b.select(keep, old, new)
+        beyond = b.select(b.compare(direction, old, new), old, new)
+        if not old.dtype.is_float:
+            return beyond
+        return b.select(b.compare("NE", old, old), old, beyond)
 
     return combine
 
 
-_COMBINERS = {"max": _extremum("GT"), "min": _extremum("LT"), "prod": _multiply}
+_COMBINERS = {
+    "add": _binary("add"),
+    "prod": _binary("multiply"),
+    "max": _extremum("GT"),
+    "min": _extremum("LT"),
+}
+
+#: scatter kinds on booleans as u8 0/1: NumPy's ``add`` and ``maximum`` are or, the others and
+_BOOL_COMBINERS = {"add": "maximum", "max": "maximum", "prod": "minimum", "min": "minimum"}
 
 
 @emits("scatter_add")
 def _scatter_add(
     b: FunctionBuilder, result: TensorType, x: Val, indices: Val, updates: Val, *, axis: int
 ) -> Val:
-    return _scatter(b, result, x, indices, updates, axis, _add)
+    return _scatter(b, x, indices, updates, axis, "add")
 
 
 @emits("scatter_reduce")
@@ -197,4 +220,4 @@ def _scatter_reduce(
     axis: int,
     kind: str,
 ) -> Val:
-    return _scatter(b, result, x, indices, updates, axis, _COMBINERS[kind])
+    return _scatter(b, x, indices, updates, axis, kind)

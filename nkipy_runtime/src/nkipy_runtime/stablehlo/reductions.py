@@ -1,10 +1,18 @@
 """Emitters of the contraction, reduction, scan and sort primitives: ``dot``, ``reduce``,
 ``argreduce``, ``cumulative`` and ``sort``.
 
-The reference is NumPy (``nkipy_core.ir.primitives``), so the combiners and comparators here
-spell out what NumPy does where StableHLO has no single op for it: ``argmax`` and ``argmin``
-return the first index and count NaN as the extreme, a boolean ``sum`` is ``or``, and ``sort``
-orders by NumPy's key (``-x`` when descending, wrapping for integers) with NaN last.
+The reference is NumPy (``nkipy_core.ir.primitives``); the forms are the ones neuronx-cc
+accepts. A reduce (and a scan's ``reduce_window``) combines with ``add``, ``multiply``,
+``maximum`` or ``minimum`` from a constant init and has a single result; a sort's comparator is
+a single ``compare`` LT. Where NumPy's semantics need more, the work happens outside the
+regions, in elementwise ops:
+
+- ``argmax``/``argmin`` (the first extreme index, NaN counting as the extreme) is a max/min
+  reduce of the values, then a min reduce of the indices of the values that match it;
+- booleans reduce and scan as u8 0/1, ``or`` being ``maximum`` and ``and`` ``minimum``;
+- ``sort`` orders an integer key computed from NumPy's key value (``-x`` when descending,
+  wrapping for integers): a float's bits made monotonic, with NaN last.
+
 ``max``/``min`` need nothing extra: StableHLO's ``maximum``/``minimum`` propagate NaN as
 ``np.max`` does. Scans are ``reduce_window`` over the whole prefix, quadratic in the axis length.
 """
@@ -12,13 +20,13 @@ orders by NumPy's key (``-x`` when descending, wrapping for integers) with NaN l
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from nkipy_core.ir import DType, TensorType
 
-from .builder import FunctionBuilder, Val, i64_array
+from .builder import FunctionBuilder, Val, i64_array, index_dtype
 from .registry import emits
 
 
@@ -46,35 +54,29 @@ def _dot(b: FunctionBuilder, result: TensorType, x: Val, y: Val) -> Val:
 # -- monoids shared by reduce and cumulative -------------------------------------------------
 
 
-def _extreme(dtype: DType, *, highest: bool) -> bool | int | float:
-    """The identity of ``min`` (``highest``) or ``max``: infinity, or the integer type's bound."""
+def _extreme(b: FunctionBuilder, dtype: DType, *, highest: bool) -> int | float:
+    """The identity of ``min`` (``highest``) or ``max``: infinity, or the integer type's bound;
+    the 32-bit bound for i64/u64 where the target computes those in 32 bits
+    (``b.narrow_int64``), since a 64-bit one would be cut there."""
     if dtype.is_float:
         return math.inf if highest else -math.inf
-    if dtype is DType.bool:
-        return highest
+    if b.narrow_int64 and dtype in (DType.i64, DType.u64):
+        dtype = DType.i32 if dtype is DType.i64 else DType.u32
     info = np.iinfo(dtype.numpy)
     return int(info.max if highest else info.min)
 
 
-#: reduce kinds on booleans, where NumPy's add/multiply/maximum/minimum are or/and
-_BOOL_KINDS = {"sum": "any", "max": "any", "prod": "all", "min": "all"}
-_COMBINERS = {
-    "sum": "add",
-    "prod": "multiply",
-    "max": "maximum",
-    "min": "minimum",
-    "any": "or",
-    "all": "and",
-}
+_COMBINERS = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
+
+#: NumPy's reduce kinds on booleans: ``add``, ``maximum`` and ``logical_or`` are or, the others and
+_BOOL_OR = {"sum": True, "max": True, "any": True, "prod": False, "min": False, "all": False}
 
 
-def _monoid(kind: str, dtype: DType) -> tuple[bool | int | float, str]:
-    """Identity and combining op of reduce kind ``kind`` on ``dtype`` values. StableHLO's
-    maximum/minimum are IEEE-754 maximum/minimum: NaN propagates, as in ``np.max``."""
-    if dtype is DType.bool:
-        kind = _BOOL_KINDS.get(kind, kind)
-    identity = {"sum": 0, "prod": 1, "any": False, "all": True}
-    init = identity[kind] if kind in identity else _extreme(dtype, highest=kind == "min")
+def _monoid(b: FunctionBuilder, kind: str, dtype: DType) -> tuple[int | float, str]:
+    """Identity and combining op of reduce kind ``kind`` (sum, prod, max, min) on numbers.
+    StableHLO's maximum/minimum are IEEE-754 maximum/minimum: NaN propagates, as in ``np.max``."""
+    identity = {"sum": 0, "prod": 1}
+    init = identity[kind] if kind in identity else _extreme(b, dtype, highest=kind == "min")
     return init, _COMBINERS[kind]
 
 
@@ -98,91 +100,22 @@ def _drop(shape: Sequence[int], axes: Sequence[int]) -> tuple[int, ...]:
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
-@emits("reduce")
-def _reduce(
-    b: FunctionBuilder, result: TensorType, x: Val, *, kind: str, axes: tuple, keepdims: bool
+def _reduced(
+    b: FunctionBuilder, x: Val, init: int | float, combiner: str, axes: Sequence[int]
 ) -> Val:
-    if kind in ("any", "all") and x.dtype is not DType.bool:
-        x = b.compare("NE", x, b.full(0, x.type))  # NumPy's truth: nonzero, NaN included
-    init, combiner = _monoid(kind, x.dtype)
-    reduced = b.op(
+    """One single-result ``stablehlo.reduce`` of ``x`` over ``axes``."""
+    return b.op(
         "stablehlo.reduce",
         [x, b.constant(init, x.dtype)],
         TensorType(_drop(x.shape, axes), x.dtype),
         {"dimensions": i64_array(sorted(axes))},
         [_region(b, combiner, x.dtype)],
     )
-    return b.reshape(reduced, result.shape)
 
 
-# -- argmax / argmin -------------------------------------------------------------------------
-
-
-def _ranks_first(b: FunctionBuilder, direction: str, x: Val, y: Val) -> Val:
-    """``x`` comes before ``y`` in the order ``direction`` (``GT`` for argmax) with NaN first."""
-    beats = b.compare(direction, x, y)
-    if not x.dtype.is_float:
-        return beats
-    pred = beats.type
-    x_nan, y_nan = b.compare("NE", x, x), b.compare("NE", y, y)
-    only_x_nan = b.op("stablehlo.and", [x_nan, b.op("stablehlo.not", [y_nan], pred)], pred)
-    return b.op("stablehlo.or", [beats, only_x_nan], pred)
-
-
-def _ties(b: FunctionBuilder, x: Val, y: Val) -> Val:
-    """``x`` and ``y`` hold the same rank: equal, or both NaN."""
-    equal = b.compare("EQ", x, y)
-    if not x.dtype.is_float:
-        return equal
-    both_nan = b.op("stablehlo.and", [b.compare("NE", x, x), b.compare("NE", y, y)], equal.type)
-    return b.op("stablehlo.or", [equal, both_nan], equal.type)
-
-
-@emits("argreduce")
-def _argreduce(
-    b: FunctionBuilder, result: TensorType, x: Val, *, kind: str, axis: int, keepdims: bool
-) -> Val:
-    """A variadic reduce over (value, index): the better value wins, a tie goes to the lower
-    index, so the combiner is associative and the result is NumPy's first extreme index."""
-    direction = "GT" if kind == "argmax" else "LT"
-    index = b.iota(TensorType(x.shape, DType.i64), axis)
-    # the identity loses every comparison and every tie (its index is above any real one)
-    init = [
-        b.constant(_extreme(x.dtype, highest=kind == "argmin"), x.dtype),
-        b.constant(np.iinfo(np.int64).max, DType.i64),
-    ]
-    with b.region(_scalar(x.dtype), _scalar(DType.i64), _scalar(x.dtype), _scalar(DType.i64)) as (
-        body,
-        args,
-    ):
-        xv, xi, yv, yi = args
-        lower = b.compare("LT", xi, yi)
-        tie_to_x = b.op("stablehlo.and", [_ties(b, xv, yv), lower], lower.type)
-        take_x = b.op("stablehlo.or", [_ranks_first(b, direction, xv, yv), tie_to_x], lower.type)
-        b.returns([b.select(take_x, xv, yv), b.select(take_x, xi, yi)])
-    reduced = _drop(x.shape, [axis])
-    _, indices = b.op(
-        "stablehlo.reduce",
-        [x, index, *init],
-        [TensorType(reduced, x.dtype), TensorType(reduced, DType.i64)],
-        {"dimensions": i64_array([axis])},
-        [body],
-    )
-    return b.reshape(indices, result.shape)
-
-
-# -- scans -----------------------------------------------------------------------------------
-
-_SCAN_KINDS = {"cumsum": "sum", "cumprod": "prod", "cummax": "max", "cummin": "min"}
-
-
-@emits("cumulative")
-def _cumulative(b: FunctionBuilder, result: TensorType, x: Val, *, kind: str, axis: int) -> Val:
+def _scanned(b: FunctionBuilder, x: Val, init: int | float, combiner: str, axis: int) -> Val:
     """An inclusive scan as ``reduce_window``: element ``i`` combines the window of the axis'
     length ending at ``i`` (padded with the identity before the start)."""
-    if x.type.size == 0:
-        return x
-    init, combiner = _monoid(_SCAN_KINDS[kind], x.dtype)
     n = x.shape[axis]
     window = [n if i == axis else 1 for i in range(x.type.rank)]
     padding = [[n - 1, 0] if i == axis else [0, 0] for i in range(x.type.rank)]
@@ -198,42 +131,121 @@ def _cumulative(b: FunctionBuilder, result: TensorType, x: Val, *, kind: str, ax
     )
 
 
+def _logical(b: FunctionBuilder, x: Val, kind: str, apply: Callable[[Val, int, str], Val]) -> Val:
+    """A reduce or scan of booleans ``x`` by ``kind``, computed as ``apply(bytes, init,
+    combiner)`` on 0/1 bytes: neuronx-cc combines with no ``or``/``and``, and on 0/1 they are
+    ``maximum`` (identity 0) and ``minimum`` (identity 1). Nonzero bytes are true again."""
+    init, combiner = (0, "maximum") if _BOOL_OR[kind] else (1, "minimum")
+    out = apply(b.convert(x, DType.u8), init, combiner)
+    return b.compare("NE", out, b.full(0, out.type))
+
+
+@emits("reduce")
+def _reduce(
+    b: FunctionBuilder, result: TensorType, x: Val, *, kind: str, axes: tuple, keepdims: bool
+) -> Val:
+    if kind in ("any", "all") and x.dtype is not DType.bool:
+        x = b.compare("NE", x, b.full(0, x.type))  # NumPy's truth: nonzero, NaN included
+    if x.dtype is DType.bool:
+        reduced = _logical(
+            b, x, kind, lambda u8, init, combiner: _reduced(b, u8, init, combiner, axes)
+        )
+    else:
+        reduced = _reduced(b, x, *_monoid(b, kind, x.dtype), axes)
+    return b.reshape(reduced, result.shape)
+
+
+# -- argmax / argmin -------------------------------------------------------------------------
+
+
+@emits("argreduce")
+def _argreduce(
+    b: FunctionBuilder, result: TensorType, x: Val, *, kind: str, axis: int, keepdims: bool
+) -> Val:
+    """NumPy's first index of the extreme, NaN counting as the extreme. neuronx-cc has no
+    variadic (value, index) reduce, so it is two single-result ones: ``m``, the max (min) of
+    the values, NaN if any is NaN since maximum/minimum propagate it; then the min of the
+    indices of the values matching ``m`` (equal, or NaN where ``m`` is), every other position
+    counting as the axis size ``n``, which is above every index and fits s32."""
+    if x.dtype is DType.bool:
+        x = b.convert(x, DType.u8)
+    highest = kind == "argmin"
+    m = _reduced(
+        b, x, _extreme(b, x.dtype, highest=highest), "minimum" if highest else "maximum", [axis]
+    )
+    m = b.broadcast(m, x.shape, [d for d in range(x.type.rank) if d != axis])
+    match = b.compare("EQ", x, m)
+    if x.dtype.is_float:
+        match = b.select(b.compare("NE", m, m), b.compare("NE", x, x), match)
+    n = x.shape[axis]
+    index = b.iota(TensorType(x.shape, index_dtype(n)), axis)
+    first = _reduced(b, b.select(match, index, b.full(n, index.type)), n, "minimum", [axis])
+    return b.reshape(b.convert(first, result.dtype), result.shape)
+
+
+# -- scans -----------------------------------------------------------------------------------
+
+_SCAN_KINDS = {"cumsum": "sum", "cumprod": "prod", "cummax": "max", "cummin": "min"}
+
+
+@emits("cumulative")
+def _cumulative(b: FunctionBuilder, result: TensorType, x: Val, *, kind: str, axis: int) -> Val:
+    if x.type.size == 0:
+        return x
+    kind = _SCAN_KINDS[kind]
+    if x.dtype is DType.bool:
+        return _logical(
+            b, x, kind, lambda u8, init, combiner: _scanned(b, u8, init, combiner, axis)
+        )
+    return _scanned(b, x, *_monoid(b, kind, x.dtype), axis)
+
+
 # -- sort ------------------------------------------------------------------------------------
 
 
+def _float_key(b: FunctionBuilder, v: Val) -> Val:
+    """A signed integer ordered as the floats ``v``, NaN last: neuronx-cc's sort comparator is
+    one ``compare``, which cannot also order NaN. Half floats widen to f32 (exactly); ``-0.0``
+    becomes ``+0.0`` (they tie in NumPy); a negative float's bits, as a signed integer, order
+    backwards, so all but the sign bit flip; every NaN gets the type's maximum, so NaNs come
+    after every number and keep their order (the sort is stable)."""
+    if v.dtype.is_half:
+        v = b.convert(v, DType.f32)
+    zero = b.full(0, v.type)
+    v = b.select(b.compare("EQ", v, zero), zero, v)
+    int_type = TensorType(v.shape, DType.i32 if v.dtype is DType.f32 else DType.i64)
+    top = int(np.iinfo(int_type.dtype.numpy).max)
+    bits = b.op("stablehlo.bitcast_convert", [v], int_type)
+    flipped = b.binary("xor", bits, b.full(top, int_type))
+    key = b.select(b.compare("LT", bits, b.full(0, int_type)), flipped, bits)
+    return b.select(b.compare("NE", v, v), b.full(top, int_type), key)
+
+
 def _sort_key(b: FunctionBuilder, x: Val, descending: bool) -> Val:
-    """NumPy's key: ``-x`` when descending, which wraps for integers (``-(-128)`` is -128 in
-    i8, ``-1`` is 255 in u8), so the order is that of the wrapped key, not a reversed one."""
-    if not descending:
-        return x
+    """An integer key ordered as NumPy's sort orders ``x``. NumPy's key value is ``-x`` when
+    descending, which wraps for integers (``-(-128)`` is -128 in i8, ``-1`` is 255 in u8), so
+    the order is that of the wrapped key, not a reversed one; floats go through ``_float_key``.
+    Booleans become u8 (NumPy rejects ``-`` on them, so the cpu runtime has no descending
+    bool sort to match; True first is what a descending sort of booleans means)."""
     if x.dtype is DType.bool:
-        # NumPy rejects ``-`` on booleans, so the cpu runtime has no descending bool sort
-        # to match; True first is what a descending sort of booleans means.
-        return b.op("stablehlo.not", [x], x.type)
-    return b.binary("subtract", b.full(0, x.type), x)
-
-
-def _before(b: FunctionBuilder, x: Val, y: Val) -> Val:
-    """``x < y`` in NumPy's sort order, where NaN goes after every number."""
-    less = b.compare("LT", x, y)
-    if not x.dtype.is_float:
-        return less
-    pred = less.type
-    nan_after = b.op("stablehlo.and", [b.compare("EQ", x, x), b.compare("NE", y, y)], pred)
-    return b.op("stablehlo.or", [less, nan_after], pred)
+        return b.convert(b.op("stablehlo.not", [x], x.type) if descending else x, DType.u8)
+    v = b.binary("subtract", b.full(0, x.type), x) if descending else x
+    return _float_key(b, v) if v.dtype.is_float else v
 
 
 @emits("sort")
 def _sort(
     b: FunctionBuilder, result: TensorType, x: Val, *, axis: int, descending: bool, indices: bool
 ) -> Val:
-    """A stable sort of (key, payload) by key, payload being the values or their indices."""
+    """A stable sort of (key, payload) by the integer key alone (one ``compare`` LT, signed or
+    unsigned as the key's type), the payload being the values ``x`` themselves (so their bits,
+    NaN payloads and ``-0.0`` included, are what comes out) or s32 indices."""
     key = _sort_key(b, x, descending)
-    payload = b.iota(result, axis) if indices else x
+    payload = b.iota(TensorType(x.shape, index_dtype(x.shape[axis])), axis) if indices else x
     operands = [key, payload] if key is not payload else [key]
     types = [t for o in operands for t in (_scalar(o.dtype),) * 2]
     with b.region(*types) as (body, args):
-        b.returns([_before(b, args[0], args[1])])
+        b.returns([b.compare("LT", args[0], args[1])])
     sorted_ = b.op(
         "stablehlo.sort",
         operands,
@@ -241,4 +253,4 @@ def _sort(
         {"dimension": f"{axis} : i64", "is_stable": "true"},
         [body],
     )
-    return sorted_[-1]
+    return b.convert(sorted_[-1], result.dtype)
