@@ -61,6 +61,7 @@ BROKEN = {
     ),
     "u64-constant": module("ROOT %c = u64[] constant(1099511627776)"),
     "int64-constant": module("ROOT %c = s64[] constant(9223372036854775807)"),
+    "u64-value": module("%p = u64[4]{0} parameter(0)\nROOT %n = u64[4]{0} multiply(%p, %p)"),
     "integer-dot": module(
         "%p = s32[4,4]{1,0} parameter(0)\nROOT %d = s32[4,4]{1,0} dot(%p, %p), "
         "lhs_contracting_dims={1}, rhs_contracting_dims={0}"

@@ -129,6 +129,8 @@ def _types(i: Instruction, r: _Reader) -> Iterator[tuple[str, str]]:
     refused = sorted(set(i.types) & r.profile.refused_types())
     if refused:
         yield "element-type", f"{', '.join(refused)} on {r.profile.target}"
+    if "u64" in i.types and not r.profile.native_int64 and i.opcode != "constant":
+        yield "u64-value", f"u64 values on {r.profile.target} in 32 bits"
     if "<=" in i.type_text or "?" in i.type_text:
         yield "static-shape", f"dynamic shape {i.type_text}"
 

@@ -91,6 +91,12 @@ RULES = {
             DATA_TYPES,
         ),
         Rule(
+            "u64-value",
+            "where 64-bit integers run in 32 bits, no u64 values: the high word of every one "
+            "would be lost",
+            DATA_TYPES,
+        ),
+        Rule(
             "integer-dot",
             "no dot on integer operands (no integer matrix datapath)",
             error_page("EVRF035"),
