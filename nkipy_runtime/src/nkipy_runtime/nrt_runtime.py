@@ -92,7 +92,8 @@ class NrtRuntime:
         found = violations(self._hlo(kernel, profile)[HLO_TEXT].decode(), profile)
         if not found:
             return ""
-        first = found[0]
+        # name an op of the model rather than a parameter
+        first = min(found, key=lambda v: (not v.origin, v.opcode == "parameter"))
         return (
             f"neuronx-cc for {profile.name} does not take {first.opcode} on {first.dtype} "
             f"({first.detail}): it requires {first.rule.requires} ({first.rule.source})"
