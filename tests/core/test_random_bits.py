@@ -17,7 +17,14 @@ from nkipy_core.ir import DType, KernelBuilder, TensorType, codegen, verify
 from nkipy_core.ir.numpy_support import _philox4x32
 from nkipy_core.ir.passes import simplify
 
-STATE = TensorType((2,), DType.u64)
+STATE = TensorType((4,), DType.u32)
+_LOW = 0xFFFFFFFF
+
+
+def _state(key: int, counter: int) -> np.ndarray:
+    """The u32[4] state of a 64-bit key and counter: low words first."""
+    return np.array([key & _LOW, key >> 32, counter & _LOW, counter >> 32], dtype=np.uint32)
+
 
 #: Random123's known-answer vectors for philox4x32-10 (kat_vectors): counter, key, result words
 KAT = [
@@ -45,9 +52,8 @@ def test_philox_is_vectorised_over_counters():
 
 
 def test_bits_are_philox_blocks_counting_from_the_state():
-    """Value i is word i % 4 of block counter + i // 4, the key split into its two words."""
-    key, counter = 0x299F31D0A4093822, 5
-    bits = knp.random_bits(np.array([key, counter], dtype=np.uint64), (3, 3))
+    """Value i is word i % 4 of block counter + i // 4, keyed by the state's two key words."""
+    bits = knp.random_bits(np.array([0xA4093822, 0x299F31D0, 5, 0], dtype=np.uint32), (3, 3))
     assert bits.dtype == np.uint32 and bits.shape == (3, 3)
     blocks = np.array([[5, 6, 7], [0, 0, 0], [0, 0, 0], [0, 0, 0]], dtype=np.uint32)
     expected = _philox4x32((0xA4093822, 0x299F31D0), blocks).T.reshape(-1)[:9]
@@ -55,34 +61,54 @@ def test_bits_are_philox_blocks_counting_from_the_state():
 
 
 def test_state_part_advances_the_counter_past_the_bits_drawn():
-    state = np.array([123, 0], dtype=np.uint64)
+    state = _state(123, 0)
     after = knp.random_state(state, (5,))  # 5 values use two blocks
-    np.testing.assert_array_equal(after, [123, 2])
+    assert after.dtype == np.uint32
+    np.testing.assert_array_equal(after, [123, 0, 2, 0])
     longer, rest = knp.random_bits(state, (12,)), knp.random_bits(after, (4,))
     np.testing.assert_array_equal(longer[8:], rest)  # the new state continues the stream
     assert not np.array_equal(longer[:4], rest)
 
 
+def test_the_counter_carries_from_its_low_word_into_its_high_one():
+    """Blocks past 2**32 - 1 count on in the high word, for the bits and the state."""
+    state = _state(0x0123456789ABCDEF, 2**32 - 1)
+    bits = knp.random_bits(state, (12,))
+    np.testing.assert_array_equal(
+        bits[4:], knp.random_bits(_state(0x0123456789ABCDEF, 2**32), (8,))
+    )
+    blocks = np.array([[_LOW, 0, 1], [0, 1, 1], [0, 0, 0], [0, 0, 0]], dtype=np.uint32)
+    np.testing.assert_array_equal(bits, _philox4x32(state[:2], blocks).T.reshape(-1))
+    np.testing.assert_array_equal(knp.random_state(state, (12,)), [*state[:2], 2, 1])
+
+
+def test_the_counter_wraps_at_2_to_the_64():
+    state = _state(9, 2**64 - 1)
+    after = knp.random_state(state, (8,))
+    np.testing.assert_array_equal(after, [9, 0, 1, 0])
+    np.testing.assert_array_equal(
+        knp.random_bits(state, (8,))[4:], knp.random_bits(_state(9, 0), (4,))
+    )
+
+
 def test_same_state_same_bits_other_key_other_bits():
-    a = knp.random_bits(np.array([1, 0], dtype=np.uint64), (64,))
-    np.testing.assert_array_equal(a, knp.random_bits(np.array([1, 0], dtype=np.uint64), (64,)))
-    assert np.mean(a == knp.random_bits(np.array([2, 0], dtype=np.uint64), (64,))) < 0.1
+    a = knp.random_bits(_state(1, 0), (64,))
+    np.testing.assert_array_equal(a, knp.random_bits(_state(1, 0), (64,)))
+    assert np.mean(a == knp.random_bits(_state(2, 0), (64,))) < 0.1
+    assert np.mean(a == knp.random_bits(_state(1 << 32, 0), (64,))) < 0.1  # the high key word
 
 
 def test_random_bits_is_typed():
     builder = KernelBuilder("k")
-    with pytest.raises(VerificationError, match="state must be u64\\[2\\]"):
-        builder.emit(
-            "random_bits",
-            [builder.param(TensorType((3,), DType.u64))],
-            {"shape": (3,), "part": "bits"},
-        )
+    for wrong in (TensorType((2,), DType.u64), TensorType((3,), DType.u32)):
+        with pytest.raises(VerificationError, match="state must be u32\\[4\\]"):
+            builder.emit("random_bits", [builder.param(wrong)], {"shape": (3,), "part": "bits"})
     with pytest.raises(VerificationError, match="part must be"):
         builder.emit("random_bits", [builder.param(STATE)], {"shape": (3,), "part": "other"})
 
 
 def _random_kernel(draws):
-    """A kernel of one u64[2] state parameter whose outputs are ``draws(state)``."""
+    """A kernel of one u32[4] state parameter whose outputs are ``draws(state)``."""
     builder = KernelBuilder("k")
     state = builder.param(STATE)
     with builder.building("test"):
@@ -94,11 +120,11 @@ def _random_kernel(draws):
 
 def test_kernel_py_draws_the_reference_bits_standalone():
     kernel = _random_kernel(lambda s: (knp.random_bits(s, (2, 3)), knp.random_state(s, (2, 3))))
-    assert [str(t) for t in kernel.output_types] == ["u32[2x3]", "u64[2]"]
-    state = np.array([99, 7], dtype=np.uint64)
+    assert [str(t) for t in kernel.output_types] == ["u32[2x3]", "u32[4]"]
+    state = _state(99, 7)
     bits, after = codegen.load(codegen.generate(kernel))(state)
     np.testing.assert_array_equal(bits, knp.random_bits(state, (2, 3)))
-    np.testing.assert_array_equal(after, [99, 9])
+    np.testing.assert_array_equal(after, [99, 0, 9, 0])
 
 
 def test_simplify_keeps_distinct_draws_and_merges_identical_ones():
@@ -108,7 +134,7 @@ def test_simplify_keeps_distinct_draws_and_merges_identical_ones():
         lambda s: (
             knp.random_bits(s, (4,)),
             knp.random_bits(s, (4,)),
-            knp.random_bits(knp.add(s, np.uint64(1)), (4,)),
+            knp.random_bits(knp.add(s, np.uint32(1)), (4,)),
         )
     )
     draws = [op for op in kernel.ops if op.prim == "random_bits"]
@@ -124,9 +150,11 @@ def test_unsigned_types_map_to_torch_and_numpy():
 
 
 def test_stream_state_puts_each_stream_on_its_own_counter_range():
-    key = np.asarray(-5, dtype=np.int64)  # the host key is an i64: its bits become the u64 key
+    key = np.asarray([5, 2**31 - 1], dtype=np.int32)  # the host key: two non-negative int32 words
     state = RandomStream(key, 3).state()
-    np.testing.assert_array_equal(state, np.array([2**64 - 5, 3 * STREAM_BLOCKS], dtype=np.uint64))
+    assert state.dtype == np.uint32
+    np.testing.assert_array_equal(state, _state(5 | (2**31 - 1) << 32, 3 * STREAM_BLOCKS))
+    np.testing.assert_array_equal(state[2:], [0, 3 << 8])
 
 
 # -- the graph pass --------------------------------------------------------------------------------
@@ -174,4 +202,14 @@ def test_the_key_op_draws_from_torchs_generator():
     torch.manual_seed(3)
     first, second = RNG_KEY(), RNG_KEY()
     torch.manual_seed(3)
-    assert RNG_KEY() == first != second
+    assert torch.equal(RNG_KEY(), first) and not torch.equal(first, second)
+
+
+def test_the_key_is_one_draw_split_into_two_non_negative_int32_words():
+    torch.manual_seed(3)
+    draws = [int(torch.empty((), dtype=torch.int64).random_()) for _ in range(2)]
+    torch.manual_seed(3)
+    keys = [RNG_KEY(), RNG_KEY()]
+    assert all((k.dtype, tuple(k.shape)) == (torch.int32, (2,)) for k in keys)
+    # one draw of torch's generator per key, its low 62 bits as two 31-bit words
+    assert [k.tolist() for k in keys] == [[d & 0x7FFFFFFF, (d >> 31) & 0x7FFFFFFF] for d in draws]

@@ -1607,13 +1607,16 @@ def _numpy(value):
     return torch_to_numpy(value) if isinstance(value, torch.Tensor) else value
 
 
-#: the random key of random ops' cases (the backend draws one per call from torch's generator)
-KEY = 7
+#: the random key of random ops' cases (the backend draws one per call from torch's generator):
+#: two non-negative int32 words, as ``nkipy::rng_key`` gives
+KEY = (7, 3)
 
 
 def _stream(op):
     return (
-        RandomStream(np.asarray(KEY), 0) if torch.Tag.nondeterministic_seeded in op.tags else None
+        RandomStream(np.asarray(KEY, dtype=np.int32), 0)
+        if torch.Tag.nondeterministic_seeded in op.tags
+        else None
     )
 
 
@@ -1623,7 +1626,7 @@ def _traced(op, rule, args, kwargs, expected):
     if (
         _stream(op) is not None
     ):  # the key is a kernel input, as ``nkipy_core.compiler.rng`` arranges
-        kwargs = {**kwargs, RNG_KWARG: (torch.tensor(KEY), 0)}
+        kwargs = {**kwargs, RNG_KWARG: (torch.tensor(KEY, dtype=torch.int32), 0)}
     graph = torch.fx.Graph()
     inputs = []
 

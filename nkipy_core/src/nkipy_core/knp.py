@@ -789,19 +789,20 @@ def ones(shape: Sequence[int], dtype: Any = DType.f32) -> Array:
 
 
 def random_bits(state: ArrayLike, shape: Sequence[int]) -> Array:
-    """u32 Philox4x32-10 random words of ``shape`` for the u64[2] ``state`` (key, counter).
+    """u32 Philox4x32-10 random words of ``shape`` for the u32[4] ``state`` (key low, key high,
+    counter low, counter high).
 
     A pure function of ``state``: the same state gives the same words, so draw from
     ``random_state(state, shape)`` next (or from ``LoweringContext.random_bits`` in a rule).
     """
     params = {"shape": tuple(int(d) for d in shape), "part": "bits"}
-    return apply("random_bits", [asarray(state, DType.u64)], params)
+    return apply("random_bits", [asarray(state, DType.u32)], params)
 
 
 def random_state(state: ArrayLike, shape: Sequence[int]) -> Array:
     """The state after ``random_bits(state, shape)``: the counter advanced past its words."""
     params = {"shape": tuple(int(d) for d in shape), "part": "state"}
-    return apply("random_bits", [asarray(state, DType.u64)], params)
+    return apply("random_bits", [asarray(state, DType.u32)], params)
 
 
 # -- collectives ------------------------------------------------------------------------------

@@ -1,14 +1,19 @@
 """Random ops: uniform, normal, Bernoulli, dropout, ``randint`` and ``randperm`` from random bits.
 
-Every rule turns the node's u32 Philox words (``ctx.random_bits``, see ``nkipy_core.compiler.rng``) into
-its distribution: uniform floats keep the top ``d`` bits of a word, ``d`` the precision of the
-dtype (24 for f32; two words give 53 for f64), scaled by ``2**-d``, so they are exact multiples
-of ``2**-d`` in ``[0, 1)`` like torch's; normals are Box-Muller over two uniforms; Bernoulli and
-dropout compare a uniform with ``p``; integers take a 64-bit word modulo the range; ``randperm``
-argsorts 64-bit random keys. (Normals from 24-bit uniforms stay within 5.8 standard deviations;
-f64 ones, from 53-bit uniforms, within 8.6.) The numbers follow Philox, not torch's CPU generator: the
-``fallback_random`` option gives eager's numbers instead. A node that names its own
-``generator`` is declined (it runs on CPU with that generator).
+Every rule turns the node's u32 Philox words (``ctx.random_bits``, see
+``nkipy_core.compiler.rng``) into its distribution: uniform floats keep the top ``d`` bits of a
+word, ``d`` the precision of the dtype (24 for f32; two words give 53 for f64), scaled by
+``2**-d``, so they are exact multiples of ``2**-d`` in ``[0, 1)`` like torch's; normals are
+Box-Muller over two uniforms; Bernoulli and dropout compare a uniform with ``p``; integers take a
+word modulo the range, one u32 word when the range fits 32 bits (torch's CPU ``randint`` draws
+32 bits then too) and two words as a u64 only beyond; ``randperm`` argsorts 64-bit random keys.
+(Normals from 24-bit uniforms stay within 5.8 standard deviations; f64 ones, from 53-bit
+uniforms, within 8.6.) Neuron has no 64-bit integer arithmetic on trn1, so the u64 paths (f64
+uniforms, ranges over 2**32, ``randperm``) are the ones it cannot run.
+
+The numbers follow Philox, not torch's CPU generator: the ``fallback_random`` option gives
+eager's numbers instead. A node that names its own ``generator`` is declined (it runs on CPU
+with that generator).
 """
 
 from __future__ import annotations
@@ -180,10 +185,15 @@ def native_dropout(ctx, x, p, train):
 
 
 def _randint(ctx, low: int, high: int):
-    """``low + w % (high - low)`` for a 64-bit random word ``w`` (bias below ``range / 2**64``)."""
+    """``low + w % (high - low)`` for a random word ``w``: a u32 word when the range is at most
+    2**32 (bias below ``range / 2**32``, all in 32-bit arithmetic), else a 64-bit word."""
     require(high > low, f"randint with an empty range [{low}, {high})")
-    bits = ctx.random_bits((2, *ctx.out.shape))
-    offset = knp.remainder(_words64(bits), np.uint64(high - low))
+    span = high - low
+    if span <= 1 << 32:
+        bits = ctx.random_bits(ctx.out.shape)
+        offset = bits if span == 1 << 32 else knp.remainder(bits, np.uint32(span))
+    else:
+        offset = knp.remainder(_words64(ctx.random_bits((2, *ctx.out.shape))), np.uint64(span))
     return knp.astype(knp.add(knp.astype(offset, DType.i64), np.int64(low)), ctx.out_dtype)
 
 

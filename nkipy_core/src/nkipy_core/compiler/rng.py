@@ -40,24 +40,33 @@ log = logging.getLogger("nkipy.rng")
 
 #: keyword argument of a seeded random node: ``(key node, stream number)``
 RNG_KWARG = "nkipy_rng"
-#: blocks of four values between the counter bases of two streams: 2**42 values per random op
+#: blocks of four values between the counter bases of two streams: 2**42 values per random op.
+#: A multiple of 2**32, so a stream's base counter is the u32 words ``(0, stream << 8)``.
 STREAM_BLOCKS = 1 << 40
+#: the key's bits in each of its two words: 31, so that both are non-negative int32 values
+_KEY_WORD_BITS = 31
 
 
 @torch.library.custom_op(
     "nkipy::rng_key", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,)
 )
 def _rng_key() -> torch.Tensor:
-    """A fresh 63-bit key from torch's default CPU generator, advancing it; one host step per
-    call of a graph with random ops, counted in ``cache_stats["random_keys"]``. Tagged as a
-    seeded random op so that no torch pass deduplicates or recomputes it."""
+    """A fresh key from torch's default CPU generator, advancing it by one draw; one host step
+    per call of a graph with random ops, counted in ``cache_stats["random_keys"]``. Tagged as a
+    seeded random op so that no torch pass deduplicates or recomputes it.
+
+    The key is int32[2], the low 62 bits of a 63-bit draw as two non-negative 31-bit words:
+    kernels hold it as Philox's two u32 key words, and a non-negative int32 converts to u32
+    exactly (Neuron has no 64-bit integer arithmetic, so the key never passes through one)."""
     STATS["random_keys"] += 1
-    return torch.empty((), dtype=torch.int64).random_()
+    draw = torch.empty((), dtype=torch.int64).random_()
+    mask = (1 << _KEY_WORD_BITS) - 1
+    return torch.stack([draw & mask, (draw >> _KEY_WORD_BITS) & mask]).to(torch.int32)
 
 
 @_rng_key.register_fake
 def _() -> torch.Tensor:
-    return torch.empty((), dtype=torch.int64)
+    return torch.empty((2,), dtype=torch.int32)
 
 
 RNG_KEY = torch.ops.nkipy.rng_key.default
@@ -65,17 +74,19 @@ RNG_KEY = torch.ops.nkipy.rng_key.default
 
 @attrs.frozen
 class RandomStream:
-    """What a rule needs to draw random bits: the call's key (an i64 scalar, traced or NumPy)
-    and the node's stream number, which offsets its counters from every other node's."""
+    """What a rule needs to draw random bits: the call's key (the two non-negative int32 words
+    of ``nkipy::rng_key``, traced or NumPy) and the node's stream number, which offsets its
+    counters from every other node's."""
 
     key: Any
     stream: int
 
     def state(self):
-        """The u64[2] ``random_bits`` state ``(key, first counter of the stream)``."""
-        key = knp.reshape(knp.astype(self.key, DType.u64), (1,))
-        base = np.array([self.stream * STREAM_BLOCKS], dtype=np.uint64)
-        return knp.concatenate([key, base])
+        """The u32[4] ``random_bits`` state: the key words, then the low and high words of
+        the stream's first counter."""
+        base = self.stream * STREAM_BLOCKS
+        counter = np.array([base & 0xFFFFFFFF, base >> 32], dtype=np.uint32)
+        return knp.concatenate([knp.astype(self.key, DType.u32), counter])
 
 
 def is_random(node: torch.fx.Node) -> bool:
@@ -118,7 +129,7 @@ def seed_random_ops(gm: torch.fx.GraphModule, fallback_random: bool) -> None:
     first = next(n for n in gm.graph.nodes if n.op != "placeholder")
     with gm.graph.inserting_before(first):
         key = gm.graph.call_function(RNG_KEY, ())
-    key.meta["val"] = torch.empty((), dtype=torch.int64, device="meta")
+    key.meta["val"] = torch.empty((2,), dtype=torch.int32, device="meta")
     for stream, node in enumerate(nodes):
         node.kwargs = {**node.kwargs, RNG_KWARG: (key, stream)}
     STATS["seeded_random_ops"] += len(nodes)

@@ -59,21 +59,27 @@ def _philox4x32(key, counter, rounds=10):
 
 
 def _random_bits(state, shape, part):
-    """The ``random_bits`` primitive: Philox4x32-10 keyed by ``state[0]``, counting from ``state[1]``.
+    """The ``random_bits`` primitive: Philox4x32-10 over the uint32 state ``(key low, key high,
+    counter low, counter high)``.
 
-    Value ``i`` (row-major in ``shape``) is word ``i % 4`` of block ``state[1] + i // 4``, the
+    Value ``i`` (row-major in ``shape``) is word ``i % 4`` of block ``counter + i // 4``, the
     128-bit counter of a block being that 64-bit sum (low word first) and two zero words.
-    ``part="bits"`` gives the uint32 values, ``part="state"`` the state after them.
+    ``part="bits"`` gives the uint32 values, ``part="state"`` the state after them (the 64-bit
+    counter advanced by the blocks used, wrapping). The uint64 arithmetic here is the
+    reference's own; the state and the values are uint32 words.
     """
-    state = np.asarray(state, dtype=np.uint64)
+    state = np.asarray(state, dtype=np.uint32)
     n = int(np.prod(shape, dtype=np.int64))
     blocks = (n + 3) // 4
+    low = np.uint64(0xFFFFFFFF)
+    counter = np.uint64(state[2]) | (np.uint64(state[3]) << np.uint64(32))
     if part == "state":
-        return np.array([state[0], state[1] + np.uint64(blocks)], dtype=np.uint64)
-    key = (state[0] & np.uint64(0xFFFFFFFF), state[0] >> np.uint64(32))
-    ctr = state[1] + np.arange(blocks, dtype=np.uint64)
+        after = np.array([counter], dtype=np.uint64) + np.uint64(blocks)  # an array op: wraps
+        words = np.concatenate([after & low, after >> np.uint64(32)]).astype(np.uint32)
+        return np.concatenate([state[:2], words])
+    ctr = counter + np.arange(blocks, dtype=np.uint64)
     zero = np.zeros(blocks, dtype=np.uint64)
-    words = _philox4x32(key, (ctr & np.uint64(0xFFFFFFFF), ctr >> np.uint64(32), zero, zero))
+    words = _philox4x32(state[:2], (ctr & low, ctr >> np.uint64(32), zero, zero))
     return words.T.reshape(-1)[:n].reshape(shape)
 
 

@@ -602,8 +602,9 @@ _define("constant", 0, _infer_constant, _emit_constant, "an array literal")
 
 def _infer_random_bits(state: TensorType, *, shape: tuple, part: str) -> TensorType:
     _check(
-        state == TensorType((2,), DType.u64),
-        f"random_bits: state must be u64[2] (key, counter), got {state}",
+        state == TensorType((4,), DType.u32),
+        f"random_bits: state must be u32[4] (key low, key high, counter low, counter high), "
+        f"got {state}",
     )
     _check(part in ("bits", "state"), f"random_bits: part must be 'bits' or 'state', got {part!r}")
     _check(all(d >= 0 for d in shape), f"random_bits: negative dimension in {list(shape)}")
@@ -615,11 +616,13 @@ _define(
     1,
     _infer_random_bits,
     lambda state, shape, part: f"_random_bits({state}, {tuple(shape)}, {part!r})",
-    "counter-based random bits: Philox4x32-10 keyed by `state[0]`, one 128-bit block per 4 "
-    "values counting from `state[1]`; `part='bits'` gives u32[`shape`], `part='state'` the "
-    "u64[2] state after them (key, counter + blocks used). A pure function of `state`, shaped "
-    "like HLO `rng-bit-generator` (PHILOX); XLA lays out key and counter words its own way, so "
-    "an emitter that must reproduce these bits builds the ten rounds from integer ops",
+    "counter-based random bits: Philox4x32-10 keyed by `state[0:2]` (key low and high words), "
+    "one 128-bit block per 4 values counting from the 64-bit counter `state[2] + 2**32 * "
+    "state[3]`; `part='bits'` gives u32[`shape`], `part='state'` the u32[4] state after them "
+    "(key, counter + blocks used, wrapping at 2**64). All 32-bit words, since Neuron has no "
+    "64-bit integer arithmetic. A pure function of `state`, shaped like HLO `rng-bit-generator` "
+    "(PHILOX); XLA lays out key and counter words its own way, so an emitter that must "
+    "reproduce these bits builds the ten rounds from 32-bit integer ops",
 )
 
 

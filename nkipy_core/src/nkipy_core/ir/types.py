@@ -30,8 +30,8 @@ class DType(enum.Enum):
     i32 = "i32"
     i64 = "i64"
     u8 = "u8"
-    u32 = "u32"  # random bits (Philox words)
-    u64 = "u64"  # random-number generator state
+    u32 = "u32"  # random bits and the random-number generator state (Philox words)
+    u64 = "u64"  # pairs of random words (randperm keys, f64 uniforms, wide randint ranges)
     f16 = "f16"
     bf16 = "bf16"
     f32 = "f32"
