@@ -18,7 +18,7 @@ import torch
 from fresh_python import python
 from nrt_standin_neff import neff
 
-from nkipy_core import cache_stats, init_nkipy_backend
+from nkipy_core import FallbackWarning, cache_stats, init_nkipy_backend
 from nkipy_core.ir import DType
 from nkipy_runtime.hlo_files import HLO_PROTO, HLO_TEXT, STABLEHLO
 from nkipy_runtime.nrt import locate, probe
@@ -78,6 +78,21 @@ def test_a_compiled_graph_runs_through_the_compiler_and_libnrt_standins(neuron_m
     np.testing.assert_array_equal(f(x, y).numpy(), (x + y).numpy())
     assert len(neuronx_cc_standin.calls(neuron_machine)) == 1
     assert cache_stats["lowered_kernels"] == lowered
+
+
+def test_an_op_the_target_cannot_take_runs_on_cpu_with_a_warning_naming_the_rule(neuron_machine):
+    """No NeuronCore computes in f64: the planner asks the nrt runtime's profile about each op and
+    keeps f64 ones on CPU (so no compiler runs for them) with a fallback warning that names the
+    target, the rule and its source page."""
+    f = torch.compile(lambda x: x.double().exp(), backend="nkipy", options={"runtime": "nrt"})
+    x = torch.randn(4, 8)
+    with pytest.warns(
+        FallbackWarning, match=r"neuronx-cc for trn2 \(native int64\) does not take"
+    ) as caught:
+        out = f(x)
+    torch.testing.assert_close(out, x.double().exp())
+    assert "on f64" in str(caught[0].message) and "data-types.html" in str(caught[0].message)
+    assert neuronx_cc_standin.calls(neuron_machine) == []
 
 
 CROWDED_HOST = """

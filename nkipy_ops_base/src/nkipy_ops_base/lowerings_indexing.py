@@ -46,10 +46,13 @@ def _rank_in_mask(flat_mask, limit: int):
 
 
 def _overwrite(x, flat_index, values):
-    """``x`` (1-D or leading-axis) with ``values`` written at ``flat_index`` along axis 0."""
+    """``x`` (1-D or leading-axis) with ``values`` written at ``flat_index`` along axis 0.
+
+    The hits are counted in f32 (exact up to 2**24 writes to one position): Neuron has no
+    integer scatter-add, and counting in f32 keeps a float overwrite on the device."""
     placed = knp.scatter_add(knp.zeros(x.shape, knp.dtype_of(x)), flat_index, values)
     hits = knp.scatter_add(
-        knp.zeros((x.shape[0],), DType.i32), flat_index, knp.full(flat_index.shape, 1, DType.i32)
+        knp.zeros((x.shape[0],), DType.f32), flat_index, knp.full(flat_index.shape, 1, DType.f32)
     )
     written = knp.reshape(knp.greater(hits, 0), (x.shape[0],) + (1,) * (x.ndim - 1))
     return knp.where(written, placed, x)

@@ -62,10 +62,14 @@ class NeuronProfileError(NkipyError):
         lines = [f"  {v}" for v in found[:20]]
         if len(found) > 20:
             lines.append(f"  ... and {len(found) - 20} more")
-        lines += [f"  [{r.name}] neuronx-cc requires {r.requires} ({r.source})" for r in rules.values()]
+        lines += [
+            f"  [{r.name}] neuronx-cc requires {r.requires} ({r.source})" for r in rules.values()
+        ]
         super().__init__(
             f"kernel {kernel} breaks {len(found)} rule(s) of the Neuron {profile.name} profile, so "
-            "neuronx-cc was not run:\n" + "\n".join(lines) + "\nThe planner keeps such ops on CPU, so "
+            "neuronx-cc was not run:\n"
+            + "\n".join(lines)
+            + "\nThe planner keeps such ops on CPU, so "
             "this is a bug in the lowering named above (or in nkipy): please report it with the "
             "kernel's hlo.txt; NKIPY_RUNTIME=cpu runs the program meanwhile."
         )
@@ -89,9 +93,7 @@ class _Reader:
 
     def body(self, computation: str) -> list[Instruction]:
         """The computation's instructions other than its parameters."""
-        return [
-            i for i in self.module.computations.get(computation, []) if i.opcode != "parameter"
-        ]
+        return [i for i in self.module.computations.get(computation, []) if i.opcode != "parameter"]
 
     def origin(self, instruction: Instruction) -> str:
         seen = set()

@@ -113,7 +113,9 @@ def parse(text: str) -> Module:
     for line in text.splitlines():
         instruction = _INSTRUCTION.match(line)
         if instruction is None:
-            header = _COMPUTATION.match(line) if not line.startswith((" ", "\t", "HloModule")) else None
+            header = (
+                _COMPUTATION.match(line) if not line.startswith((" ", "\t", "HloModule")) else None
+            )
             if header is not None:
                 current = header.group("name")
                 computations[current] = []

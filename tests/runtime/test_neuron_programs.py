@@ -1,0 +1,111 @@
+"""Real programs compiled for every Neuron target hold no profile violation, and an op a target
+cannot take runs on CPU with a warning that says why.
+
+The programs run on the ``cpu`` runtime while every kernel is also compiled for ``nrt`` (as
+``nkipy-ops precompile`` does) by the STAND-IN compiler (``tests/support/neuronx_cc_standin.py``;
+the real neuronx-cc is not run): ``NrtRuntime.compile`` checks each module against the target's
+profile before it starts the compiler, and these tests read the cached HLO of every kernel again.
+"""
+
+from __future__ import annotations
+
+import neuronx_cc_standin
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from nkipy_core import init_nkipy_backend
+from nkipy_core.compiler import precompile
+from nkipy_runtime.hlo_files import HLO_TEXT
+from nkipy_runtime.neuron import profile_for, violations
+from nkipy_runtime.neuronx_cc import COMPILER_ENV
+
+pytest.importorskip("jax", reason="HLO conversion needs the nkipy-runtime[xla] extra")
+
+
+class Tiny(nn.Module):
+    """Embedding, attention with two dropouts, a vocabulary projection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(50, 16)
+        self.q, self.k, self.v = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
+        self.out = nn.Linear(16, 50)
+
+    def forward(self, ids):
+        x = F.dropout(self.emb(ids), 0.1, self.training)
+        att = torch.softmax(self.q(x) @ self.k(x).transpose(-1, -2) / 4, -1)
+        return self.out(F.dropout(att, 0.1, self.training) @ self.v(x))
+
+
+def train_step(model, ids, target):
+    logits = model(ids)
+    loss = F.cross_entropy(logits.flatten(0, 1), target.flatten())
+    loss.backward()
+    return loss, logits.argmax(-1), logits.topk(3, -1).indices, (ids > 25).any()
+
+
+@pytest.fixture
+def standin(tmp_path, monkeypatch):
+    path, calls = neuronx_cc_standin.install(tmp_path / "bin")
+    monkeypatch.setenv(COMPILER_ENV, str(path))
+    monkeypatch.delenv("NKIPY_NEURON_INT64", raising=False)
+    return calls
+
+
+def _nrt_entries(cache):
+    return [e for e in (cache / "kernels").iterdir() if (e / "artifacts" / HLO_TEXT).exists()]
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
+def test_training_and_generation_compile_for_every_target_without_violations(
+    tmp_path, standin, monkeypatch, target
+):
+    torch._dynamo.reset()
+    monkeypatch.setattr(precompile, "REPORT", precompile.Report())
+    cache = tmp_path / "cache"
+    init_nkipy_backend(nkipy_cache=cache, runtime="cpu", precompile="nrt", target=target)
+    torch.manual_seed(0)
+    model = Tiny()
+    ids, target_ids = torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 8))
+    loss, *_ = torch.compile(train_step, backend="nkipy")(model, ids, target_ids)
+    assert torch.isfinite(loss)
+    model.eval()
+    generate = torch.compile(lambda m, seq: m(seq)[:, -1].argmax(-1), backend="nkipy")
+    seq = ids[:1, :4]
+    with torch.no_grad():
+        for _ in range(2):
+            seq = torch.cat([seq, generate(model, seq)[:, None]], 1)
+
+    report = precompile.REPORT
+    assert report.failures == [] and report.compiled >= 4
+    profile = profile_for(target)
+    entries = _nrt_entries(cache)
+    assert len(entries) == report.compiled
+    for entry in entries:
+        assert violations((entry / "artifacts" / HLO_TEXT).read_text(), profile) == []
+    calls = neuronx_cc_standin.calls(standin)
+    assert len(calls) == report.compiled
+    assert all(call["argv"][8:] == list(profile.compiler_flags()) for call in calls)
+
+
+def test_an_op_the_target_cannot_take_stays_out_of_its_kernels(tmp_path, standin, monkeypatch):
+    """f64 has no NeuronCore: the planner keeps f64 ops out of nrt kernels, while the f32 ops of
+    the same graph still compile for nrt (the warning on nrt itself: test_nrt_end_to_end)."""
+    torch._dynamo.reset()
+    monkeypatch.setattr(precompile, "REPORT", precompile.Report())
+    init_nkipy_backend(
+        nkipy_cache=tmp_path / "cache", runtime="cpu", precompile="nrt", target="trn2"
+    )
+
+    def f(x):
+        return torch.sin(x) * 2, x.double().exp()
+
+    x = torch.randn(8)
+    out, wide = torch.compile(f, backend="nkipy")(x)
+    torch.testing.assert_close(out, torch.sin(x) * 2)
+    torch.testing.assert_close(wide, x.double().exp())
+    (entry,) = _nrt_entries(tmp_path / "cache")
+    hlo = (entry / "artifacts" / HLO_TEXT).read_text()
+    assert "sine" in hlo and "f64" not in hlo
