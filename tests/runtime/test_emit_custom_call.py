@@ -35,6 +35,6 @@ def test_the_hlo_holds_the_custom_call_with_its_target_and_config():
     module = xla_bridge.to_hlo(emit_module(b.finish([out])))
     line = next(ln for ln in module.text.splitlines() if "custom-call(" in ln)
     assert 'custom_call_target="AwsNeuronCustomNativeKernel"' in line
-    assert "f32[4,8]{1,0} custom-call(Arg_0.1, Arg_1.1)" in line
+    assert "f32[4,8]{1,0} custom-call(%Arg_0.1, %Arg_1.1)" in line
     assert config.encode() in module.proto
     assert "custom_call_hosts" not in module.text  # the host function is the cpu runtime's

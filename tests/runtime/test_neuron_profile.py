@@ -12,7 +12,9 @@ from __future__ import annotations
 import pytest
 
 from nkipy_core import ConfigurationError
-from nkipy_core.ir import DType, KernelBuilder, TensorType
+import numpy as np
+
+from nkipy_core.ir import ConstantData, DType, KernelBuilder, TensorType
 from nkipy_core.runtime import CompileOptions
 from nkipy_runtime.neuron import NeuronProfile, NeuronProfileError, profile_for, violations
 from nkipy_runtime.neuron.hlo_text import parse
@@ -199,6 +201,7 @@ def test_hlo_text_reader_reads_what_jaxlib_prints():
 
 def test_profiles_per_target_and_int64_mode(monkeypatch):
     monkeypatch.delenv("NKIPY_NEURON_INT64", raising=False)
+    monkeypatch.delenv("NKIPY_NEURON_F64", raising=False)
     assert profile_for("trn1") == TRN1
     assert profile_for("trn2") == TRN2
     assert TRN1.compiler_flags() == ("--implicit-integer-downcast=none",)
@@ -212,6 +215,29 @@ def test_profiles_per_target_and_int64_mode(monkeypatch):
     monkeypatch.setenv("NKIPY_NEURON_INT64", "64")
     with pytest.raises(ConfigurationError, match="use 'native' or '32'"):
         profile_for("trn2")
+    monkeypatch.delenv("NKIPY_NEURON_INT64")
+    monkeypatch.setenv("NKIPY_NEURON_F64", "f32")
+    assert profile_for("trn2").name == "trn2 (native int64, f64 as f32)"
+    monkeypatch.setenv("NKIPY_NEURON_F64", "yes")
+    with pytest.raises(ConfigurationError, match="use 'f32'"):
+        profile_for("trn2")
+
+
+def test_narrowed_f64_kernel_has_no_f64_and_matches_f32_on_xla():
+    """The opt-in downcast: the kernel rebuilt in f32 (literals included) runs on XLA and equals
+    the same computation done in f32."""
+    from nkipy_runtime.hlo_files import HLO_TEXT, hlo_artifacts
+    from nkipy_runtime.neuron.f64 import narrow_f64
+    from xla_oracle import assert_same
+
+    kb = KernelBuilder("wide")
+    x = kb.param(TensorType((5,), DType.f64))
+    third = kb.emit("constant", [], {"value": ConstantData.from_array(np.full((5,), 1 / 3), DType.f64)})
+    y = kb.emit("exp", [kb.emit("mul", [x, third], {})], {})
+    narrowed = narrow_f64(kb.finish([y]))
+    assert [p.type.dtype for p in narrowed.params] == [DType.f32]
+    assert "f64" not in hlo_artifacts(narrowed)[HLO_TEXT].decode()
+    assert_same(narrowed, [np.linspace(-2, 2, 5, dtype=np.float32)], rtol=1e-6)
 
 
 def test_compile_refuses_a_module_that_breaks_the_profile_before_the_compiler(monkeypatch):

@@ -95,6 +95,28 @@ def test_an_op_the_target_cannot_take_runs_on_cpu_with_a_warning_naming_the_rule
     assert neuronx_cc_standin.calls(neuron_machine) == []
 
 
+def test_f64_computed_in_f32_when_the_user_opts_in(neuron_machine, monkeypatch, tmp_path):
+    """``NKIPY_NEURON_F64=f32``: the f64 graph compiles (to a module without f64) and runs on the
+    stand-in device in f32, its inputs and outputs converted on the host, warned about once and
+    counted as transfers."""
+    monkeypatch.setenv("NKIPY_NEURON_F64", "f32")
+    from nkipy_core.plugin import manager as plugins
+
+    f = torch.compile(lambda a, b: a + b, backend="nkipy", options={"runtime": "nrt"})
+    a, b = torch.randn(4, 8, dtype=torch.float64), torch.randn(4, 8, dtype=torch.float64)
+    with pytest.warns(FallbackWarning, match=r"compute f64 in f32 \(NKIPY_NEURON_F64=f32\)"):
+        out = f(a, b)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, (a.float() + b.float()).double(), rtol=0, atol=0)
+    (entry,) = (tmp_path / "cache" / "kernels").iterdir()
+    hlo = (entry / "artifacts" / HLO_TEXT).read_text()
+    assert "f32[4,8]{1,0} add(" in hlo and "f64" not in hlo
+    (call,) = neuronx_cc_standin.calls(neuron_machine)
+    assert call["argv"][8:] == ["--native-int64=enabled", "--implicit-integer-downcast=none"]
+    stats = plugins.get().runtimes.get("nrt").stats
+    assert stats.device_to_host >= 4  # two inputs and the output converted, the output read
+
+
 CROWDED_HOST = """
 import sys
 import torch.distributed as dist

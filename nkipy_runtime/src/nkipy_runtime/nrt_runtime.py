@@ -9,19 +9,22 @@ is all a Trainium host does with a cache copied from the build box.
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from nkipy_core import env
+from nkipy_core import FallbackWarning, env
 from nkipy_core.errors import ConfigurationError
-from nkipy_core.ir import Kernel
+from nkipy_core.ir import DType, Kernel, TensorType
 from nkipy_core.runtime import CompileOptions, DeviceArray, DeviceStats, Signature
 
 from . import neuronx_cc
 from .hlo_files import HLO_PROTO, HLO_TEXT, hlo_artifacts
 from .neuron import NeuronProfile, NeuronProfileError, profile_for, violations
+from .neuron.f64 import has_f64, narrow_f64, narrow_type
 from .nrt import probe
 
 NEFF, LOG = "kernel.neff", "neuronx-cc.log"
@@ -30,9 +33,11 @@ NEFF, LOG = "kernel.neff", "neuronx-cc.log"
 class NrtExecutable:
     """A compiled kernel: its NEFF plus the files that explain where it came from."""
 
-    def __init__(self, signature: Signature, artifacts: Mapping[str, bytes]):
+    def __init__(self, signature: Signature, artifacts: Mapping[str, bytes], narrowed: bool):
         self.signature = signature
         self._artifacts = dict(artifacts)
+        #: compiled with f64 narrowed to f32 (``neuron.f64``): ``run`` converts around it
+        self.narrowed = narrowed
 
     @property
     def neff(self) -> bytes:
@@ -83,6 +88,9 @@ class NrtRuntime:
         return f"{profile.target}-int{64 if profile.native_int64 else 32}"
 
     def _hlo(self, kernel: Kernel, profile: NeuronProfile) -> dict[str, bytes]:
+        """The HLO files of ``kernel`` as the target runs it (f64 narrowed if opted into)."""
+        if profile.f64_as_f32 and has_f64(kernel):
+            kernel = narrow_f64(kernel)
         return hlo_artifacts(kernel, narrow_int64=not profile.native_int64)
 
     def declines(self, kernel: Kernel, options: CompileOptions) -> str:
@@ -114,8 +122,11 @@ class NrtRuntime:
             extra_args=" ".join([*profile.compiler_flags(), options.compiler_args]).strip(),
             timeout=neuronx_cc.timeout_seconds(),
         )
+        signature = Signature.of(kernel)
         return NrtExecutable(
-            Signature.of(kernel), {**files, NEFF: build.neff, LOG: build.log.encode()}
+            signature,
+            {**files, NEFF: build.neff, LOG: build.log.encode()},
+            _narrows(profile, signature),
         )
 
     def describe(self) -> str:
@@ -133,7 +144,7 @@ class NrtRuntime:
     def load(
         self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions
     ) -> NrtExecutable:
-        return NrtExecutable(signature, artifacts)
+        return NrtExecutable(signature, artifacts, _narrows(self.profile(options), signature))
 
     # -- device memory and execution: the NRT binding's ----------------------------------------
 
@@ -171,6 +182,47 @@ class NrtRuntime:
         self._device_handle().copy(src, dst)
 
     def run(self, executable: NrtExecutable, inputs: Sequence[DeviceArray]) -> list[DeviceArray]:
-        return self._device_handle().run(
-            executable.neff, list(inputs), executable.signature.outputs
+        outputs = executable.signature.outputs
+        if not executable.narrowed:
+            return self._device_handle().run(executable.neff, list(inputs), outputs)
+        _warn_f64_staging()
+        staged = [self._convert(a, DType.f32) if a.dtype is DType.f64 else a for a in inputs]
+        results = self._device_handle().run(
+            executable.neff, staged, tuple(narrow_type(t) for t in outputs)
         )
+        for new, given in zip(staged, inputs):
+            if new is not given:
+                self.free(new.buffer)
+        converted = []
+        for result, type_ in zip(results, outputs):
+            if type_.dtype is DType.f64:
+                wide = self._convert(result, DType.f64)
+                self.free(result.buffer)
+                result = wide
+            converted.append(result)
+        return converted
+
+    def _convert(self, array: DeviceArray, dtype: DType) -> DeviceArray:
+        """A new device array of ``array``'s values in ``dtype``, through the host."""
+        host = self.to_host(array).astype(dtype.numpy)
+        out = DeviceArray.contiguous(self.allocate(host.nbytes), TensorType(array.shape, dtype))
+        self.to_device(host, out)
+        return out
+
+
+def _narrows(profile: NeuronProfile, signature: Signature) -> bool:
+    """Whether kernels of ``signature`` run narrowed to f32 under ``profile``."""
+    return profile.f64_as_f32 and any(
+        t.dtype is DType.f64 for t in (*signature.inputs, *signature.outputs)
+    )
+
+
+@functools.cache
+def _warn_f64_staging() -> None:
+    warnings.warn(
+        "nrt kernels compute f64 in f32 (NKIPY_NEURON_F64=f32): their f64 inputs and outputs are "
+        "converted on the host, a round trip each that the device's transfer counters show; "
+        "keep tensors in f32 (or bf16) to stay on the device",
+        FallbackWarning,
+        stacklevel=2,
+    )

@@ -192,6 +192,18 @@ declare_env(
 )
 
 
+F64_ENV = "NKIPY_NEURON_F64"
+declare_env(
+    F64_ENV,
+    kind="text",
+    meaning=(
+        "`f32`: kernels compiled for Neuron compute f64 in f32, their f64 inputs and outputs "
+        "converted on the host (warned once). Unset: ops on f64 run as torch on CPU."
+    ),
+    owner="nkipy-runtime",
+)
+
+
 @attrs.frozen
 class NeuronProfile:
     """The rules one ``neuronx-cc`` target holds kernels to, and the flags that fix its integer
@@ -200,10 +212,13 @@ class NeuronProfile:
     target: str
     #: 64-bit integers run natively (trn2 and later, with --native-int64=enabled)
     native_int64: bool
+    #: the user opted into f64 computed in f32 (``NKIPY_NEURON_F64=f32``)
+    f64_as_f32: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.target} ({'native' if self.native_int64 else '32-bit'} int64)"
+        f64 = ", f64 as f32" if self.f64_as_f32 else ""
+        return f"{self.target} ({'native' if self.native_int64 else '32-bit'} int64{f64})"
 
     def refused_types(self) -> frozenset[str]:
         return REFUSED_TYPES if self.target == "trn3" else REFUSED_TYPES | {"f8e4m3fn"}
@@ -227,4 +242,9 @@ def profile_for(target: str) -> NeuronProfile:
             f"{INT64_ENV}=native: trn1 has no 64-bit integers (they always run in 32 bits); unset "
             f"{INT64_ENV} or compile for trn2/trn3"
         )
-    return NeuronProfile(target, native_int64=mode == "native")
+    f64 = env(F64_ENV) or ""
+    if f64 not in ("", "f32"):
+        raise ConfigurationError(
+            f"{F64_ENV}={f64!r}: use 'f32' (compute f64 in f32) or leave it unset (f64 ops on CPU)"
+        )
+    return NeuronProfile(target, native_int64=mode == "native", f64_as_f32=f64 == "f32")
