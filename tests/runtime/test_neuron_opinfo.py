@@ -1,0 +1,43 @@
+"""PyTorch's OpInfo set through nkipy-ops-base, compiled for every Neuron target: no kernel breaks
+the target's profile.
+
+Each OpInfo's first f32 sample runs on the ``cpu`` runtime while its kernels are also compiled for
+``nrt`` (as ``nkipy-ops precompile`` does) by the STAND-IN compiler; the real neuronx-cc is not
+run. ``NrtRuntime.compile`` checks every module against the profile first and a violation counts
+as a failed compile, so zero failures means every module the planner let through is one the
+documentation says the target takes. About 90 s per target on two cores.
+"""
+
+from __future__ import annotations
+
+import neuronx_cc_standin
+import pytest
+
+from nkipy_core.compiler import precompile
+from nkipy_core.testing import run_conformance
+from nkipy_runtime.hlo_files import HLO_TEXT
+from nkipy_runtime.neuronx_cc import COMPILER_ENV
+
+pytest.importorskip("jax", reason="HLO conversion needs the nkipy-runtime[xla] extra")
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
+def test_the_opinfo_set_compiles_for_the_target_without_violations(tmp_path, monkeypatch, target):
+    path, _ = neuronx_cc_standin.install(tmp_path / "bin")
+    monkeypatch.setenv(COMPILER_ENV, str(path))
+    monkeypatch.delenv("NKIPY_NEURON_INT64", raising=False)
+    monkeypatch.setattr(precompile, "REPORT", precompile.Report())
+    cache = tmp_path / "cache"
+    report = run_conformance(
+        "nkipy-ops-base",
+        max_samples=1,
+        backward=False,
+        options={"precompile": "nrt", "target": target},
+        cache_dir=cache,
+        budget=900.0,
+    )
+    assert report.summary()["pass"] > 150
+    failures = precompile.REPORT.failures
+    assert failures == [], "\n".join(f"{f['kernel']}: {f['error'][:500]}" for f in failures)
+    nrt_kernels = sum((e / "artifacts" / HLO_TEXT).exists() for e in (cache / "kernels").iterdir())
+    assert nrt_kernels == precompile.REPORT.compiled > 150
