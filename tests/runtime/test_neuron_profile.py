@@ -9,11 +9,10 @@ Neuron host; these tests hold the checker to the documented rules.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from nkipy_core import ConfigurationError
-import numpy as np
-
 from nkipy_core.ir import ConstantData, DType, KernelBuilder, TensorType
 from nkipy_core.runtime import CompileOptions
 from nkipy_runtime.neuron import NeuronProfile, NeuronProfileError, profile_for, violations
@@ -226,13 +225,16 @@ def test_profiles_per_target_and_int64_mode(monkeypatch):
 def test_narrowed_f64_kernel_has_no_f64_and_matches_f32_on_xla():
     """The opt-in downcast: the kernel rebuilt in f32 (literals included) runs on XLA and equals
     the same computation done in f32."""
+    from xla_oracle import assert_same
+
     from nkipy_runtime.hlo_files import HLO_TEXT, hlo_artifacts
     from nkipy_runtime.neuron.f64 import narrow_f64
-    from xla_oracle import assert_same
 
     kb = KernelBuilder("wide")
     x = kb.param(TensorType((5,), DType.f64))
-    third = kb.emit("constant", [], {"value": ConstantData.from_array(np.full((5,), 1 / 3), DType.f64)})
+    third = kb.emit(
+        "constant", [], {"value": ConstantData.from_array(np.full((5,), 1 / 3), DType.f64)}
+    )
     y = kb.emit("exp", [kb.emit("mul", [x, third], {})], {})
     narrowed = narrow_f64(kb.finish([y]))
     assert [p.type.dtype for p in narrowed.params] == [DType.f32]
@@ -268,3 +270,26 @@ def test_declines_says_why_and_accepts_what_the_target_takes(monkeypatch):
     assert runtime.declines(one(DType.f32), CompileOptions(target="trn2")) == ""
     reason = runtime.declines(one(DType.f64), CompileOptions(target="trn2"))
     assert reason.startswith("neuronx-cc for trn2 (native int64) does not take multiply on f64")
+
+
+def test_doctor_names_the_profile_in_use(capsys, monkeypatch):
+    """On a build box (no Neuron device, no compiler) the doctor still says what nrt kernels would
+    be compiled for, and with which flags."""
+    from pathlib import Path
+
+    from nkipy_cli import run
+
+    from nkipy_runtime import neuronx_cc
+
+    monkeypatch.delenv("NKIPY_NEURON_INT64", raising=False)
+    monkeypatch.delenv("NKIPY_NEURON_F64", raising=False)
+    monkeypatch.setenv("NKIPY_TARGET", "trn2")
+    _, out, _ = run(capsys, "doctor")
+    assert (
+        "Runtime 'nrt': Neuron profile trn2 (native int64): kernels are checked against its rules "
+        "before neuronx-cc runs with --native-int64=enabled --implicit-integer-downcast=none"
+    ) in out
+    monkeypatch.delenv("NKIPY_TARGET")
+    monkeypatch.setattr(neuronx_cc, "DMI_PRODUCT_NAME", Path("/nonexistent"))  # not a Trainium
+    _, out, _ = run(capsys, "doctor")
+    assert "Runtime 'nrt': Neuron profile: none yet (cannot tell which Trainium generation" in out
