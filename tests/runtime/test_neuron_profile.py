@@ -293,3 +293,20 @@ def test_doctor_names_the_profile_in_use(capsys, monkeypatch):
     monkeypatch.setattr(neuronx_cc, "DMI_PRODUCT_NAME", Path("/nonexistent"))  # not a Trainium
     _, out, _ = run(capsys, "doctor")
     assert "Runtime 'nrt': Neuron profile: none yet (cannot tell which Trainium generation" in out
+
+
+def test_audit_counts_the_violations_of_a_kernel_cache(tmp_path, capsys):
+    from nkipy_runtime.neuron.audit import main
+
+    for name, text in (("a", BROKEN["u64-value"]), ("b", module("ROOT %c = f32[] constant(1)"))):
+        artifacts = tmp_path / "kernels" / name / "artifacts"
+        artifacts.mkdir(parents=True)
+        (artifacts / "hlo.txt").write_text(text)
+    assert main([str(tmp_path), "--target", "trn1"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "trn1 (32-bit int64): 2 violating instruction(s) in 1 of 2 module(s)"
+    assert sorted(line.split() for line in out[1:]) == [
+        ["1", "u64-value", "multiply", "on", "u64"],
+        ["1", "u64-value", "parameter", "on", "u64"],
+    ]
+    assert main([str(tmp_path), "--target", "trn2"]) == 0  # native 64-bit integers take u64
