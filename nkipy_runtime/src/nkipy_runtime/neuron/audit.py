@@ -11,7 +11,7 @@ import argparse
 import collections
 from pathlib import Path
 
-from ..hlo_files import HLO_TEXT
+from nkipy_runtime.hlo_files import HLO_TEXT
 from .check import violations
 from .profile import NeuronProfile
 
