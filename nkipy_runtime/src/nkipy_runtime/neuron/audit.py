@@ -12,6 +12,7 @@ import collections
 from pathlib import Path
 
 from nkipy_runtime.hlo_files import HLO_TEXT
+
 from .check import violations
 from .profile import NeuronProfile
 
