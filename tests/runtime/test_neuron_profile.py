@@ -310,3 +310,15 @@ def test_audit_counts_the_violations_of_a_kernel_cache(tmp_path, capsys):
         ["1", "u64-value", "parameter", "on", "u64"],
     ]
     assert main([str(tmp_path), "--target", "trn2"]) == 0  # native 64-bit integers take u64
+
+
+def test_every_profile_setting_that_changes_the_hlo_is_in_the_cache_key(monkeypatch):
+    monkeypatch.delenv("NKIPY_NEURON_INT64", raising=False)
+    monkeypatch.delenv("NKIPY_NEURON_F64", raising=False)
+    runtime, options = NrtRuntime(), CompileOptions(target="trn2")
+    tags = {runtime.cache_tag(options)}
+    monkeypatch.setenv("NKIPY_NEURON_INT64", "32")
+    tags.add(runtime.cache_tag(options))
+    monkeypatch.setenv("NKIPY_NEURON_F64", "f32")
+    tags.add(runtime.cache_tag(options))
+    assert tags == {"trn2-int64", "trn2-int32", "trn2-int32-f64as32"}

@@ -84,8 +84,10 @@ class NrtRuntime:
         return profile_for(neuronx_cc.resolve_target(options.target))
 
     def cache_tag(self, options: CompileOptions) -> str:
+        """Everything of the profile that changes a kernel's HLO or the planner's decisions."""
         profile = self.profile(options)
-        return f"{profile.target}-int{64 if profile.native_int64 else 32}"
+        f64 = "-f64as32" if profile.f64_as_f32 else ""
+        return f"{profile.target}-int{64 if profile.native_int64 else 32}{f64}"
 
     def _hlo(self, kernel: Kernel, profile: NeuronProfile) -> dict[str, bytes]:
         """The HLO files of ``kernel`` as the target runs it (f64 narrowed if opted into)."""
