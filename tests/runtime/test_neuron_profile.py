@@ -310,6 +310,9 @@ def test_audit_counts_the_violations_of_a_kernel_cache(tmp_path, capsys):
         ["1", "u64-value", "parameter", "on", "u64"],
     ]
     assert main([str(tmp_path), "--target", "trn2"]) == 0  # native 64-bit integers take u64
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--target", "trn1", "--int64", "native"])
+    assert "trn1 has no 64-bit integers" in capsys.readouterr().err
 
 
 def test_every_profile_setting_that_changes_the_hlo_is_in_the_cache_key(monkeypatch):
@@ -322,3 +325,20 @@ def test_every_profile_setting_that_changes_the_hlo_is_in_the_cache_key(monkeypa
     monkeypatch.setenv("NKIPY_NEURON_F64", "f32")
     tags.add(runtime.cache_tag(options))
     assert tags == {"trn2-int64", "trn2-int32", "trn2-int32-f64as32"}
+
+
+def test_long_tuples_are_read_and_an_unreadable_line_is_an_error():
+    """XLA numbers the elements of a long tuple type (``/*index=5*/``); every instruction must
+    still be read, and a line the reader does not understand stops the check."""
+    from nkipy_runtime.hlo_files import HLO_TEXT, hlo_artifacts
+    from nkipy_runtime.neuron.hlo_text import HloTextError
+
+    kb = KernelBuilder("seven")
+    x = kb.param(TensorType((4,), DType.f64))
+    text = hlo_artifacts(kb.finish([kb.emit("neg", [x], {}) for _ in range(7)]))[HLO_TEXT].decode()
+    assert "/*index=5*/" in text
+    (root,) = [i for i in parse(text).instructions() if i.root]
+    assert root.opcode == "tuple" and root.types == ("f64",) * 7
+    assert "tuple" in {v.opcode for v in violations(text, TRN1)}
+    with pytest.raises(HloTextError, match="cannot read this line of HLO text: 'garbage here'"):
+        parse(module("%p = f32[4]{0} parameter(0)\ngarbage here"))

@@ -109,3 +109,26 @@ def test_an_op_the_target_cannot_take_stays_out_of_its_kernels(tmp_path, standin
     (entry,) = _nrt_entries(tmp_path / "cache")
     hlo = (entry / "artifacts" / HLO_TEXT).read_text()
     assert "sine" in hlo and "f64" not in hlo
+
+
+@pytest.mark.parametrize(("target", "wide_in_kernel"), [("trn1", False), ("trn2", True)])
+def test_randint_beyond_int32_stays_out_of_kernels_where_integers_are_32_bits(
+    tmp_path, standin, monkeypatch, target, wide_in_kernel
+):
+    """A range that fits int32 draws one u32 word and compiles everywhere; a wider one needs
+    64-bit words, which trn1 cannot hold, so there it runs on CPU (values beyond 2**31 intact)."""
+    torch._dynamo.reset()
+    monkeypatch.setattr(precompile, "REPORT", precompile.Report())
+    cache = tmp_path / "cache"
+    init_nkipy_backend(nkipy_cache=cache, runtime="cpu", precompile="nrt", target=target)
+
+    def draw(x):
+        return torch.randint(0, 10, (64,)) + x, torch.randint(2**31, 2**31 + 7, (64,))
+
+    small, wide = torch.compile(draw, backend="nkipy")(torch.zeros((), dtype=torch.int64))
+    assert 0 <= small.min() and small.max() < 10
+    assert 2**31 <= wide.min() and wide.max() < 2**31 + 7
+    assert precompile.REPORT.failures == []
+    texts = [(e / "artifacts" / HLO_TEXT).read_text() for e in _nrt_entries(cache)]
+    assert texts and any("ui32" in t or "u32[" in t for t in texts)
+    assert any("u64[" in t for t in texts) == wide_in_kernel

@@ -5,11 +5,10 @@ Every rule turns the node's u32 Philox words (``ctx.random_bits``, see
 word, ``d`` the precision of the dtype (24 for f32; two words give 53 for f64), scaled by
 ``2**-d``, so they are exact multiples of ``2**-d`` in ``[0, 1)`` like torch's; normals are
 Box-Muller over two uniforms; Bernoulli and dropout compare a uniform with ``p``; integers take a
-word modulo the range, one u32 word when the range fits 32 bits (torch's CPU ``randint`` draws
-32 bits then too) and two words as a u64 only beyond; ``randperm`` argsorts 64-bit random keys.
-(Normals from 24-bit uniforms stay within 5.8 standard deviations; f64 ones, from 53-bit
-uniforms, within 8.6.) Neuron has no 64-bit integer arithmetic on trn1, so the u64 paths (f64
-uniforms, ranges over 2**32, ``randperm``) are the ones it cannot run.
+word modulo the range, one u32 word when every value fits int32 and two words as a u64 beyond;
+``randperm`` argsorts 64-bit random keys. (Normals from 24-bit uniforms stay within 5.8 standard
+deviations; f64 ones, from 53-bit uniforms, within 8.6.) Neuron has no 64-bit integer arithmetic
+on trn1, so the u64 paths (f64 uniforms, wide ``randint``, ``randperm``) run on CPU there.
 
 The numbers follow Philox, not torch's CPU generator: the ``fallback_random`` option gives
 eager's numbers instead. A node that names its own ``generator`` is declined (it runs on CPU
@@ -41,9 +40,11 @@ def _no_generator(generator) -> None:
 
 
 def _words64(bits):
-    """u64 values from pairs of u32 words along the leading axis of ``bits``."""
+    """u64 values from pairs of u32 words along the leading axis of ``bits``. The high word is
+    moved up by two multiplies by 2**16: Neuron refuses a u64 constant of 2**32 or more."""
     high, low = (knp.astype(bits[i], DType.u64) for i in (0, 1))
-    return knp.add(knp.multiply(high, np.uint64(1 << 32)), low)
+    step = np.uint64(1 << 16)
+    return knp.add(knp.multiply(knp.multiply(high, step), step), low)
 
 
 def _unit(bits, dtype: DType):
@@ -52,7 +53,10 @@ def _unit(bits, dtype: DType):
     digits = _DIGITS[dtype]
     if digits > 32:
         top = knp.floor_divide(_words64(bits), np.uint64(1 << (64 - digits)))
-        return knp.multiply(knp.astype(top, DType.f64), 2.0**-digits)
+        unit = knp.multiply(knp.astype(top, DType.f64), 2.0**-digits)
+        # never true in f64; where a Neuron target computes f64 in f32 (NKIPY_NEURON_F64=f32),
+        # 53-bit values round up to 1.0, which [0, 1) excludes
+        return knp.where(knp.greater_equal(unit, 1.0), 1.0 - 2.0**-24, unit)
     top = knp.floor_divide(bits, np.uint32(1 << (32 - digits)))
     return knp.astype(knp.multiply(knp.astype(top, DType.f32), 2.0**-digits), dtype)
 
@@ -185,11 +189,12 @@ def native_dropout(ctx, x, p, train):
 
 
 def _randint(ctx, low: int, high: int):
-    """``low + w % (high - low)`` for a random word ``w``: a u32 word when the range is at most
-    2**32 (bias below ``range / 2**32``, all in 32-bit arithmetic), else a 64-bit word."""
+    """``low + w % (high - low)`` for a random word ``w``: a u32 word when every value fits int32
+    (bias below ``range / 2**32``, all in 32-bit arithmetic, so it runs where 64-bit integers are
+    cut to 32 bits), else a 64-bit word (which such a target refuses, so the op stays on CPU)."""
     require(high > low, f"randint with an empty range [{low}, {high})")
     span = high - low
-    if span <= 1 << 32:
+    if -(1 << 31) <= low and high <= 1 << 31:
         bits = ctx.random_bits(ctx.out.shape)
         offset = bits if span == 1 << 32 else knp.remainder(bits, np.uint32(span))
     else:

@@ -188,21 +188,28 @@ class NrtRuntime:
         if not executable.narrowed:
             return self._device_handle().run(executable.neff, list(inputs), outputs)
         _warn_f64_staging()
-        staged = [self._convert(a, DType.f32) if a.dtype is DType.f64 else a for a in inputs]
-        results = self._device_handle().run(
-            executable.neff, staged, tuple(narrow_type(t) for t in outputs)
-        )
-        for new, given in zip(staged, inputs):
-            if new is not given:
-                self.free(new.buffer)
-        converted = []
-        for result, type_ in zip(results, outputs):
-            if type_.dtype is DType.f64:
-                wide = self._convert(result, DType.f64)
-                self.free(result.buffer)
-                result = wide
-            converted.append(result)
-        return converted
+        staged: list[DeviceArray] = []
+        try:
+            for given in inputs:
+                staged.append(
+                    self._convert(given, DType.f32) if given.dtype is DType.f64 else given
+                )
+            results = self._device_handle().run(
+                executable.neff, staged, tuple(narrow_type(t) for t in outputs)
+            )
+        finally:
+            for new, given in zip(staged, inputs):
+                if new is not given:
+                    self.free(new.buffer)
+        try:
+            return [
+                self._convert(result, DType.f64) if type_.dtype is DType.f64 else result
+                for result, type_ in zip(results, outputs)
+            ]
+        finally:
+            for result, type_ in zip(results, outputs):
+                if type_.dtype is DType.f64:  # the f32 result the wide copy was made from
+                    self.free(result.buffer)
 
     def _convert(self, array: DeviceArray, dtype: DType) -> DeviceArray:
         """A new device array of ``array``'s values in ``dtype``, through the host."""

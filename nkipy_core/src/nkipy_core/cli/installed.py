@@ -65,7 +65,7 @@ def _hardware(runtime: Any) -> bool:
 
 
 def _details(runtime: Any) -> str:
-    """What an available runtime runs on, if it says (the optional ``Runtime.describe``)."""
+    """What a runtime runs on or compiles for, if it says (the optional ``Runtime.describe``)."""
     describe = getattr(runtime, "describe", None)
     if describe is None:
         return ""

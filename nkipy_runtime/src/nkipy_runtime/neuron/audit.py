@@ -3,6 +3,8 @@ every kernel in a kernel cache, counted by rule, opcode and type.
 
 Kernels compiled for ``nrt`` were checked when they were compiled; this reads any cache (one
 filled on ``xla``, or by an older nkipy) and says what a target would refuse, without a compiler.
+A cache filled on ``xla`` holds modules emitted for 64-bit integers, so a 32-bit-integer audit
+of it also counts the 64-bit identities that ``nrt`` emits as 32-bit ones for such a target.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--int64", choices=["native", "32"], default=None)
     args = parser.parse_args(argv)
     native = (args.int64 or ("32" if args.target == "trn1" else "native")) == "native"
+    if args.target == "trn1" and native:
+        parser.error("trn1 has no 64-bit integers: --int64 native is for trn2 and trn3")
     profile = NeuronProfile(args.target, native_int64=native)
     modules, bad, counts = audit(args.cache, profile)
     print(

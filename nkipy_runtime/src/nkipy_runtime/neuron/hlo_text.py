@@ -20,12 +20,15 @@ from collections.abc import Iterator
 
 import attrs
 
+from nkipy_core.errors import NkipyError
+
 #: ``%name = TYPE opcode(`` at the start of an instruction line (``ROOT`` marks a result)
 _INSTRUCTION = re.compile(
     r"^\s*(?P<root>ROOT )?%?(?P<name>[\w.\-]+) = (?P<type>\([^=]*?\)|\S+) (?P<opcode>[a-z][\w\-]*)\("
 )
 #: ``%region_0.1 (...) -> f32[] {`` or ``ENTRY %main.2 ... {``
 _COMPUTATION = re.compile(r"^(?P<entry>ENTRY )?%?(?P<name>[\w.\-]+) .*\{\s*$")
+_COMMENT = re.compile(r"/\*.*?\*/")
 _ELEMENT = re.compile(r"\b([a-z][a-z0-9]*)\[")
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _CALLS = re.compile(
@@ -105,22 +108,29 @@ def _names(inner: str) -> tuple[str, ...]:
     return tuple(m.lstrip("%") for m in re.findall(r"%?[A-Za-z_][\w.\-]*(?=\s*(?:,|$))", inner))
 
 
+class HloTextError(NkipyError):
+    """A line of HLO text that is neither an instruction nor a computation's frame: the check
+    would otherwise pass over what it cannot read."""
+
+
 def parse(text: str) -> Module:
     """Read HLO text (one module) into its computations and instructions."""
     computations: dict[str, list[Instruction]] = {}
     entry = ""
     current = ""
     for line in text.splitlines():
+        line = _COMMENT.sub("", line)  # XLA numbers long tuples: (..., /*index=5*/f32[4]{0})
         instruction = _INSTRUCTION.match(line)
         if instruction is None:
-            header = (
-                _COMPUTATION.match(line) if not line.startswith((" ", "\t", "HloModule")) else None
-            )
-            if header is not None:
-                current = header.group("name")
-                computations[current] = []
-                if header.group("entry"):
-                    entry = current
+            if not line.strip() or line.strip() == "}" or line.startswith("HloModule"):
+                continue
+            header = _COMPUTATION.match(line)
+            if header is None:
+                raise HloTextError(f"cannot read this line of HLO text: {line.strip()!r}")
+            current = header.group("name")
+            computations[current] = []
+            if header.group("entry"):
+                entry = current
             continue
         inner, operands, rest = _split_operands(line[instruction.end() :])
         opcode = instruction.group("opcode")

@@ -13,9 +13,10 @@ integers in 32 bits; one index type per gather keeps the dimension numbers unifo
 indices above 127 stay positive (the conversion zero-extends them). Indices in range fit s32
 whatever their type.
 
-Scatter combiners hold no ``or``/``and``, which neuronx-cc does not take as a combiner:
-booleans scatter as u8 0/1 with ``maximum`` (NumPy's ``add`` and ``maximum`` on booleans) or
-``minimum`` (``multiply``, ``minimum``).
+Scatter combiners hold no ``or``/``and``, which neuronx-cc does not take as a combiner, and
+booleans do not scatter as integers, which it refuses to combine: booleans scatter as f32 0/1
+with ``maximum`` (NumPy's ``add`` and ``maximum`` on booleans) or ``minimum`` (``multiply``,
+``minimum``).
 """
 
 from __future__ import annotations
@@ -134,10 +135,10 @@ def _scatter(
 ) -> Val:
     """``x`` with each update combined into its position as scatter kind ``kind`` does; each of
     the 1-D ``indices`` picks a slice of ``x`` along ``axis``. ``updates`` broadcast (NumPy's
-    rule) to those slices first, as the ``ufunc.at`` reference does. Booleans scatter as u8."""
+    rule) to those slices first, as the ``ufunc.at`` reference does. Booleans scatter as f32."""
     logical = x.dtype is DType.bool
     if logical:
-        x, updates = b.convert(x, DType.u8), b.convert(updates, DType.u8)
+        x, updates = b.convert(x, DType.f32), b.convert(updates, DType.f32)
         combine = _binary(_BOOL_COMBINERS[kind])
     else:
         combine = _COMBINERS[kind]
@@ -198,7 +199,7 @@ _COMBINERS = {
     "min": _extremum("LT"),
 }
 
-#: scatter kinds on booleans as u8 0/1: NumPy's ``add`` and ``maximum`` are or, the others and
+#: scatter kinds on booleans as f32 0/1: NumPy's ``add`` and ``maximum`` are or, the others and
 _BOOL_COMBINERS = {"add": "maximum", "max": "maximum", "prod": "minimum", "min": "minimum"}
 
 
