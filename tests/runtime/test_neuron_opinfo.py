@@ -5,7 +5,10 @@ Each OpInfo's first f32 sample runs on the ``cpu`` runtime while its kernels are
 ``nrt`` (as ``nkipy-ops precompile`` does) by the STAND-IN compiler; the real neuronx-cc is not
 run. ``NrtRuntime.compile`` checks every module against the profile first and a violation counts
 as a failed compile, so zero failures means every module the planner let through is one the
-documentation says the target takes. About 90 s per target on two cores.
+documentation says the target takes. About 90 s per target on two cores, so two targets run:
+trn1 (64-bit integers in 32 bits) and trn3 (native); trn2 emits the same modules as trn3 and
+holds them to the same rules except for f8e4m3fn, which no f32 sample has (the training program
+of ``test_neuron_programs`` runs on all three).
 """
 
 from __future__ import annotations
@@ -15,13 +18,13 @@ import pytest
 
 from nkipy_core.compiler import precompile
 from nkipy_core.testing import run_conformance
-from nkipy_runtime.hlo_files import HLO_TEXT
 from nkipy_runtime.neuronx_cc import COMPILER_ENV
+from nkipy_runtime.nrt_runtime import NEFF
 
 pytest.importorskip("jax", reason="HLO conversion needs the nkipy-runtime[xla] extra")
 
 
-@pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
+@pytest.mark.parametrize("target", ["trn1", "trn3"])
 def test_the_opinfo_set_compiles_for_the_target_without_violations(tmp_path, monkeypatch, target):
     path, _ = neuronx_cc_standin.install(tmp_path / "bin")
     monkeypatch.setenv(COMPILER_ENV, str(path))
@@ -39,5 +42,6 @@ def test_the_opinfo_set_compiles_for_the_target_without_violations(tmp_path, mon
     assert report.summary()["pass"] > 150
     failures = precompile.REPORT.failures
     assert failures == [], "\n".join(f"{f['kernel']}: {f['error'][:500]}" for f in failures)
-    nrt_kernels = sum((e / "artifacts" / HLO_TEXT).exists() for e in (cache / "kernels").iterdir())
+    # the nrt entries: those with a NEFF (the run's own runtime, xla in one tox env, has hlo.txt too)
+    nrt_kernels = sum((e / "artifacts" / NEFF).exists() for e in (cache / "kernels").iterdir())
     assert nrt_kernels == precompile.REPORT.compiled > 150

@@ -20,6 +20,7 @@ from nkipy_core.compiler import precompile
 from nkipy_runtime.hlo_files import HLO_TEXT
 from nkipy_runtime.neuron import profile_for, violations
 from nkipy_runtime.neuronx_cc import COMPILER_ENV
+from nkipy_runtime.nrt_runtime import NEFF
 
 pytest.importorskip("jax", reason="HLO conversion needs the nkipy-runtime[xla] extra")
 
@@ -55,7 +56,8 @@ def standin(tmp_path, monkeypatch):
 
 
 def _nrt_entries(cache):
-    return [e for e in (cache / "kernels").iterdir() if (e / "artifacts" / HLO_TEXT).exists()]
+    """The cache entries of nrt kernels: those with a NEFF."""
+    return [e for e in (cache / "kernels").iterdir() if (e / "artifacts" / NEFF).exists()]
 
 
 @pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
