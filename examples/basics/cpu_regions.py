@@ -25,6 +25,7 @@ def block(x):
 
 
 def main() -> int:
+    nkipy_core.register_device()  # not needed on Trainium or with NKIPY_RUNTIME set
     torch.manual_seed(0)
     x = torch.randn(8, 8)
     expected, expected_mean = block(x)

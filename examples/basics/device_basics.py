@@ -2,21 +2,25 @@
 
     python examples/basics/device_basics.py
 
-No import of nkipy is needed: torch registers the device itself when nkipy-core is installed.
+On a Neuron host, or with ``NKIPY_RUNTIME`` set, torch has the device from ``import torch`` on;
+elsewhere a program asks for it (``nkipy_core.register_device()``), so that installing nkipy
+changes nothing for programs that do not.
 """
 
 import io
 
 import torch
 
+import nkipy_core
+
 
 def main() -> int:
+    nkipy_core.register_device()  # here the cpu runtime backs it
     torch.manual_seed(0)
     x = torch.randn(2, 3)
     d = x.to("nkipy")  # a host-to-device copy into a buffer owned by the runtime
     print(d)
-    # explicit use needs no opt-in; the cpu simulator is torch's accelerator only if named
-    # (NKIPY_RUNTIME=cpu), so `torch.accelerator` keeps other programs on CPU
+    # asked for, it is torch's accelerator too (device-generic code picks it)
     print("device:", d.device, "| torch.accelerator picks it:", torch.accelerator.is_available())
 
     # eager ops run as cached single-op kernels lowered by the installed packs

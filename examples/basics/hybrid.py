@@ -8,8 +8,11 @@ and ``.to("nkipy")`` puts the result back for the second compiled module.
 
 import torch
 
+import nkipy_core
+
 
 def main() -> int:
+    nkipy_core.register_device()  # not needed on Trainium or with NKIPY_RUNTIME set
     torch.manual_seed(0)
     first, second = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
     x = torch.randn(4, 16)

@@ -11,6 +11,8 @@ import copy
 
 import torch
 
+import nkipy_core
+
 
 def train(model, x, y, optimizer_cls, steps=5):
     optimizer = optimizer_cls(model.parameters(), lr=0.05)
@@ -25,6 +27,7 @@ def train(model, x, y, optimizer_cls, steps=5):
 
 
 def main() -> int:
+    nkipy_core.register_device()  # not needed on Trainium or with NKIPY_RUNTIME set
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     x, y = torch.randn(16, 8), torch.randn(16, 4)

@@ -25,7 +25,7 @@ import torch
 from torch._dynamo.utils import counters
 from transformers import LlamaConfig, LlamaForCausalLM, StaticCache
 
-from nkipy_core import cache_stats, init_nkipy_backend
+from nkipy_core import cache_stats, init_nkipy_backend, register_device
 
 
 def small_llama(
@@ -191,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     init_nkipy_backend(runtime=args.runtime, nkipy_cache=tempfile.mkdtemp(prefix="nkipy-llama-"))
+    if args.device == "nkipy":
+        register_device()  # without Trainium or a named runtime, asked for here
     model = load_model(args.checkpoint, seed=args.seed)
     prompt = torch.randint(
         0,

@@ -45,7 +45,8 @@ def test_fresh_interpreter_compiles_a_model_without_importing_nkipy(tmp_path):
 
 def test_device_works_with_no_pack_by_running_ops_on_cpu(tmp_path):
     program = textwrap.dedent("""
-        import warnings, torch
+        import warnings, torch, nkipy_core
+        nkipy_core.register_device()
         x, w = torch.randn(3, 4), torch.randn(4, 2)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

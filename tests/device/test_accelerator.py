@@ -52,7 +52,7 @@ def defaults(monkeypatch):
     config.reset()
 
 
-def test_explicit_use_needs_no_opt_in(defaults):
+def test_registered_without_a_request_the_simulator_is_not_the_accelerator(defaults):
     x = torch.arange(4.0).to("nkipy")
     assert torch.equal((x * 2).cpu(), torch.arange(4.0) * 2)
     assert not torch.nkipy.is_available()

@@ -67,7 +67,8 @@ def test_an_op_without_tensor_arguments_may_be_the_devices_first_use():
     was allocated: the device's first use, which hands the ATen kernels the eager ops, happens
     then, and the op runs."""
     result = python(
-        "import torch, nkipy_core\nprint(torch.tril_indices(3, 3, device='nkipy').cpu().tolist())\n"
+        "import torch, nkipy_core\nnkipy_core.register_device()\n"
+        "print(torch.tril_indices(3, 3, device='nkipy').cpu().tolist())\n"
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "[[0, 1, 1, 2, 2, 2], [0, 0, 1, 0, 1, 2]]"

@@ -11,7 +11,7 @@ BASICS = Path(__file__).parents[2] / "examples" / "basics"
 
 EXPECTED = {
     "device_basics.py": [
-        "device: nkipy:0 | torch.accelerator picks it: False",
+        "device: nkipy:0 | torch.accelerator picks it: True",
         "eager ops match CPU: True",
         "parameters on: {'nkipy'} | buffers on: {'nkipy'}",
         "loaded state dict on: {'nkipy'}",

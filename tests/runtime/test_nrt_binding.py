@@ -23,6 +23,7 @@ import pytest
 from fresh_python import python
 from nrt_standin_neff import NRT_DTYPE, neff
 
+import nkipy_core
 from nkipy_core.errors import DeviceError
 from nkipy_core.ir.types import DType, TensorType
 from nkipy_core.runtime.base import DeviceArray
@@ -583,6 +584,24 @@ def test_missing_names_each_piece_and_how_to_get_it(bare_machine, monkeypatch, s
     assert probe.hardware_present()
 
 
+def test_on_a_neuron_host_import_torch_registers_the_device(monkeypatch):
+    """nkipy-runtime's own ``torch.backends`` entry point: the hardware is the opt-in."""
+    from nkipy_runtime import autoload
+
+    project = tomllib.loads((REPO / "nkipy_runtime" / "pyproject.toml").read_text())
+    assert project["project"]["entry-points"]["torch.backends"] == {
+        "nkipy_runtime": "nkipy_runtime.autoload:autoload"
+    }
+    registered = []
+    monkeypatch.setattr(nkipy_core, "register_device", lambda: registered.append(True))
+    monkeypatch.setattr(probe, "hardware_present", lambda: False)
+    autoload.autoload()
+    assert registered == []
+    monkeypatch.setattr(probe, "hardware_present", lambda: True)
+    autoload.autoload()
+    assert registered == [True]
+
+
 def test_hardware_probe_is_registered_for_the_core():
     project = tomllib.loads((REPO / "nkipy_runtime" / "pyproject.toml").read_text())
     target = project["project"]["entry-points"]["nkipy.hardware"]["neuron"]
@@ -591,16 +610,16 @@ def test_hardware_probe_is_registered_for_the_core():
 
 
 def test_the_hardware_probe_imports_nothing_but_itself():
-    """torch reaches the probe in every program dynamo compiles; it must not load the binding,
-    the compiler driver, jax or the rest of nkipy-runtime."""
+    """torch reaches the probe inside every ``import torch`` (nkipy-runtime's autoload) and in
+    every program dynamo compiles; it must not load the binding, the compiler driver, jax or the
+    rest of nkipy-runtime."""
     loaded = python(
         "import sys, torch\n"
-        "before = set(sys.modules)\n"
-        "from nkipy_runtime.nrt.probe import hardware_present\n"
-        "hardware_present()\n"
-        "print(sorted(m for m in set(sys.modules) - before if m.startswith(('nkipy_runtime', 'jax', 'attrs'))))\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('nkipy_runtime', 'jax'))))\n",
+        NKIPY_RUNTIME=None,
     )
-    assert (
-        loaded.stdout.strip()
-        == "['nkipy_runtime', 'nkipy_runtime.nrt', 'nkipy_runtime.nrt.locate', 'nkipy_runtime.nrt.probe']"
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == (
+        "['nkipy_runtime', 'nkipy_runtime.autoload', 'nkipy_runtime.nrt', "
+        "'nkipy_runtime.nrt.locate', 'nkipy_runtime.nrt.probe']"
     )

@@ -5,14 +5,14 @@ Public API for users (``init_nkipy_backend``, the ``nkipy`` device, CPU regions)
 ``nkipy_core.ir``).
 
 Attributes are imported on first use: torch's device autoload imports this package inside
-``import torch``, so importing it must stay cheap. Importing it registers the ``nkipy`` device
-(a no-op when torch's autoload already did).
+``import torch``, so importing it must stay cheap. Importing it does not register the ``nkipy``
+device: ``init_nkipy_backend(runtime=...)``, ``register_device()`` or ``NKIPY_RUNTIME`` do
+(``nkipy_core.device.opt_in``).
 """
 
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported lazily at run time)
@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported l
     from nkipy_core.config.env import declare_env as declare_env
     from nkipy_core.config.env import env as env
     from nkipy_core.config.settings import Config as Config
-    from nkipy_core.config.settings import init_nkipy_backend as init_nkipy_backend
+    from nkipy_core.device.opt_in import init_nkipy_backend as init_nkipy_backend
+    from nkipy_core.device.registration import register_device as register_device
     from nkipy_core.errors import CacheError as CacheError
     from nkipy_core.errors import CacheLockTimeoutError as CacheLockTimeoutError
     from nkipy_core.errors import ConfigurationError as ConfigurationError
@@ -71,7 +72,8 @@ _EXPORTS = {
     "reset_kernel_stats": ("nkipy_core.observe.profiling", "reset_kernel_stats"),
     "KernelStats": ("nkipy_core.observe.profiling", "KernelStats"),
     "Config": ("nkipy_core.config.settings", "Config"),
-    "init_nkipy_backend": ("nkipy_core.config.settings", "init_nkipy_backend"),
+    "init_nkipy_backend": ("nkipy_core.device.opt_in", "init_nkipy_backend"),
+    "register_device": ("nkipy_core.device.registration", "register_device"),
     "FallbackWarning": ("nkipy_core.compiler.fallback", "FallbackWarning"),
     "hookimpl": ("nkipy_core.plugin.hookspecs", "hookimpl"),
     "LoweringContext": ("nkipy_core.compiler.lowering", "LoweringContext"),
@@ -122,22 +124,3 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(target[0]), target[1])
     globals()[name] = value
     return value
-
-
-def _register_device() -> None:
-    """Never raises: torch's autoload imports this package inside ``import torch``."""
-    try:
-        import torch  # noqa: F401 - first: torch's autoload may register the device itself
-
-        from nkipy_core.device.registration import register
-
-        register()
-    except Exception as exc:  # noqa: BLE001
-        warnings.warn(
-            f"nkipy: the nkipy device is not available: {type(exc).__name__}: {exc}",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-
-
-_register_device()

@@ -30,7 +30,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-import nkipy_core  # noqa: F401 - registers the nkipy device, whose module is torch.nkipy
+import nkipy_core
 from nkipy_core import _torch
 from nkipy_core.errors import CollectiveError
 
@@ -113,6 +113,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta):
         super().__init__(rank, size)
+        nkipy_core.register_device()  # a group for nkipy tensors asks for the device
         torch.nkipy.init()  # more ranks on this host than devices: the runtime's error, here
         self._timeout = timeout
         # own key prefix: in "cpu:gloo,nkipy:nkipy" torch's gloo rendezvouses in the same store

@@ -28,7 +28,6 @@ from nkipy_core.ir.types import DType, numpy_to_torch, torch_to_numpy
 from nkipy_core.runtime.base import DeviceArray, contiguous_strides
 
 _ATTR = "_nkipy_allocation"
-_DEVICE = torch.device(NAME, 0)
 _CPU = _torch.DispatchKeySet(_torch.DispatchKey.CPU)
 
 _runtime = None
@@ -134,7 +133,7 @@ def _storage(buffer, nbytes: int) -> DeviceStorage:
     of this device reads storage memory, and torch's own CPU kernels are only used for views."""
     global _next_address
     address, _next_address = _next_address, _next_address + ((nbytes + 127) // 64) * 64
-    storage = _torch.storage_from_data_pointer(address, _DEVICE, nbytes)
+    storage = _torch.storage_from_data_pointer(address, torch.device(NAME, 0), nbytes)
     storage.__class__ = DeviceStorage
     setattr(storage, _ATTR, _Allocation(buffer, address, _runtime or runtime()))
     return cast(DeviceStorage, storage)  # its class, set above

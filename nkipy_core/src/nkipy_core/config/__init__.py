@@ -1,8 +1,8 @@
 """The configuration layer: the process settings (``init_nkipy_backend``, per-compile options,
 runtime selection) and the table of every environment variable nkipy reads (``env``).
 
-``nkipy_core.config.Config``, ``current()`` and ``init_nkipy_backend`` stay importable from here
-for users; the code lives in ``settings``, imported on first use so that reading the table of
+``nkipy_core.config.Config`` and ``current()`` stay importable from here for users (their
+``init_nkipy_backend`` is ``nkipy_core``'s, which also registers the device); the code lives in ``settings``, imported on first use so that reading the table of
 variables (``nkipy_core.config.env``, which the hardware probe does) imports nothing more.
 """
 
@@ -15,13 +15,12 @@ if TYPE_CHECKING:
     from nkipy_core.config.settings import (
         Config,
         current,
-        init_nkipy_backend,
         peek,
         reset,
         select_runtime,
     )
 
-__all__ = ["Config", "current", "init_nkipy_backend", "peek", "reset", "select_runtime"]
+__all__ = ["Config", "current", "peek", "reset", "select_runtime"]
 
 
 def __getattr__(name: str):

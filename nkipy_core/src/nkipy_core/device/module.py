@@ -30,11 +30,12 @@ def _runtime():
 def is_available() -> bool:
     """Whether torch may pick ``nkipy`` as this machine's accelerator (``torch.accelerator``
     and device-generic code ask this): yes if a hardware runtime backs the device, or if the user
-    named the runtime (``NKIPY_RUNTIME=cpu`` or ``init_nkipy_backend(runtime="cpu")``).
+    asked for it (``NKIPY_RUNTIME=cpu``, ``init_nkipy_backend(runtime="cpu")``,
+    ``register_device()``).
 
     A simulator such as the ``cpu`` runtime is not the machine's accelerator unless asked for:
     otherwise ``torch.accelerator.is_available()`` would move every program on a CPU machine onto
-    it. Explicit use (``.to("nkipy")``, ``device="nkipy"``) works either way.
+    it (registered without a request, as the test suites do, it answers False).
 
     Unless a runtime is named, no runtime is asked when the ``nkipy.hardware`` probes see no
     hardware (a hardware runtime comes with such a probe): torch's fake tensors ask this once per
@@ -43,11 +44,13 @@ def is_available() -> bool:
     AOTAutograd's traces of a Llama block seconds slower once nkipy's plugins were loaded.
     """
     from nkipy_core.config import settings as config
+    from nkipy_core.device import registration
     from nkipy_core.plugin import manager as plugins
 
     try:
         settings = config.peek()
-        if settings.runtime is None and not plugins.hardware_present():
+        asked = settings.runtime is not None or registration.requested()
+        if not asked and not plugins.hardware_present():
             return False  # no probe sees hardware: answered without asking (or importing) any pack
         runtime = config.select_runtime(settings)
     except NkipyError:
@@ -59,7 +62,7 @@ def is_available() -> bool:
             exc,
         )
         return False
-    return getattr(runtime, "hardware", False) or settings.runtime is not None
+    return getattr(runtime, "hardware", False) or asked
 
 
 def is_initialized() -> bool:

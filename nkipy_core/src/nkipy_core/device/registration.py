@@ -44,8 +44,30 @@ def _first_use(config) -> None:
     autocast.install()
 
 
+#: whether the program asked for the device in code (``register_device``): then it is the
+#: accelerator torch picks even on the simulator, as when ``NKIPY_RUNTIME`` names a runtime
+_requested = False
+
+
+def register_device() -> None:
+    """Make the ``nkipy`` device known to torch in this process, as torch's accelerator:
+    ``.to("nkipy")``, ``torch.nkipy``, ``torch.accelerator`` and ``init_device_mesh("nkipy", ...)``.
+
+    Not needed with ``NKIPY_RUNTIME`` set, after ``init_nkipy_backend(runtime=...)`` or on a
+    Neuron host (see ``opt_in.py`` for why the device is not always there); idempotent."""
+    global _requested
+    register()
+    _requested = True
+
+
+def requested() -> bool:
+    return _requested
+
+
 def register() -> None:
-    """Register the device once per process; a no-op when it already is."""
+    """Register the device once per process; a no-op when it already is. Without
+    ``register_device``'s request, the ``cpu`` simulator is registered but not available as the
+    accelerator (what the test suites use)."""
     current = _torch.privateuse1_backend_name()
     if current == NAME and getattr(torch, NAME, None) is module:
         return
