@@ -5,7 +5,7 @@ import torch
 
 from nkipy_core.compiler import pipeline as compiler
 from nkipy_core.config import settings as config
-from nkipy_core.device import registration
+from nkipy_core.device import registration, request
 
 # the suites use the device: registered as a program that asked for it would find it (but not
 # made the accelerator: tests that need that ask for it themselves)
@@ -16,7 +16,7 @@ registration.register()
 def _isolated_backend(tmp_path, monkeypatch):
     """A fresh configuration (no device requested) whose cache is this test's temp dir; dynamo forgets earlier graphs."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(registration, "_requested", False)  # as config.reset() forgets a runtime
+    monkeypatch.setattr(request, "_requested", False)  # as config.reset() forgets a runtime
     config.reset()
     torch._dynamo.reset()
     yield

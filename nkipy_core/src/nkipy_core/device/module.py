@@ -44,12 +44,12 @@ def is_available() -> bool:
     AOTAutograd's traces of a Llama block seconds slower once nkipy's plugins were loaded.
     """
     from nkipy_core.config import settings as config
-    from nkipy_core.device import registration
+    from nkipy_core.device import request
     from nkipy_core.plugin import manager as plugins
 
     try:
         settings = config.peek()
-        asked = settings.runtime is not None or registration.requested()
+        asked = settings.runtime is not None or request.requested()
         if not asked and not plugins.hardware_present():
             return False  # no probe sees hardware: answered without asking (or importing) any pack
         runtime = config.select_runtime(settings)

@@ -19,14 +19,29 @@ that import nkipy_core (pytest loads its plugin, ``backend="nkipy"`` its dynamo 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import ParamSpec
 
 from nkipy_core.config import settings
 from nkipy_core.device.registration import register_device
 
+_P = ParamSpec("_P")
 
-@functools.wraps(settings.init_nkipy_backend)
-def init_nkipy_backend(*args, **kwargs) -> settings.Config:
-    config = settings.init_nkipy_backend(*args, **kwargs)
-    if config.runtime is not None:  # naming a runtime asks for the device that runs on it
-        register_device()
-    return config
+
+def _registers_the_device(
+    init: Callable[_P, settings.Config],
+) -> Callable[_P, settings.Config]:
+    """``init`` (the configuration layer's, which cannot import the device), then the device
+    registered when the configuration names a runtime: naming one asks for the device on it."""
+
+    @functools.wraps(init)
+    def init_and_register(*args: _P.args, **kwargs: _P.kwargs) -> settings.Config:
+        config = init(*args, **kwargs)
+        if config.runtime is not None:
+            register_device()
+        return config
+
+    return init_and_register
+
+
+init_nkipy_backend = _registers_the_device(settings.init_nkipy_backend)

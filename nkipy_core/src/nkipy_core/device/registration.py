@@ -10,7 +10,7 @@ import torch
 from nkipy_core import _torch
 from nkipy_core.buffers import device_contract
 from nkipy_core.buffers.device_contract import NAME
-from nkipy_core.device import aten, module, serialization, untraced
+from nkipy_core.device import aten, module, request, serialization, untraced
 from nkipy_core.errors import DeviceError
 
 
@@ -44,24 +44,14 @@ def _first_use(config) -> None:
     autocast.install()
 
 
-#: whether the program asked for the device in code (``register_device``): then it is the
-#: accelerator torch picks even on the simulator, as when ``NKIPY_RUNTIME`` names a runtime
-_requested = False
-
-
 def register_device() -> None:
     """Make the ``nkipy`` device known to torch in this process, as torch's accelerator:
     ``.to("nkipy")``, ``torch.nkipy``, ``torch.accelerator`` and ``init_device_mesh("nkipy", ...)``.
 
     Not needed with ``NKIPY_RUNTIME`` set, after ``init_nkipy_backend(runtime=...)`` or on a
     Neuron host (see ``opt_in.py`` for why the device is not always there); idempotent."""
-    global _requested
     register()
-    _requested = True
-
-
-def requested() -> bool:
-    return _requested
+    request.record()
 
 
 def register() -> None:
