@@ -435,6 +435,10 @@ def _graph(
         value = op(*meta[0], **meta[1])
     except NotImplementedError:
         return "torch has no shape function for it (its output shape depends on the data)"
+    except RuntimeError as exc:
+        # shape functions that need the data (repeat_interleave without output_size) raise a
+        # plain RuntimeError; so do bad arguments, whose error torch's CPU kernel then gives
+        return f"torch's shape function needs its data ({str(exc).splitlines()[0]})"
     node = graph.call_function(op, tuple(node_args), node_kwargs)
     node.meta["val"] = value
     if isinstance(value, torch.Tensor):
