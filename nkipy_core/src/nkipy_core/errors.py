@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import torch
+
 __all__ = [
     "CacheError",
     "CacheLockTimeoutError",
     "CollectiveError",
     "ConfigurationError",
     "DeviceError",
+    "DeviceOutOfMemoryError",
     "LoweringError",
     "NkipyError",
     "PluginConflictError",
@@ -55,6 +58,12 @@ class RuntimeUnavailableError(NkipyError):
 class DeviceError(NkipyError, RuntimeError):
     """The ``nkipy`` device was used wrongly: tensors on two devices in one eager op, a device
     index that does not exist. A ``RuntimeError`` too, like torch's own device errors."""
+
+
+class DeviceOutOfMemoryError(DeviceError, torch.OutOfMemoryError):
+    """An allocation on the ``nkipy`` device would pass its memory limit; the message names the
+    bytes asked for, the bytes free and the limit. A ``torch.OutOfMemoryError`` too, so code
+    written for CUDA's (``except torch.OutOfMemoryError``: skip a batch, halve it) handles it."""
 
 
 class CollectiveError(NkipyError):

@@ -73,6 +73,28 @@ def _count(text: str) -> int:
     return value
 
 
+#: multiples of a byte a size may be written in (case does not matter)
+_UNITS = {
+    "": 1,
+    "b": 1,
+    **{f"{p}b": 1000 ** (i + 1) for i, p in enumerate("kmgt")},
+    **{f"{p}ib": 1024 ** (i + 1) for i, p in enumerate("kmgt")},
+}
+
+
+def parse_bytes(text: str) -> int:
+    """A size in bytes from ``"17179869184"``, ``"16GiB"``, ``"1.5 GB"`` (decimal units are
+    powers of 1000, binary ones of 1024); ``ValueError`` for anything else, or below one byte."""
+    number = text.strip().lower().rstrip("abgikmt ")
+    unit = text.strip().lower()[len(number) :].replace(" ", "")
+    if unit not in _UNITS:
+        raise ValueError(text)
+    value = int(float(number) * _UNITS[unit]) if "." in number else int(number) * _UNITS[unit]
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
 TEXT = Kind("text", "any text", str)
 PATH = Kind("path", "a path", Path)
 # kept as written: ``./tool`` and ``tool`` differ to ``subprocess`` and ``dlopen``
@@ -80,13 +102,18 @@ FILE = Kind("file", "a file's path", str)
 FLAG = Kind("flag", "1, true, yes or on; 0, false, no or off", _flag)
 SECONDS = Kind("seconds", "a number of seconds, at least 0 (e.g. 1800)", _seconds)
 COUNT = Kind("count", "a whole number, at least 0", _count)
+BYTES = Kind(
+    "bytes",
+    "a size in bytes, at least 1, bare or with a unit: 17179869184, 16GiB, 1.5GB",
+    parse_bytes,
+)
 # torch's own rule for its switches: exactly "1" is on, anything else is off
 TORCH_FLAG = Kind(
     "torch-flag", "1 (on); any other value is off, as torch reads it", lambda t: t == "1"
 )
 
 KINDS: dict[str, Kind[Any]] = {
-    kind.name: kind for kind in (TEXT, PATH, FILE, FLAG, SECONDS, COUNT, TORCH_FLAG)
+    kind.name: kind for kind in (TEXT, PATH, FILE, FLAG, SECONDS, COUNT, BYTES, TORCH_FLAG)
 }
 
 
@@ -260,6 +287,14 @@ NKIPY_PRECOMPILE_REPORT = _declare(
     kind=PATH,
     meaning="Where a precompiling process writes its counts (JSON) at exit "
     "(`nkipy-ops precompile` sets it).",
+    owner=CORE,
+)
+NKIPY_MEMORY_LIMIT = _declare(
+    "NKIPY_MEMORY_LIMIT",
+    kind=BYTES,
+    meaning="The most device memory the process's `nkipy` tensors and kernel results may hold "
+    "at once when `init_nkipy_backend(memory_limit=...)` names none; an allocation past it raises "
+    "`DeviceOutOfMemoryError` (a `torch.OutOfMemoryError`). Unset: no limit but the device's.",
     owner=CORE,
 )
 NKIPY_CACHE_LOCK_TIMEOUT = _declare(

@@ -41,6 +41,21 @@ def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         )
 
 
+def _memory_limit(value: int | str | None) -> int | None:
+    """A memory limit as bytes: an int, or a size in words (``"16GiB"``); ``None``: no limit."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    try:
+        if isinstance(value, str):
+            return env.parse_bytes(value)
+    except ValueError:
+        pass
+    raise ConfigurationError(
+        f"memory_limit must be a size in bytes of at least 1 (an int, or text such as '16GiB' "
+        f"or '1.5GB'), or None for no limit; got {value!r}"
+    )
+
+
 @attrs.frozen
 class Config:
     """The settings of the process (``init_nkipy_backend``); field defaults are the defaults of
@@ -71,6 +86,9 @@ class Config:
     #: ``runtime``: ahead-of-time compiles on a machine without the device (``NKIPY_PRECOMPILE``;
     #: ``nkipy-ops precompile`` sets it)
     precompile: str | None = None
+    #: the most bytes the device's tensors and kernel results may hold at once; past it an
+    #: allocation raises ``DeviceOutOfMemoryError`` (``NKIPY_MEMORY_LIMIT``; ``None``: no limit)
+    memory_limit: int | None = attrs.field(default=None, converter=_memory_limit)
 
     def compile_options(self) -> CompileOptions:
         """What a runtime compiles and loads a kernel with under this configuration."""
@@ -106,11 +124,12 @@ def _resolve(
     nkipy_cache: str | os.PathLike | None = None,
     target: str | None = None,
     precompile: str | None = None,
+    memory_limit: int | str | None = None,
     **settings,
 ) -> Config:
     """A configuration from the given settings, the environment and the defaults: the one place
     that fills in rank, world size and the ``NKIPY_*`` variables (``RUNTIME``, ``CACHE``,
-    ``TARGET``, ``PRECOMPILE``), for explicit and implicit configs alike."""
+    ``TARGET``, ``PRECOMPILE``, ``MEMORY_LIMIT``), for explicit and implicit configs alike."""
     detected_rank, detected_world = _detect_rank_world()
     return Config(
         rank=detected_rank if rank is None else rank,
@@ -119,6 +138,7 @@ def _resolve(
         nkipy_cache=nkipy_cache or env.NKIPY_CACHE.get(),
         target=target or env.NKIPY_TARGET.get(),
         precompile=precompile or env.NKIPY_PRECOMPILE.get(),
+        memory_limit=memory_limit or env.NKIPY_MEMORY_LIMIT.get(),
         **settings,
     )
 
@@ -135,6 +155,7 @@ def init_nkipy_backend(
     fallback_random: bool = _DEFAULTS.fallback_random,
     target: str | None = None,
     precompile: str | None = None,
+    memory_limit: int | str | None = None,
 ) -> Config:
     """Configure the nkipy backend for this process.
 
@@ -150,6 +171,9 @@ def init_nkipy_backend(
     generation to compile for (``NKIPY_TARGET``; default: detected by the runtime).
     ``precompile`` names a runtime to compile every kernel for as well, into the cache, while
     the program runs on ``runtime`` (``NKIPY_PRECOMPILE``; see ``nkipy-ops precompile``).
+    ``memory_limit`` (bytes, or text such as ``"16GiB"``; ``NKIPY_MEMORY_LIMIT``) caps the device
+    memory the process's ``nkipy`` tensors and kernel results hold at once: an allocation past it
+    raises ``DeviceOutOfMemoryError``, a ``torch.OutOfMemoryError`` (see docs/device.md).
 
     Before any call, the first use of the backend or the device (a compile, ``.to("nkipy")``)
     configures the process with these same defaults, and the first call replaces that implicit
@@ -165,6 +189,7 @@ def init_nkipy_backend(
         nkipy_cache=nkipy_cache,
         target=target,
         precompile=precompile,
+        memory_limit=memory_limit,
         log_level=log_level,
         additional_compiler_args=additional_compiler_args,
         strict=strict,

@@ -236,6 +236,7 @@ def cache_key(
     options = config.compile_options()
     settings = attrs.asdict(config, recurse=False)
     settings.pop("log_level")
+    settings.pop("memory_limit")  # what the device may hold, not what a graph compiles to
     settings["nkipy_cache"] = KernelCache(config.nkipy_cache).root
     loaded = plugins.get(strict=config.strict)
     added = loaded.decompositions.added

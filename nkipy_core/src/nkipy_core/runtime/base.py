@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 import numpy as np
 
+from nkipy_core.errors import DeviceOutOfMemoryError
 from nkipy_core.ir.graph import Kernel
 from nkipy_core.ir.types import DType, TensorType, as_dims
 
@@ -84,25 +85,74 @@ class DeviceArray:
 
 @attrs.define
 class DeviceStats:
-    """What a runtime counts about its memory and its host<->device traffic.
+    """What a runtime counts about its memory and its host<->device traffic, and the limit it
+    holds its memory to.
 
-    Transfers are counted per call of ``to_device``/``to_host``; tests use the counters to prove
-    that data stays on the device between kernels.
+    Every buffer a runtime makes or frees passes through ``allocate`` and ``free`` (kernel
+    results and staged inputs too), so these are the device's own numbers: what
+    ``torch.nkipy.memory_allocated()`` and ``memory_stats()`` report. ``allocate`` refuses, with a
+    ``DeviceOutOfMemoryError``, a buffer that would take the device past ``limit``; a runtime
+    therefore calls it before it allocates. Transfers are counted per call of
+    ``to_device``/``to_host``; tests use the counters to prove that data stays on the device
+    between kernels.
     """
 
     allocated: int = 0
+    #: the most bytes held at once since the peaks were last reset
     max_allocated: int = 0
+    #: buffers held now, and the most held at once since the peaks were last reset
+    buffers: int = 0
+    max_buffers: int = 0
+    #: buffers and bytes allocated and freed since the totals were last reset
+    allocations: int = 0
+    frees: int = 0
+    allocated_total: int = 0
+    freed_total: int = 0
+    #: allocations refused for passing ``limit``
+    ooms: int = 0
+    #: the most bytes the device may hold at once; ``None``: as much as the runtime can get
+    limit: int | None = None
     host_to_device: int = 0
     host_to_device_bytes: int = 0
     device_to_host: int = 0
     device_to_host_bytes: int = 0
 
     def allocate(self, nbytes: int) -> None:
+        if self.limit is not None and self.allocated + nbytes > self.limit:
+            self.ooms += 1
+            raise DeviceOutOfMemoryError(self._out_of_memory(nbytes))
         self.allocated += nbytes
         self.max_allocated = max(self.max_allocated, self.allocated)
+        self.buffers += 1
+        self.max_buffers = max(self.max_buffers, self.buffers)
+        self.allocations += 1
+        self.allocated_total += nbytes
 
     def free(self, nbytes: int) -> None:
         self.allocated -= nbytes
+        self.buffers -= 1
+        self.frees += 1
+        self.freed_total += nbytes
+
+    def reset_peaks(self) -> None:
+        """Start the peaks (``max_allocated``, ``max_buffers``) again from what is held now."""
+        self.max_allocated, self.max_buffers = self.allocated, self.buffers
+
+    def reset_accumulated(self) -> None:
+        """Start the totals (allocations, frees, their bytes, refusals) again from zero."""
+        self.allocations = self.frees = self.allocated_total = self.freed_total = self.ooms = 0
+
+    def _out_of_memory(self, nbytes: int) -> str:
+        assert self.limit is not None  # only asked when the limit refused an allocation
+        free = max(self.limit - self.allocated, 0)
+        return (
+            f"nkipy device out of memory: tried to allocate {_size(nbytes)}, but only {_size(free)} "
+            f"of its {_size(self.limit)} memory limit are free ({_size(self.allocated)} held by "
+            f"{self.buffers} live tensors and kernel results). Free tensors you no longer need "
+            "(del them, or empty a storage with storage.resize_(0)), use smaller batches, or raise "
+            "the limit: init_nkipy_backend(memory_limit=...), NKIPY_MEMORY_LIMIT, or "
+            "torch.nkipy.set_per_process_memory_fraction(...)."
+        )
 
     def transfers(self) -> dict[str, int]:
         return {
@@ -111,6 +161,16 @@ class DeviceStats:
             "device_to_host": self.device_to_host,
             "device_to_host_bytes": self.device_to_host_bytes,
         }
+
+
+def _size(nbytes: int) -> str:
+    """``1.50 GiB (1610612736 bytes)``: readable, and exact."""
+    value, unit = float(nbytes), "bytes"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{nbytes} bytes" if unit == "bytes" else f"{value:.2f} {unit} ({nbytes} bytes)"
 
 
 @runtime_checkable
@@ -208,6 +268,14 @@ class Runtime(Protocol):
     #   targets, which the runtime's compiler replaces with their kernels (``nrt``:
     #   ``AwsNeuronCustomNativeKernel``). A custom call the runtime can run neither way keeps
     #   its node outside kernels (as torch, on CPU), with a fallback warning that says so.
+    #
+    # Optional, what the device reports of itself (``torch.nkipy.mem_get_info``,
+    # ``get_device_properties``, ``get_device_name``):
+    # - ``memory_info() -> (free, total)``: the bytes of device memory free and in all, as the
+    #   hardware (or, for a simulator, the host) has them, whatever nkipy's own limit.
+    # - ``device_name``: what the device is (``"AWS Trainium2 NeuronCore"``).
+    # - ``synchronize() -> None``: wait for the work the runtime queued (runtimes that run
+    #   kernels synchronously, as all here do, need none).
     #
     # Optional: ``run_host(executable, arrays) -> arrays`` runs a kernel on host NumPy arrays
     # directly; a runtime whose device memory is host memory offers it so that graphs of CPU

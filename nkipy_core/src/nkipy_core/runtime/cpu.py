@@ -7,6 +7,7 @@ It is registered through the same ``nkipy_register_runtimes`` hook as any plugin
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
@@ -90,6 +91,7 @@ class CpuRuntime:
     hardware = False  # a simulator: torch sees the device as an accelerator only on request
     kernel_collectives = True  # through torch.distributed (runtime/communicator.py)
     host_custom_calls = True  # each through its host function (ir/numpy_support._custom_call)
+    device_name = "nkipy cpu runtime (NumPy on the host)"
 
     def __init__(self) -> None:
         self.stats = DeviceStats()
@@ -111,12 +113,21 @@ class CpuRuntime:
     # -- device memory ---------------------------------------------------------------------
 
     def allocate(self, nbytes: int) -> np.ndarray:
-        buffer = np.empty(nbytes, dtype=np.uint8)
-        self.stats.allocate(nbytes)
-        return buffer
+        self.stats.allocate(nbytes)  # first: it refuses what would pass the device's limit
+        return np.empty(nbytes, dtype=np.uint8)
 
     def free(self, buffer: np.ndarray) -> None:
         self.stats.free(buffer.nbytes)
+
+    def memory_info(self) -> tuple[int, int]:
+        """The host's free and total physical memory: this device's memory is the host's."""
+        page = os.sysconf("SC_PAGE_SIZE")
+        total = os.sysconf("SC_PHYS_PAGES") * page
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * page
+        except (ValueError, OSError):  # not every system reports it (macOS)
+            free = max(total - self.stats.allocated, 0)
+        return free, total
 
     def to_device(self, host: np.ndarray, dst: DeviceArray) -> None:
         self.stats.host_to_device += 1

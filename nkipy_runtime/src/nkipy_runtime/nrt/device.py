@@ -70,9 +70,13 @@ class NrtDevice:
     # -- buffer hooks ----------------------------------------------------------------------
 
     def allocate(self, nbytes: int) -> NrtBuffer:
-        # an empty tensor is still allocated (1 byte) so that every buffer is a real NRT tensor
-        tensor = self.library.allocate(max(nbytes, 1), self.core, f"nkipy{next(self._names)}")
-        self.stats.allocate(nbytes)
+        self.stats.allocate(nbytes)  # first: it refuses what would pass the device's limit
+        try:
+            # an empty tensor is still allocated (1 byte) so that every buffer is a real NRT tensor
+            tensor = self.library.allocate(max(nbytes, 1), self.core, f"nkipy{next(self._names)}")
+        except BaseException:
+            self.stats.free(nbytes)
+            raise
         return NrtBuffer(tensor, nbytes)
 
     def free(self, buffer: NrtBuffer) -> None:
