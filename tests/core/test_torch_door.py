@@ -44,6 +44,19 @@ def _untraced_is_honoured() -> None:
     assert seen == [False], seen
 
 
+def _storages_swap_memory() -> bool:
+    """Two storages trade data pointer and size, one of them empty, and a tensor on either sees
+    the other's memory."""
+    full = torch.UntypedStorage(8)
+    empty = torch.UntypedStorage(0)
+    t = torch.empty(0, dtype=torch.uint8).set_(full)
+    pointer = full.data_ptr()
+    _torch.swap_storage_memory(full, empty)
+    return (full.nbytes(), empty.nbytes(), empty.data_ptr()) == (0, 8, pointer) and (
+        t.untyped_storage().nbytes() == 0
+    )
+
+
 def _gloo_methods() -> None:
     group = dist.ProcessGroupGloo
     assert callable(group._allgather_base) and callable(group._reduce_scatter_base)
@@ -93,6 +106,7 @@ CANARIES = {
     "storage_from_data_pointer": lambda: (
         _torch.storage_from_data_pointer(1 << 40, torch.device("nkipy", 0), 64).nbytes() == 64
     ),
+    "swap_storage_memory": _storages_swap_memory,
     "untraced": _untraced_is_honoured,
     "CompileContext": lambda: callable(_torch.CompileContext.current_compile_id),
     "TracingContext": lambda: (

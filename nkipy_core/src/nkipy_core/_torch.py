@@ -155,6 +155,14 @@ storage_from_data_pointer: Callable[[int, torch.device, int], torch.UntypedStora
 )
 
 
+def swap_storage_memory(a: torch.UntypedStorage, b: torch.UntypedStorage) -> None:
+    """Swap two storages' memory in place (data pointer, size, allocator): every tensor on
+    either sees the other's. Torch allows it between storages of one device when their sizes
+    match or one is empty; it is how a device registered from Python resizes a storage, since
+    torch's ``resize_`` asks C++ hooks such a device cannot give."""
+    a._swap_data_ptr_(b)
+
+
 def untraced(fn: Any) -> Any:
     """Keep dynamo out of ``fn``, as it keeps out of ``torch.cuda``: a compiled function that
     calls it breaks the graph and calls it as is (``torch.compiler.disable``'s mark, without
@@ -299,6 +307,7 @@ __all__ = [
     "resolve_process_group",
     "schema",
     "storage_from_data_pointer",
+    "swap_storage_memory",
     "tree_leaves",
     "tree_map",
     "unset_fake_temporarily",

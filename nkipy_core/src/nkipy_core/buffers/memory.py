@@ -45,6 +45,7 @@ def runtime():
         except (RuntimeNotFoundError, RuntimeUnavailableError) as exc:
             raise type(exc)(f"the nkipy device cannot be used: {exc}") from None
         device_contract.first_use(config)
+        selected.stats.limit = config.memory_limit
         _runtime = selected
     return _runtime
 
@@ -60,7 +61,15 @@ def _keeps_its_runtime(config: settings.Config, chosen) -> None:
         )
 
 
+def _holds_its_memory_to(config: settings.Config, chosen) -> None:
+    """A new configuration's ``memory_limit`` takes effect on the device at once (at its first
+    use when it has none yet). Registered after ``_keeps_its_runtime``: it refuses first."""
+    if _runtime is not None:
+        _runtime.stats.limit = config.memory_limit
+
+
 settings.on_apply(_keeps_its_runtime)
+settings.on_apply(_holds_its_memory_to)
 
 
 def is_nkipy(t: object) -> bool:
@@ -100,6 +109,12 @@ class DeviceStorage(torch.UntypedStorage):
 
     def clone(self) -> DeviceStorage:
         return clone_storage(self)
+
+    def resize_(self, size: int) -> DeviceStorage:  # type: ignore[override]  # torch's returns Self too
+        """``storage.resize_(nbytes)`` on the device (``resize_storage``): FSDP2 frees unsharded
+        parameters with ``resize_(0)`` and brings them back with ``resize_(n)``."""
+        resize_storage(self, size)
+        return self
 
     def __deepcopy__(self, memo: dict) -> torch.UntypedStorage:
         """What deepcopying a device tensor does (``_StorageBase.__deepcopy__``, copying on the
@@ -145,6 +160,12 @@ def _buffer(storage: torch.UntypedStorage):
         return allocation.buffer
     address = storage.data_ptr()
     base = max((a for a in _by_address if a <= address), default=None)
+    if base is None and storage.nbytes() == 0:
+        raise DeviceError(
+            "this nkipy tensor's storage holds no memory: it was resized to 0 bytes "
+            "(storage.resize_(0), as FSDP2 does to free unsharded parameters). Resize it back "
+            "(tensor.untyped_storage().resize_(nbytes)) before using the tensor."
+        )
     if base is None:
         raise DeviceError(f"no nkipy buffer backs storage at {address:#x}")
     if base != address:
@@ -226,18 +247,44 @@ def empty(
 
 
 def resize(t: torch.Tensor, shape: Sequence[int]) -> None:
-    """``resize_``: a contiguous layout; a bigger size gets a new buffer holding the old bytes.
-    (Unlike CPU tensors, other views of the old storage keep the old buffer.)"""
+    """``resize_``: a contiguous layout; a bigger size grows the storage in place, keeping its
+    bytes, so every view of it sees the new buffer (as on CPU)."""
     storage, strides = t.untyped_storage(), contiguous_strides(shape)
     offset = int(t.storage_offset())
     needed = _span(shape, strides, offset, t.element_size())
     if needed > storage.nbytes():
-        old_bytes = storage.nbytes()
-        buffer = runtime().allocate(needed)
-        if old_bytes:
-            runtime().copy(_bytes(_buffer(storage), old_bytes), _bytes(buffer, old_bytes))
-        storage = _storage(buffer, needed)
+        resize_storage(storage, needed)
     set_layout(t, storage, shape, strides, offset)
+
+
+def resize_storage(storage: torch.UntypedStorage, nbytes: int) -> None:
+    """Give a device storage ``nbytes`` bytes in place, keeping the first bytes up to the
+    smaller size, as torch's ``UntypedStorage.resize_`` does: every tensor on the storage sees
+    the new memory, and 0 frees it (the memory statistics count both).
+
+    Torch resizes a PrivateUse1 storage through its backend hooks (``resizePrivateUse1Bytes``),
+    which a device registered from Python cannot give. So the storage swaps its memory (data
+    pointer and size: ``_torch.swap_storage_memory``, which torch allows when one side is empty)
+    first with an empty storage, then with a new storage over the new buffer; the old buffer is
+    freed with the allocation the storage drops."""
+    if nbytes < 0:
+        raise DeviceError(
+            f"a storage cannot be resized to {nbytes} bytes; give a size of 0 or more"
+        )
+    old = storage.nbytes()
+    if nbytes == old:
+        return
+    adopt(storage)
+    fresh = _storage(runtime().allocate(nbytes), nbytes) if nbytes else None
+    kept = min(old, nbytes)
+    if kept:
+        runtime().copy(_bytes(_buffer(storage), kept), _bytes(_buffer(fresh), kept))
+    if old:
+        _torch.swap_storage_memory(storage, _torch.storage_from_data_pointer(0, storage.device, 0))
+        storage.__dict__.pop(_ATTR, None)  # frees the old buffer, if this storage owned it
+    if fresh is not None:
+        _torch.swap_storage_memory(storage, fresh)
+        setattr(storage, _ATTR, fresh.__dict__.pop(_ATTR))
 
 
 def clone_storage(storage: torch.UntypedStorage) -> DeviceStorage:

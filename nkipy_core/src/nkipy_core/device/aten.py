@@ -1,8 +1,9 @@
 """The ATen kernels of the ``nkipy`` device (dispatch key PrivateUse1), registered from Python.
 
 A few ops are the device's own business and are implemented here: allocation (``empty``,
-``empty_strided``, ``resize_``), copies across and within the device (``_copy_from``, which
-torch's ``copy_`` and ``.to()`` reach), and reading one value (``item``). Everything else goes
+``empty_strided``, ``resize_``, inductor's ``resize_storage_bytes_``), copies across and within
+the device (``_copy_from``, which torch's ``copy_`` and ``.to()`` reach), reading one value
+(``item``) and ``record_stream``. Everything else goes
 through one boxed fallback (this module imports only torch at load time, so registering it
 inside ``import torch`` stays cheap; ``memory`` is imported on first use):
 
@@ -73,6 +74,7 @@ def install() -> None:
         ("_copy_from", _copy_from),
         ("_copy_from_and_resize", _copy_from_and_resize),
         ("_local_scalar_dense", _item),
+        ("record_stream", _record_stream),
     ):
         lib.impl(name, _kernel_code(kernel), "PrivateUse1")
     for name in ("set_.source_Storage", "set_.source_Storage_storage_offset"):
@@ -83,7 +85,10 @@ def install() -> None:
         lib.impl(name, _kernel_code(kernel), "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")  # torch takes fallbacks on the global namespace
     fallback.fallback(_kernel_code(_fallback), "PrivateUse1")
-    _library = (lib, fallback)
+    # what compiled FSDP2 calls for ``storage.resize_`` (torch's own kernel asks C++ hooks)
+    inductor = torch.library.Library("inductor", "IMPL")
+    inductor.impl("resize_storage_bytes_", _kernel_code(_resize_storage_bytes), "PrivateUse1")
+    _library = (lib, fallback, inductor)
 
 
 #: move data between devices: torch's composite kernels (``empty`` + ``copy_``) do that right
@@ -195,6 +200,17 @@ def _resize(self, size, *, memory_format=None):
 
     memory.resize(self, size)
     return self
+
+
+def _resize_storage_bytes(variable: torch.Tensor, new_size: int) -> None:
+    from nkipy_core.buffers import memory
+
+    memory.resize_storage(variable.untyped_storage(), new_size)
+
+
+def _record_stream(self: torch.Tensor, stream: torch.Stream) -> None:
+    """Nothing to record: kernels run to completion when called, so no queued kernel still
+    uses a buffer when torch frees it (``device/streams.py``)."""
 
 
 def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
