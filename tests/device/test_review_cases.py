@@ -46,23 +46,53 @@ def test_float_arguments_that_are_not_plain_values_are_respected(make):
     torch.testing.assert_close(make("nkipy").cpu(), make("cpu"))
 
 
-def test_random_ops_and_initialisers_run_on_host_without_warnings_even_strict():
+RANDOM_MAKERS = {
+    "bernoulli_": lambda d: torch.ones(4, device=d).bernoulli_(
+        0.5
+    ),  # p=0.5: the default the dispatcher drops
+    "randint": lambda d: torch.randint(0, 10, (5,), device=d),
+    "uniform_": lambda d: torch.empty(3, device=d).uniform_(-1, 1),
+    "Linear": lambda d: torch.nn.Linear(3, 2, device=d).weight,
+    "dropout": lambda d: F.dropout(torch.ones(8, device=d), 0.5, training=True),
+}
+
+
+@pytest.mark.parametrize("name", RANDOM_MAKERS)
+def test_random_ops_and_initialisers_run_on_the_device_without_warnings_even_strict(name):
+    """They run their pack's kernels, drawing from the device's generator: seeded, they repeat,
+    and their values are the distribution's."""
     init_nkipy_backend(strict=True)
+    make = RANDOM_MAKERS[name]
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)
-        for make in (
-            lambda d: torch.ones(4, device=d).bernoulli_(
-                0.5
-            ),  # p=0.5 is the default the dispatcher drops
-            lambda d: torch.randint(0, 10, (5,), device=d),
-            lambda d: torch.empty(3, device=d).uniform_(-1, 1),
-            lambda d: torch.nn.Linear(3, 2, device=d).weight,
-            lambda d: F.dropout(torch.ones(8, device=d), 0.5, training=True),
-        ):
-            torch.manual_seed(7)
-            got = make("nkipy")
-            torch.manual_seed(7)
-            torch.testing.assert_close(got.detach().cpu(), make("cpu").detach())
+        torch.manual_seed(7)
+        got = make("nkipy").detach().cpu()
+        torch.manual_seed(7)
+        assert torch.equal(make("nkipy").detach().cpu(), got)
+    expected = make("cpu").detach()
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    low, high = {
+        "bernoulli_": (0, 1),
+        "randint": (0, 9),
+        "uniform_": (-1, 1),
+        "dropout": (0, 2),
+    }.get(
+        name,
+        (-(3**-0.5), 3**-0.5),  # Linear(3, 2): kaiming-uniform within 1/sqrt(fan_in)
+    )
+    assert bool((got >= low).all()) and bool((got <= high).all()), got
+
+
+@pytest.mark.parametrize("name", RANDOM_MAKERS)
+def test_with_fallback_random_they_draw_torchs_cpu_numbers(name):
+    init_nkipy_backend(strict=True, fallback_random=True)
+    make = RANDOM_MAKERS[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        torch.manual_seed(7)
+        got = make("nkipy")
+    torch.manual_seed(7)
+    torch.testing.assert_close(got.detach().cpu(), make("cpu").detach())
 
 
 def test_deepcopy_and_pickle_of_device_tensors_and_modules():

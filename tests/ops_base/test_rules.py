@@ -21,7 +21,7 @@ from nkipy_core import LoweringContext, LoweringRegistry, Unsupported
 from nkipy_core.compiler.lower import lower_subgraph, output_orders
 from nkipy_core.compiler.lowering import Layout
 from nkipy_core.compiler.plan import RULE
-from nkipy_core.compiler.rng import RNG_KWARG, RandomStream
+from nkipy_core.compiler.rng import RNG_KWARG, RandomStream, key_tensor
 from nkipy_core.ir import codegen
 from nkipy_core.ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
 from nkipy_core.testing import assert_close_to_eager, upcast
@@ -1607,17 +1607,13 @@ def _numpy(value):
     return torch_to_numpy(value) if isinstance(value, torch.Tensor) else value
 
 
-#: the random key of random ops' cases (the backend draws one per call from torch's generator):
-#: two non-negative int32 words, as ``nkipy::rng_key`` gives
-KEY = (7, 3)
+#: the random key input of random ops' cases (the backend draws one per call from a generator):
+#: a Philox key and first counter, as ``nkipy::rng_key`` gives them
+KEY = key_tensor(7 | 3 << 32, 0)
 
 
 def _stream(op):
-    return (
-        RandomStream(np.asarray(KEY, dtype=np.int32), 0)
-        if torch.Tag.nondeterministic_seeded in op.tags
-        else None
-    )
+    return RandomStream(KEY.numpy(), 0) if torch.Tag.nondeterministic_seeded in op.tags else None
 
 
 def _traced(op, rule, args, kwargs, expected):
@@ -1626,7 +1622,7 @@ def _traced(op, rule, args, kwargs, expected):
     if (
         _stream(op) is not None
     ):  # the key is a kernel input, as ``nkipy_core.compiler.rng`` arranges
-        kwargs = {**kwargs, RNG_KWARG: (torch.tensor(KEY, dtype=torch.int32), 0)}
+        kwargs = {**kwargs, RNG_KWARG: (KEY, 0)}
     graph = torch.fx.Graph()
     inputs = []
 

@@ -7,6 +7,7 @@ rule and the op, and ``Unsupported`` declines the node for the next provider.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from nkipy_core import knp
-from nkipy_core.compiler.rng import RandomStream, split_kwargs
+from nkipy_core.compiler.rng import STREAM_BLOCKS, RandomStream, split_kwargs
 from nkipy_core.errors import Unsupported, VerificationError
 from nkipy_core.ir.builder import KernelBuilder, Traced, constant
 from nkipy_core.ir.types import DType, TensorType
@@ -95,6 +96,11 @@ class LoweringContext:
         if self.rng is None:
             raise Unsupported(
                 "a random op without a random key (not prepared by the nkipy backend)"
+            )
+        if math.prod(shape) > 4 * STREAM_BLOCKS:
+            raise Unsupported(
+                f"{math.prod(shape)} random values in one draw, more than a random op's "
+                f"{4 * STREAM_BLOCKS} (its counter range)"
             )
         return knp.random_bits(self.rng.state(), shape)
 

@@ -1,13 +1,24 @@
-"""Random numbers in compiled graphs: one generator key per call, one counter stream per op.
+"""Random numbers in kernels: one Philox key and counter per call, one counter range per op.
 
 Kernels stay pure functions: a random op is lowered over the ``random_bits`` primitive
-(counter-based Philox4x32-10), whose bits depend only on a key and a counter. The key is not a
-constant of the kernel (a cached kernel would then repeat its numbers forever) but an input:
-``seed_random_ops`` puts one ``nkipy::rng_key`` node at the top of every graph that has random
-ops, and that host node draws a fresh key from torch's default CPU generator on each call. So
-``torch.manual_seed(s)`` reproduces a compiled run, successive calls differ, and the same key
-gives the same bits on every runtime. Each random node of the graph gets its own counter stream
-(``RandomStream.stream``), so two ``rand`` calls in one graph differ too.
+(counter-based Philox4x32-10), whose bits depend only on a key and a counter. Key and counter
+are not constants of the kernel (a cached kernel would then repeat its numbers forever) but an
+input: ``seed_random_ops`` puts an ``nkipy::rng_key`` node at the top of every graph that has
+random ops, and that host node draws them on each call (``draw``):
+
+* for random ops that make ``nkipy`` tensors, from the device's generator
+  (``nkipy_core.buffers.generator``): the key is its seed, the counter starts at its offset, and
+  the call moves the offset past the values its ops may draw. ``torch.nkipy.set_rng_state`` of a
+  saved state replays a call's numbers, and code that moves the offset as CUDA's (DTensor's RNG
+  tracker) gets the values it moved to. Eager random ops on the device draw the same way, each
+  its own call (``device/eager.py``), so a graph of one random op gives eager's numbers;
+* for random ops on CPU tensors, from torch's default CPU generator: one draw is the key, the
+  counter starts at 0.
+
+Either way ``torch.manual_seed(s)`` reproduces a run, successive calls differ, and the same key
+gives the same bits on every runtime. Each random node of a call gets its own range of
+``STREAM_BLOCKS`` counters (``RandomStream.stream``), so two ``rand`` calls in one graph differ
+too.
 
 The numbers are not torch's (CPU torch uses a Mersenne twister). With the ``fallback_random``
 option random ops instead run on the host as torch ops, drawing from torch's generator exactly
@@ -32,6 +43,8 @@ import torch
 import torch.fx
 
 from nkipy_core import _torch, knp
+from nkipy_core.buffers import generator
+from nkipy_core.buffers.device_contract import NAME
 from nkipy_core.cache.kernel_cache import STATS
 from nkipy_core.compiler.regions import run_on_cpu
 from nkipy_core.ir.types import DType
@@ -40,33 +53,52 @@ log = logging.getLogger("nkipy.rng")
 
 #: keyword argument of a seeded random node: ``(key node, stream number)``
 RNG_KWARG = "nkipy_rng"
-#: blocks of four values between the counter bases of two streams: 2**42 values per random op.
-#: A multiple of 2**32, so a stream's base counter is the u32 words ``(0, stream << 8)``.
-STREAM_BLOCKS = 1 << 40
-#: the key's bits in each of its two words: 31, so that both are non-negative int32 values
+#: Philox blocks (of four 32-bit values) between the first counters of two random ops of a call:
+#: 2**34 values per op, the most one draw may take (its block index is a u32 on the device).
+#: 2**32, so an op's first counter is the call's with the op's number added to the high word.
+STREAM_BLOCKS = 1 << 32
+#: the key's bits in each of its two words when it is drawn from torch's CPU generator: 31, as
+#: ever (numbers of CPU graphs do not change with the device's generator)
 _KEY_WORD_BITS = 31
+#: the key input of a kernel: int32[8], the 16-bit halves (low first) of the u32 words key low,
+#: key high, counter low, counter high. Every half is a non-negative int32, which converts to u32
+#: exactly on every target (Neuron has no 64-bit integer arithmetic, so no word passes through one).
+KEY_SHAPE = (8,)
+
+
+def key_tensor(key: int, counter: int) -> torch.Tensor:
+    """The kernel input for a 64-bit Philox ``key`` and first block ``counter``."""
+    words = (key & 0xFFFFFFFF, key >> 32 & 0xFFFFFFFF, counter & 0xFFFFFFFF, counter >> 32)
+    return torch.tensor(
+        [half for w in words for half in (w & 0xFFFF, w >> 16 & 0xFFFF)], dtype=torch.int32
+    )
+
+
+def draw(streams: int, device: torch.device) -> tuple[int, int]:
+    """The Philox key and first block counter of one call whose ``streams`` random ops make
+    tensors on ``device`` (see the module docstring); counted in ``cache_stats["random_keys"]``."""
+    STATS["random_keys"] += 1
+    if device.type == NAME:
+        seed, offset = generator.default(device.index or 0).take(streams * STREAM_BLOCKS * 4)
+        return seed, offset // 4
+    value = int(torch.empty((), dtype=torch.int64).random_())  # one draw of torch's generator
+    mask = (1 << _KEY_WORD_BITS) - 1
+    return (value & mask) | ((value >> _KEY_WORD_BITS) & mask) << 32, 0
 
 
 @torch.library.custom_op(
     "nkipy::rng_key", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,)
 )
-def _rng_key() -> torch.Tensor:
-    """A fresh key from torch's default CPU generator, advancing it by one draw; one host step
-    per call of a graph with random ops, counted in ``cache_stats["random_keys"]``. Tagged as a
-    seeded random op so that no torch pass deduplicates or recomputes it.
-
-    The key is int32[2], the low 62 bits of a 63-bit draw as two non-negative 31-bit words:
-    kernels hold it as Philox's two u32 key words, and a non-negative int32 converts to u32
-    exactly (Neuron has no 64-bit integer arithmetic, so the key never passes through one)."""
-    STATS["random_keys"] += 1
-    draw = torch.empty((), dtype=torch.int64).random_()
-    mask = (1 << _KEY_WORD_BITS) - 1
-    return torch.stack([draw & mask, (draw >> _KEY_WORD_BITS) & mask]).to(torch.int32)
+def _rng_key(streams: int, device: torch.device) -> torch.Tensor:
+    """The key input of one call of a graph whose ``streams`` random ops make tensors on
+    ``device`` (``draw``), one host step per call. Tagged as a seeded random op so that no
+    torch pass deduplicates or recomputes it."""
+    return key_tensor(*draw(streams, device))
 
 
 @_rng_key.register_fake
-def _() -> torch.Tensor:
-    return torch.empty((2,), dtype=torch.int32)
+def _(streams: int, device: torch.device) -> torch.Tensor:
+    return torch.empty(KEY_SHAPE, dtype=torch.int32)
 
 
 RNG_KEY = torch.ops.nkipy.rng_key.default
@@ -74,19 +106,20 @@ RNG_KEY = torch.ops.nkipy.rng_key.default
 
 @attrs.frozen
 class RandomStream:
-    """What a rule needs to draw random bits: the call's key (the two non-negative int32 words
-    of ``nkipy::rng_key``, traced or NumPy) and the node's stream number, which offsets its
-    counters from every other node's."""
+    """What a rule needs to draw random bits: the call's key input (``KEY_SHAPE``, traced or
+    NumPy) and the node's stream number, which puts its counters after every other node's."""
 
     key: Any
     stream: int
 
     def state(self):
         """The u32[4] ``random_bits`` state: the key words, then the low and high words of
-        the stream's first counter."""
-        base = self.stream * STREAM_BLOCKS
-        counter = np.array([base & 0xFFFFFFFF, base >> 32], dtype=np.uint32)
-        return knp.concatenate([knp.astype(self.key, DType.u32), counter])
+        the stream's first counter (the call's, ``stream * STREAM_BLOCKS`` further on)."""
+        halves = knp.reshape(knp.astype(self.key, DType.u32), (4, 2))
+        words = knp.add(halves[:, 0], knp.multiply(halves[:, 1], np.uint32(1 << 16)))
+        if not self.stream:
+            return words
+        return knp.add(words, np.array([0, 0, 0, self.stream], dtype=np.uint32))
 
 
 def is_random(node: torch.fx.Node) -> bool:
@@ -119,20 +152,46 @@ def _draws(node: torch.fx.Node) -> bool:
 
 def seed_random_ops(gm: torch.fx.GraphModule, fallback_random: bool) -> None:
     """Give the random nodes of ``gm`` a key input and a stream each (or, with
-    ``fallback_random``, move them to the host); called by ``compile_graph`` before planning."""
+    ``fallback_random``, move them to the host); called by ``compile_graph`` before planning.
+    The nodes that make tensors on one device share one key node, drawn from that device's
+    generator (``draw``)."""
     nodes = [n for n in gm.graph.nodes if is_random(n)]
     if not nodes:
         return
     if fallback_random:
         _to_host(gm, nodes)
         return
+    by_device: dict[torch.device, list[torch.fx.Node]] = {}
+    for node in nodes:
+        by_device.setdefault(_device(node), []).append(node)
     first = next(n for n in gm.graph.nodes if n.op != "placeholder")
-    with gm.graph.inserting_before(first):
-        key = gm.graph.call_function(RNG_KEY, ())
-    key.meta["val"] = torch.empty((2,), dtype=torch.int32, device="meta")
-    for stream, node in enumerate(nodes):
-        node.kwargs = {**node.kwargs, RNG_KWARG: (key, stream)}
+    for device, seeded in by_device.items():
+        with gm.graph.inserting_before(first):
+            key = gm.graph.call_function(RNG_KEY, (len(seeded), device))
+        key.meta["val"] = torch.empty(KEY_SHAPE, dtype=torch.int32, device="meta")
+        for stream, node in enumerate(seeded):
+            node.kwargs = {**node.kwargs, RNG_KWARG: (key, stream)}
     STATS["seeded_random_ops"] += len(nodes)
+
+
+def seed_eager_op(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
+    """Give the random node of an eager op's one-node graph its key as the graph's last input,
+    which the eager call draws (``draw(1, device)``) each time it runs the kernel."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    with gm.graph.inserting_before(node):
+        key = gm.graph.placeholder("nkipy_rng_key")
+    if placeholders:  # after the op's own inputs, so it is the kernel's last
+        placeholders[-1].append(key)
+    key.meta["val"] = torch.empty(KEY_SHAPE, dtype=torch.int32, device="meta")
+    node.kwargs = {**node.kwargs, RNG_KWARG: (key, 0)}
+    gm.recompile()
+
+
+def _device(node: torch.fx.Node) -> torch.device:
+    """Where a random node's (first) result lives, by its example value; CPU without one."""
+    val = node.meta.get("val")
+    first = val[0] if isinstance(val, (tuple, list)) else val
+    return torch.device(first.device) if isinstance(first, torch.Tensor) else torch.device("cpu")
 
 
 def unseed_fallbacks(gm: torch.fx.GraphModule, lowered: set[str]) -> None:

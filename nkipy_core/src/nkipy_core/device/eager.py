@@ -8,10 +8,12 @@ run their functional op and copy the result into place on the device (once known
 kernel of the target's type, later calls write straight into the target). A repeated call goes
 through a flat key to what it ran before (``_fast_key``), skipping the rest of this module. An
 op no pack lowers runs on CPU: a ``FallbackWarning`` names it once (strict mode raises) and the
-result comes back to the device. Two kinds of op run on CPU by design, without a warning: random
-fills, which draw from torch's CPU generator so that seeded device runs reproduce CPU runs, and
-ops whose output shape depends on the data (``masked_select``, ``nonzero``, ``unique``), which
-no static-shape kernel can express (printing a tensor uses them).
+result comes back to the device. Ops whose output shape depends on the data (``masked_select``,
+``nonzero``, ``unique``), which no static-shape kernel can express (printing a tensor uses them),
+run on CPU by design, without a warning. Random ops run their pack's kernel with a key drawn
+from the device's generator at each call (``_Seeded``), as compiled graphs do; with
+``fallback_random``, or when no pack lowers them, they run on CPU with torch's generator (then
+seeded device runs reproduce CPU runs), without a warning.
 
 What each signature runs is kept in memory, in bounded caches (``nkipy_core.cache.bounded``):
 ``MAX_SIGNATURES`` call signatures (and as many fast keys), and ``MAX_FLOAT_VALUES`` float
@@ -35,6 +37,7 @@ import torch.fx
 from nkipy_core import _torch
 from nkipy_core.buffers import memory
 from nkipy_core.cache.bounded import BoundedCache
+from nkipy_core.compiler import rng
 from nkipy_core.compiler.aten_schema import functional_form
 from nkipy_core.compiler.fallback import FallbackWarning
 from nkipy_core.compiler.kernel_call import KernelCall
@@ -47,48 +50,67 @@ from nkipy_core.errors import DeviceError, UnsupportedOpsError
 from nkipy_core.plugin import manager as plugins
 from nkipy_core.plugin.registry import LoweringRule, op_name
 
+#: random ops: they run their pack's kernel, drawing from the device's generator (a key input
+#: each call: ``_Seeded``); with ``fallback_random``, or when no pack lowers them, they run on
+#: CPU with torch's generator, without a fallback warning
+_RANDOM_OPS = frozenset(
+    {
+        "bernoulli",
+        "bernoulli_",
+        "cauchy",
+        "cauchy_",
+        "exponential",
+        "exponential_",
+        "geometric",
+        "geometric_",
+        "log_normal",
+        "log_normal_",
+        "multinomial",
+        "native_dropout",
+        "normal",
+        "normal_",
+        "normal_functional",
+        "rand",
+        "rand_like",
+        "randint",
+        "randint_like",
+        "randn",
+        "randn_like",
+        "random",
+        "random_",
+        "randperm",
+        "uniform",
+        "uniform_",
+    }
+)
+#: what a random op runs on CPU for under ``fallback_random``
+_FALLBACK_RANDOM = "random numbers come from torch's CPU generator (fallback_random)"
+
 #: ops run on CPU on purpose (see the module docstring), and why
-_HOST_OPS = {
-    **dict.fromkeys(
-        (
-            "bernoulli",
-            "bernoulli_",
-            "cauchy",
-            "cauchy_",
-            "exponential",
-            "exponential_",
-            "geometric",
-            "geometric_",
-            "log_normal",
-            "log_normal_",
-            "multinomial",
-            "native_dropout",
-            "normal",
-            "normal_",
-            "rand",
-            "randint",
-            "randn",
-            "random",
-            "random_",
-            "randperm",
-            "uniform",
-            "uniform_",
-        ),
-        "random numbers come from torch's CPU generator",
+_HOST_OPS = dict.fromkeys(
+    (
+        "masked_select",
+        "nonzero",
+        "_unique2",
+        "unique_consecutive",
+        "unique_dim",
     ),
-    **dict.fromkeys(
-        (
-            "masked_select",
-            "nonzero",
-            "_unique2",
-            "unique_consecutive",
-            "unique_dim",
-        ),
-        "its output shape depends on the data",
-    ),
-}
+    "its output shape depends on the data",
+)
+
+
+def _host_reason(op: _torch.OpOverload, config: Config) -> str | None:
+    """Why ``op`` runs on CPU by design under ``config``, or ``None``."""
+    name = _base_name(op)
+    if name in _RANDOM_OPS:
+        return _FALLBACK_RANDOM if config.fallback_random else None
+    return _HOST_OPS.get(name)
+
 
 log = logging.getLogger("nkipy.device")
+
+#: where eager results live: a process drives one device, ``nkipy:0``
+_DEVICE = torch.device(memory.NAME, 0)
 
 #: call signatures (and fast keys) whose kernels a process keeps in memory
 MAX_SIGNATURES = 4096
@@ -353,8 +375,9 @@ class _Lifted:
 
 
 def _lifted(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> _Lifted | None:
-    """The kernel with this call's floats as inputs, or ``None`` if the rule does not allow it."""
-    if _base_name(op) in _HOST_OPS:
+    """The kernel with this call's floats as inputs, or ``None`` if the rule does not allow it
+    (or the op is random: its kernel takes a key as well, ``_Seeded``)."""
+    if _base_name(op) in _RANDOM_OPS or _base_name(op) in _HOST_OPS:
         return None
     floats: list[float] = []
     args_a, kwargs_a = scalars.substitute((args, kwargs), floats, 0)
@@ -390,19 +413,24 @@ def _lifted(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -
 
 
 def _kernel(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels, lower=None) -> Any:
-    """The compiled single-op kernel for these arguments, or the reason there is none."""
-    if _base_name(op) in _HOST_OPS:
-        return _HOST_OPS[_base_name(op)]
+    """The compiled single-op kernel for these arguments (``_Seeded`` for a random op), or the
+    reason there is none."""
+    reason = _host_reason(op, state.config)
+    if reason is not None:
+        return reason
     built = _graph(op, args, kwargs)
     if isinstance(built, str):
         return built
     sub, node = built
+    random = rng.is_random(node)
+    if random:
+        rng.seed_eager_op(sub, node)
     decision = choose_rule(node, state.rules.rules_for(op), state.config, memory.runtime())
     if not isinstance(decision, LoweringRule):
         return decision
     node.meta[RULE] = decision
     name = "eager_" + op_name(op).replace(".", "_")
-    return compile_kernel(
+    call = compile_kernel(
         sub,
         name,
         state.config,
@@ -410,6 +438,18 @@ def _kernel(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels, l
         on_device=True,
         lower=lower or lower_subgraph,
     )
+    return _Seeded(call) if random else call
+
+
+class _Seeded:
+    """A random op's kernel: at each call it takes a key input drawn from the device's
+    generator (``rng.draw``), after the call's tensors."""
+
+    def __init__(self, call: KernelCall):
+        self.call = call
+
+    def __call__(self, *tensors: torch.Tensor) -> Any:
+        return self.call(*tensors, rng.key_tensor(*rng.draw(1, _DEVICE)))
 
 
 def _graph(
@@ -564,21 +604,19 @@ def _mutating(
         # what `x[i] = v` reaches: index_put_ plus an `unsafe` flag that only skips checks
         args, kwargs = args[:4], {k: v for k, v in kwargs.items() if k != "unsafe"}
         op = torch.ops.aten.index_put_.default
-    functional = None if _base_name(op) in _HOST_OPS else functional_form(op)
+    functional = None if _host_reason(op, state.config) else functional_form(op)
     if functional is None:
         return _on_cpu(op, args, kwargs, "no functional form of it is known", state)
     # the dispatcher drops arguments equal to their default; the functional form may lack it
-    # (bernoulli_.float has p=0.5, bernoulli.p has no default)
-    kwargs = {
-        **{
-            a.name: a.default_value
-            for i, a in enumerate(_torch.schema(op).arguments)
-            if i >= len(args)
-            and a.has_default_value()
-            and not (a.alias_info and a.alias_info.is_write)
-        },
-        **kwargs,
-    }
+    # (bernoulli_.float has p=0.5, bernoulli.p has no default). Positional ones stay positional:
+    # a lowering rule cannot take ``uniform``'s ``from`` and ``to`` by name
+    dropped = [
+        a
+        for i, a in enumerate(_torch.schema(op).arguments)
+        if i >= len(args) and a.has_default_value() and not (a.alias_info and a.alias_info.is_write)
+    ]
+    args = (*args, *(a.default_value for a in dropped if not a.kwarg_only))
+    kwargs = {**{a.name: a.default_value for a in dropped if a.kwarg_only}, **kwargs}
     if not _torch.schema(op).name.endswith("_"):  # out=
         outs = {
             a.name: kwargs[a.name]
@@ -645,7 +683,7 @@ def _store(op, dst: torch.Tensor, result: torch.Tensor, resize: bool) -> None:
 def _on_cpu(op: _torch.OpOverload, args: tuple, kwargs: dict, why: str, state: _Kernels) -> Any:
     """Run ``op`` on CPU copies; write mutated arguments back and return results on the device."""
     name = op_name(op)
-    if _base_name(op) not in _HOST_OPS:
+    if _base_name(op) not in _HOST_OPS and _base_name(op) not in _RANDOM_OPS:
         if state.config.strict:
             raise UnsupportedOpsError([f"{name} ({why}; eager on nkipy)"])
         if name not in state.warned:
