@@ -5,11 +5,14 @@ import pytest
 import torch
 
 from nkipy_core import VerificationError, knp
+from nkipy_core.buffers import generator
 from nkipy_core.compiler.rng import (
+    KEY_SHAPE,
     RNG_KEY,
     RNG_KWARG,
     STREAM_BLOCKS,
     RandomStream,
+    key_tensor,
     seed_random_ops,
     unseed_fallbacks,
 )
@@ -149,12 +152,32 @@ def test_unsigned_types_map_to_torch_and_numpy():
         assert dtype.torch is t and dtype.numpy == np.dtype(n)
 
 
-def test_stream_state_puts_each_stream_on_its_own_counter_range():
-    key = np.asarray([5, 2**31 - 1], dtype=np.int32)  # the host key: two non-negative int32 words
-    state = RandomStream(key, 3).state()
+def test_the_key_input_holds_key_and_counter_as_16_bit_halves():
+    key = key_tensor(0x0123456789ABCDEF, 0xFEDCBA9876543210)
+    assert key.dtype == torch.int32 and tuple(key.shape) == KEY_SHAPE
+    assert bool((key >= 0).all()) and bool((key < 1 << 16).all())  # exact as u32 on any target
+    state = RandomStream(key.numpy(), 0).state()
     assert state.dtype == np.uint32
-    np.testing.assert_array_equal(state, _state(5 | (2**31 - 1) << 32, 3 * STREAM_BLOCKS))
-    np.testing.assert_array_equal(state[2:], [0, 3 << 8])
+    np.testing.assert_array_equal(state, _state(0x0123456789ABCDEF, 0xFEDCBA9876543210))
+
+
+def test_stream_state_puts_each_stream_on_its_own_counter_range():
+    key = key_tensor(5 | (2**31 - 1) << 32, 7).numpy()
+    state = RandomStream(key, 3).state()
+    np.testing.assert_array_equal(state, _state(5 | (2**31 - 1) << 32, 7 + 3 * STREAM_BLOCKS))
+    np.testing.assert_array_equal(state[2:], [7, 3])  # the op's number, in the high word
+
+
+def test_a_traced_key_gives_the_same_state():
+    builder = KernelBuilder("k")
+    key = builder.param(TensorType(KEY_SHAPE, DType.i32))
+    with builder.building("test"):
+        state = RandomStream(key, 2).state()
+    kernel = simplify(builder.finish([state]))
+    verify(kernel)
+    host = key_tensor(2**64 - 1, 2**63 + 5).numpy()
+    (traced,) = codegen.load(codegen.generate(kernel))(host)
+    np.testing.assert_array_equal(traced, RandomStream(host, 2).state())
 
 
 # -- the graph pass --------------------------------------------------------------------------------
@@ -184,7 +207,20 @@ def test_seed_pass_gives_one_key_and_a_stream_per_random_node():
     keys = [n for n in gm.graph.nodes if n.target is RNG_KEY]
     seeded = [n for n in gm.graph.nodes if RNG_KWARG in n.kwargs]
     assert len(keys) == 1
+    assert keys[0].args == (2, torch.device("cpu"))  # two ops, drawn from the CPU generator
     assert [n.kwargs[RNG_KWARG] for n in seeded] == [(keys[0], 0), (keys[0], 1)]
+
+
+def test_random_ops_on_each_device_share_that_devices_key():
+    gm = _graph()
+    random = (torch.ops.aten.rand.default, torch.ops.aten.randn.default)
+    rand, randn = (n for n in gm.graph.nodes if n.target in random)
+    rand.meta["val"] = torch.empty(3, device="nkipy")
+    seed_random_ops(gm, fallback_random=False)
+    keys = {n.args[1]: n for n in gm.graph.nodes if n.target is RNG_KEY}
+    assert set(keys) == {torch.device("nkipy", 0), torch.device("cpu")}
+    assert rand.kwargs[RNG_KWARG] == (keys[torch.device("nkipy", 0)], 0)
+    assert randn.kwargs[RNG_KWARG] == (keys[torch.device("cpu")], 0)
 
 
 def test_unlowered_random_nodes_get_their_arguments_back_and_run_as_torch():
@@ -198,18 +234,33 @@ def test_unlowered_random_nodes_get_their_arguments_back_and_run_as_torch():
     np.testing.assert_array_equal(a.numpy(), torch.rand(3).numpy())
 
 
+CPU = torch.device("cpu")
+
+
 def test_the_key_op_draws_from_torchs_generator():
     torch.manual_seed(3)
-    first, second = RNG_KEY(), RNG_KEY()
+    first, second = RNG_KEY(1, CPU), RNG_KEY(1, CPU)
     torch.manual_seed(3)
-    assert torch.equal(RNG_KEY(), first) and not torch.equal(first, second)
+    assert torch.equal(RNG_KEY(1, CPU), first) and not torch.equal(first, second)
 
 
-def test_the_key_is_one_draw_split_into_two_non_negative_int32_words():
+def test_the_cpu_key_is_one_draw_split_into_two_31_bit_words_and_counter_0():
     torch.manual_seed(3)
     draws = [int(torch.empty((), dtype=torch.int64).random_()) for _ in range(2)]
     torch.manual_seed(3)
-    keys = [RNG_KEY(), RNG_KEY()]
-    assert all((k.dtype, tuple(k.shape)) == (torch.int32, (2,)) for k in keys)
+    keys = [RNG_KEY(2, CPU), RNG_KEY(2, CPU)]
+    assert all((k.dtype, tuple(k.shape)) == (torch.int32, KEY_SHAPE) for k in keys)
     # one draw of torch's generator per key, its low 62 bits as two 31-bit words
-    assert [k.tolist() for k in keys] == [[d & 0x7FFFFFFF, (d >> 31) & 0x7FFFFFFF] for d in draws]
+    assert [k.tolist() for k in keys] == [
+        key_tensor(d & 0x7FFFFFFF | ((d >> 31) & 0x7FFFFFFF) << 32, 0).tolist() for d in draws
+    ]
+
+
+def test_the_device_key_is_its_generators_seed_and_offset_which_the_call_moves_on():
+    torch.nkipy.manual_seed(11)
+    device = torch.device("nkipy", 0)
+    first = RNG_KEY(3, device)
+    assert first.tolist() == key_tensor(11, 0).tolist()
+    # three ops: three counter ranges of 4 * STREAM_BLOCKS values each
+    assert generator.default(0).offset == 3 * 4 * STREAM_BLOCKS
+    assert RNG_KEY(1, device).tolist() == key_tensor(11, 3 * STREAM_BLOCKS).tolist()

@@ -1,8 +1,11 @@
 """``torch.nkipy``: the device module torch finds by the device's name, like ``torch.cuda``.
 
 One process drives one device, as with torchrun on Trainium (the runtime decides how many it
-sees). Random numbers for ``nkipy`` tensors are drawn by torch's CPU generator, so
-``torch.manual_seed`` makes device runs reproduce CPU runs.
+sees). The accelerator surface that FSDP2, DDP, DTensor and TorchTitan call is here, one module
+per concern, as in PyTorch's reference out-of-tree backend: the current device (``guard``),
+streams and events (``streams``), memory statistics and the memory limit (``memory_stats``), the
+generator (``random``: the Philox seed and offset the device's kernels draw from) and what the
+device is (``properties``).
 
 Torch calls these functions from user code that dynamo compiles (``torch.random.fork_rng``,
 ``freeze_rng_state``); dynamo calls them without tracing them, as it does ``torch.cuda``'s
@@ -12,19 +15,96 @@ Torch calls these functions from user code that dynamo compiles (``torch.random.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from nkipy_core.device.guard import current_device, device, device_of, set_device
+from nkipy_core.device.memory_stats import (
+    empty_cache,
+    get_per_process_memory_fraction,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    reset_accumulated_memory_stats,
+    reset_peak_memory_stats,
+    set_per_process_memory_fraction,
+    transfer_stats,
+)
+from nkipy_core.device.properties import DeviceProperties, get_device_name, get_device_properties
+from nkipy_core.device.random import (
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+from nkipy_core.device.streams import (
+    Event,
+    Stream,
+    StreamContext,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+    synchronize,
+)
 from nkipy_core.errors import NkipyError
+
+__all__ = [
+    "DeviceProperties",
+    "Event",
+    "Stream",
+    "StreamContext",
+    "current_device",
+    "current_stream",
+    "default_stream",
+    "device",
+    "device_count",
+    "device_of",
+    "empty_cache",
+    "get_amp_supported_dtype",
+    "get_device_name",
+    "get_device_properties",
+    "get_per_process_memory_fraction",
+    "get_rng_state",
+    "get_rng_state_all",
+    "init",
+    "initial_seed",
+    "is_available",
+    "is_initialized",
+    "manual_seed",
+    "manual_seed_all",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "mem_get_info",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_stats",
+    "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
+    "seed",
+    "seed_all",
+    "set_device",
+    "set_per_process_memory_fraction",
+    "set_rng_state",
+    "set_rng_state_all",
+    "set_stream",
+    "stream",
+    "synchronize",
+    "transfer_stats",
+]
 
 log = logging.getLogger("nkipy.device")
 
-_current = 0
-
-
-def _runtime():
-    from nkipy_core.buffers import memory
-
-    return memory.runtime()
+#: torch saves and restores the device's RNG state around activation checkpointing only for a
+#: device module that says it is initialised (``torch.utils.checkpoint`` reads ``_initialized``,
+#: as ``torch.cuda`` has it); the device needs no initialisation before use
+_initialized = True
 
 
 def is_available() -> bool:
@@ -94,65 +174,8 @@ def device_count() -> int:
     return memory.device_count() if is_available() else 0
 
 
-def current_device() -> int:
-    return _current
-
-
-def set_device(device: Any) -> None:
-    from nkipy_core.buffers import memory
-
-    index = device if isinstance(device, int) else memory.device_index(device)
-    if index is None:  # "nkipy" without an index: the current device
-        return
-    memory.check_index(index)
-    global _current
-    _current = index
-
-
-def synchronize(device: Any = None) -> None:
-    """Wait for the device's queued work; the runtimes here run kernels synchronously."""
-    sync = getattr(_runtime(), "synchronize", None)
-    if sync is not None:
-        sync()
-
-
-def memory_allocated(device: Any = None) -> int:
-    """Bytes of device memory held by live tensors."""
-    return _runtime().stats.allocated
-
-
-def max_memory_allocated(device: Any = None) -> int:
-    return _runtime().stats.max_allocated
-
-
-def reset_peak_memory_stats(device: Any = None) -> None:
-    stats = _runtime().stats
-    stats.max_allocated = stats.allocated
-
-
-def transfer_stats() -> dict[str, int]:
-    """Host<->device transfers so far (counts and bytes), as counted by the runtime."""
-    return _runtime().stats.transfers()
-
-
 def get_amp_supported_dtype() -> list:
     """Half types the device computes (autocast and activation checkpointing ask)."""
     import torch
 
     return [torch.float16, torch.bfloat16]
-
-
-def manual_seed_all(seed: int) -> None:
-    """Nothing to seed: device random numbers come from torch's CPU generator."""
-
-
-def get_rng_state(device: Any = None):
-    import torch
-
-    return torch.get_rng_state()
-
-
-def set_rng_state(state, device: Any = None) -> None:
-    import torch
-
-    torch.set_rng_state(state)

@@ -22,9 +22,19 @@ from nkipy_core import _torch
 
 
 def skip_in_dynamo(*owners: ModuleType | type) -> None:
-    """Mark the functions defined in each module (or class) of ``owners`` as untraced."""
+    """Mark the functions defined in each module (or class) of ``owners`` as untraced. For a
+    module, also those it takes from nkipy's other modules, functions and classes alike:
+    ``torch.nkipy`` gathers each concern's from its own module (``streams``, ``random``...)."""
     for owner in owners:
-        name = owner.__name__ if isinstance(owner, ModuleType) else owner.__module__
+        module = isinstance(owner, ModuleType)
+        name = owner.__name__ if module else owner.__module__
         for value in vars(owner).values():
-            if inspect.isfunction(value) and value.__module__ == name:
-                _torch.untraced(value)
+            function = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
+            where = getattr(function, "__module__", None) or ""
+            ours = where.startswith("nkipy_core.") if module else where == name
+            if not ours:
+                continue
+            if inspect.isfunction(function):
+                _torch.untraced(function)
+            elif module and inspect.isclass(value):
+                skip_in_dynamo(value)
