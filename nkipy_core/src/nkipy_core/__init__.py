@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported l
     from nkipy_core.errors import CacheLockTimeoutError as CacheLockTimeoutError
     from nkipy_core.errors import ConfigurationError as ConfigurationError
     from nkipy_core.errors import DeviceError as DeviceError
+    from nkipy_core.errors import DeviceOutOfMemoryError as DeviceOutOfMemoryError
     from nkipy_core.errors import LoweringError as LoweringError
     from nkipy_core.errors import NkipyError as NkipyError
     from nkipy_core.errors import PluginConflictError as PluginConflictError
@@ -86,6 +87,7 @@ _EXPORTS = {
             "CacheLockTimeoutError",
             "ConfigurationError",
             "DeviceError",
+            "DeviceOutOfMemoryError",
             "LoweringError",
             "NkipyError",
             "PluginConflictError",

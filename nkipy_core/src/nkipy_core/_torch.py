@@ -160,7 +160,7 @@ def swap_storage_memory(a: torch.UntypedStorage, b: torch.UntypedStorage) -> Non
     either sees the other's. Torch allows it between storages of one device when their sizes
     match or one is empty; it is how a device registered from Python resizes a storage, since
     torch's ``resize_`` asks C++ hooks such a device cannot give."""
-    a._swap_data_ptr_(b)
+    a._swap_data_ptr_(b)  # type: ignore[attr-defined]  # not in torch's stubs
 
 
 def untraced(fn: Any) -> Any:

@@ -110,7 +110,7 @@ class DeviceStorage(torch.UntypedStorage):
     def clone(self) -> DeviceStorage:
         return clone_storage(self)
 
-    def resize_(self, size: int) -> DeviceStorage:  # type: ignore[override]  # torch's returns Self too
+    def resize_(self, size: int) -> DeviceStorage:
         """``storage.resize_(nbytes)`` on the device (``resize_storage``): FSDP2 frees unsharded
         parameters with ``resize_(0)`` and brings them back with ``resize_(n)``."""
         resize_storage(self, size)
@@ -277,7 +277,7 @@ def resize_storage(storage: torch.UntypedStorage, nbytes: int) -> None:
     adopt(storage)
     fresh = _storage(runtime().allocate(nbytes), nbytes) if nbytes else None
     kept = min(old, nbytes)
-    if kept:
+    if fresh is not None and kept:
         runtime().copy(_bytes(_buffer(storage), kept), _bytes(_buffer(fresh), kept))
     if old:
         _torch.swap_storage_memory(storage, _torch.storage_from_data_pointer(0, storage.device, 0))

@@ -115,8 +115,8 @@ class RandomStream:
     def state(self):
         """The u32[4] ``random_bits`` state: the key words, then the low and high words of
         the stream's first counter (the call's, ``stream * STREAM_BLOCKS`` further on)."""
-        halves = knp.reshape(knp.astype(self.key, DType.u32), (4, 2))
-        words = knp.add(halves[:, 0], knp.multiply(halves[:, 1], np.uint32(1 << 16)))
+        halves: Any = knp.reshape(knp.astype(self.key, DType.u32), (4, 2))  # traced or NumPy
+        words = knp.add(halves[:, 0], knp.multiply(halves[:, 1], np.array(1 << 16, np.uint32)))
         if not self.stream:
             return words
         return knp.add(words, np.array([0, 0, 0, self.stream], dtype=np.uint32))

@@ -147,8 +147,8 @@ class DeviceStats:
         free = max(self.limit - self.allocated, 0)
         return (
             f"nkipy device out of memory: tried to allocate {_size(nbytes)}, but only {_size(free)} "
-            f"of its {_size(self.limit)} memory limit are free ({_size(self.allocated)} held by "
-            f"{self.buffers} live tensors and kernel results). Free tensors you no longer need "
+            f"of its {_size(self.limit)} memory limit are free; {_size(self.allocated)} are held by "
+            f"{self.buffers} live tensors and kernel results. Free tensors you no longer need "
             "(del them, or empty a storage with storage.resize_(0)), use smaller batches, or raise "
             "the limit: init_nkipy_backend(memory_limit=...), NKIPY_MEMORY_LIMIT, or "
             "torch.nkipy.set_per_process_memory_fraction(...)."
