@@ -20,7 +20,9 @@ MIB = 1 << 20
 def _no_limit_left_behind():
     """The device's runtime outlives a test's configuration: no test leaves its limit to the next."""
     yield
-    memory.runtime().stats.limit = None
+    config.reset()
+    config.current()  # a configuration without a limit...
+    memory.runtime().stats.limit = None  # ...and none set since
 
 
 def test_allocated_bytes_follow_tensors_and_peaks_reset():
@@ -106,6 +108,12 @@ def test_a_fraction_of_the_devices_memory():
     nkipy.set_per_process_memory_fraction(2 * MIB / total)
     with pytest.raises(DeviceOutOfMemoryError):
         torch.empty(4 * MIB, dtype=torch.uint8, device="nkipy")
+
+
+def test_a_configuration_that_keeps_the_limit_keeps_a_fraction_set_since():
+    nkipy.set_per_process_memory_fraction(0.25)
+    init_nkipy_backend(strict=True)  # no memory_limit: as before
+    assert nkipy.get_per_process_memory_fraction() == pytest.approx(0.25)
 
 
 def test_bad_limits_are_typed_errors():

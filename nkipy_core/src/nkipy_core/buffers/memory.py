@@ -47,6 +47,8 @@ def runtime():
         device_contract.first_use(config)
         selected.stats.limit = config.memory_limit
         _runtime = selected
+        global _configured_limit
+        _configured_limit = config.memory_limit
     return _runtime
 
 
@@ -61,11 +63,18 @@ def _keeps_its_runtime(config: settings.Config, chosen) -> None:
         )
 
 
+#: the memory limit the configuration last gave the device
+_configured_limit: int | None = None
+
+
 def _holds_its_memory_to(config: settings.Config, chosen) -> None:
-    """A new configuration's ``memory_limit`` takes effect on the device at once (at its first
-    use when it has none yet). Registered after ``_keeps_its_runtime``: it refuses first."""
-    if _runtime is not None:
-        _runtime.stats.limit = config.memory_limit
+    """A configuration that changes ``memory_limit`` sets the device's limit at once (at its
+    first use when it has none yet); one that keeps it leaves a limit set since
+    (``torch.nkipy.set_per_process_memory_fraction``) alone. Registered after
+    ``_keeps_its_runtime``, which may refuse the configuration first."""
+    global _configured_limit
+    if _runtime is not None and config.memory_limit != _configured_limit:
+        _runtime.stats.limit = _configured_limit = config.memory_limit
 
 
 settings.on_apply(_keeps_its_runtime)

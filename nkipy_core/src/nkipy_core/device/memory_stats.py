@@ -134,7 +134,7 @@ def total_memory(device: Any = None) -> int:
 def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
     """Limit the device memory this process holds to ``fraction`` of the device's total (as
     ``torch.cuda``'s): an allocation past it raises ``DeviceOutOfMemoryError``. It replaces any
-    limit set before; a later ``init_nkipy_backend(memory_limit=...)`` replaces it."""
+    limit set before; a later configuration that changes ``memory_limit`` replaces it."""
     if not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         raise DeviceError(
             f"a memory fraction is a number in (0, 1], got {fraction!r}; for an absolute limit use "

@@ -63,7 +63,7 @@ class Stream(torch.Stream):
     ``torch.accelerator.current_stream()``; ``priority`` is accepted and changes nothing.
     ``with stream:`` makes it the current stream, as ``torch.nkipy.stream(s)`` does."""
 
-    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> Stream:
+    def __new__(cls, device: Any = None, priority: int = 0) -> Stream:
         return super().__new__(cls, device=_device(device), priority=priority)
 
     def record_event(self, event: torch.Event | None = None) -> torch.Event:
