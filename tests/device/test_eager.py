@@ -146,6 +146,30 @@ def test_autograd_on_device_tensors():
     torch.testing.assert_close(wd.grad.cpu(), w.grad)
 
 
+def test_grouped_mm_on_device_tensors_matches_cpu_forward_and_backward():
+    """TorchTitan's MoE call, the offsets on the device with the rest: one kernel per call whose
+    offsets are an input, the backward's 2-D x 2-D weight gradient included."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(16, 8, generator=g), torch.randn(3, 16, 8, generator=g)
+    offs = torch.tensor([5, 5, 16], dtype=torch.int32)
+    grad = torch.randn(16, 16, generator=g).bfloat16()
+    results = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        for device in ("cpu", "nkipy"):
+            xd, wd = (t.clone().to(device).requires_grad_() for t in (x, w))
+            out = torch._grouped_mm(
+                xd.bfloat16(),
+                wd.bfloat16().transpose(-2, -1),
+                offs=offs.to(device),
+                out_dtype=torch.bfloat16,
+            )
+            out.backward(grad.to(device))
+            results.append([out.detach().cpu(), xd.grad.cpu(), wd.grad.cpu()])
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want)
+
+
 def _train(model, x, y, optimizer_cls, steps=4):
     optimizer = optimizer_cls(model.parameters(), lr=0.05)
     losses = []

@@ -544,7 +544,42 @@ def _shape_cases():
     yield case(aten.select_scatter.default, x, t(2, 4), 1, -1)
 
 
+def _grouped_mm_cases():
+    """Offsets covering every row (torch leaves the others unwritten), an empty group among
+    them; sizes multiples of 8 (torch's CPU kernel wants 16-byte strides)."""
+    offs = torch.tensor([5, 5, 16], dtype=i32)
+    yield case(
+        aten._grouped_mm.default,
+        t(16, 8, dtype=bf16),
+        t(3, 8, 16, dtype=bf16),
+        offs,
+        out_dtype=bf16,
+        id="grouped_mm-2d-3d",
+    )
+    yield case(
+        aten._grouped_mm.default,
+        t(3, 8, 16, dtype=bf16),
+        t(16, 16, dtype=bf16),
+        offs,
+        id="grouped_mm-3d-2d",
+    )
+    yield case(
+        aten._grouped_mm.default,
+        t(8, 16, dtype=bf16),
+        t(16, 8, dtype=bf16),
+        torch.tensor([0, 9, 16], dtype=i32),
+        id="grouped_mm-2d-2d",
+    )
+    yield case(
+        aten._grouped_mm.default,
+        t(2, 8, 16, dtype=bf16),
+        t(2, 16, 8, dtype=bf16),
+        id="grouped_mm-3d-3d",
+    )
+
+
 def _linalg_cases():
+    yield from _grouped_mm_cases()
     for dtype in (f32, bf16):
         yield case(aten.mm.default, t(3, 4, dtype=dtype), t(4, 5, dtype=dtype), id=f"mm-{dtype}")
         yield case(
