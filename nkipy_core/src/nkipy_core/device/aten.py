@@ -182,18 +182,19 @@ def _reads_math_bits(op: _torch.OpOverload) -> bool:
 
 def _resolving(op: _torch.OpOverload):
     """The kernel of an op in ``_READS_MATH_BITS``: its inputs' bits applied first (a tensor it
-    writes must have none: torch's CPU kernels refuse that too, except ``out=`` ones)."""
+    writes must have none)."""
 
     def kernel(*args, **kwargs):
+        if not any(_has_math_bits(x) for x in (*args, *kwargs.values())):
+            return _run_eagerly(op, args, kwargs)
+
         def resolve(x):
-            if isinstance(x, torch.Tensor) and (x.is_conj() or x.is_neg()):
-                return _values(x)
-            return x
+            return _values(x) if _has_math_bits(x) else x
 
         for i, a in enumerate(_torch.schema(op).arguments):
             if a.alias_info is not None and a.alias_info.is_write:
                 written = kwargs.get(a.name) if a.kwarg_only or i >= len(args) else args[i]
-                if isinstance(written, torch.Tensor) and (written.is_conj() or written.is_neg()):
+                if _has_math_bits(written):
                     raise DeviceError(
                         f"{_torch.schema(op).name} would write into a conjugate or negative view "
                         "on nkipy; write into a tensor without those bits (.resolve_conj(), "
@@ -202,6 +203,12 @@ def _resolving(op: _torch.OpOverload):
         return _run_eagerly(op, *_torch.tree_map(resolve, (args, kwargs)))
 
     return kernel
+
+
+def _has_math_bits(x: Any) -> bool:
+    """Whether ``x`` is a tensor with the conjugate or negative bit (tensor lists, which the
+    ops in ``_READS_MATH_BITS`` do not take, are not looked into)."""
+    return isinstance(x, torch.Tensor) and (x.is_conj() or x.is_neg())
 
 
 def _with_bits(t: torch.Tensor, conj: bool, neg: bool) -> torch.Tensor:
