@@ -80,9 +80,10 @@ class KernelCall(torch.nn.Module):
         self.host_views = None if complex_inputs else HostViews(len(executable.signature.inputs))
         #: per output: whether it is complex, returned by the kernel as its real view
         self.complex_outputs = tuple(complex_outputs) or (False,) * len(self.on_device)
+        self._viewed_complex = any(self.complex_outputs)
         #: the one output, returned as the kernel gives it (no tuple, no permutation, real)
         self.single = (
-            not tuple_output and self.inverse_orders == (None,) and not any(self.complex_outputs)
+            not tuple_output and self.inverse_orders == (None,) and not self._viewed_complex
         )
 
     def _execute(self, run, inputs: list, *outputs):
@@ -182,10 +183,11 @@ class KernelCall(torch.nn.Module):
             runtime.free(array.buffer)
 
     def _laid_out(self, outputs: tuple[torch.Tensor, ...]):
-        outputs = tuple(
-            torch.view_as_complex(t) if is_complex else t
-            for t, is_complex in zip(outputs, self.complex_outputs)
-        )
+        if self._viewed_complex:
+            outputs = tuple(
+                torch.view_as_complex(t) if is_complex else t
+                for t, is_complex in zip(outputs, self.complex_outputs)
+            )
         outputs = tuple(
             t if inverse is None else t.contiguous().permute(inverse)
             for t, inverse in zip(outputs, self.inverse_orders)
