@@ -35,7 +35,10 @@ Columns:
 - **half in f32**: `yes` means that with `bf16`/`f16` operands the op computes in `f32` and rounds
   the result once, as torch's CPU kernels do; `no` means it computes in the operand type.
 
-Element types (`pred` is bool): {dtypes}.
+Element types (`pred` is bool): {dtypes}. There are no complex types, as Trainium has none: a
+`complex64`/`complex128` tensor is carried by its real view (`torch.view_as_real`: `f32`/`f64`
+with a trailing dimension of 2 for the real and imaginary parts), and lowering rules registered
+with `complex=True` compute complex arithmetic on those pairs ([writing a pack](writing-a-pack.md)).
 
 Operands of elementwise primitives must already have one type and one shape: the `knp` functions
 insert the `convert` and `broadcast` that torch's type promotion and NumPy's broadcasting imply.

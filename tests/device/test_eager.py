@@ -147,6 +147,47 @@ def test_autograd_on_device_tensors():
     torch.testing.assert_close(wd.grad.cpu(), w.grad)
 
 
+def test_grouped_mm_on_device_tensors_matches_cpu_forward_and_backward():
+    """TorchTitan's MoE call, the offsets on the device with the rest: one kernel per call whose
+    offsets are an input, the backward's 2-D x 2-D weight gradient included."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(16, 8, generator=g), torch.randn(3, 16, 8, generator=g)
+    offs = torch.tensor([5, 5, 16], dtype=torch.int32)
+    grad = torch.randn(16, 16, generator=g).bfloat16()
+    results = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        for device in ("cpu", "nkipy"):
+            xd, wd = (t.clone().to(device).requires_grad_() for t in (x, w))
+            out = torch._grouped_mm(
+                xd.bfloat16(),
+                wd.bfloat16().transpose(-2, -1),
+                offs=offs.to(device),
+                out_dtype=torch.bfloat16,
+            )
+            out.backward(grad.to(device))
+            results.append([out.detach().cpu(), xd.grad.cpu(), wd.grad.cpu()])
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want)
+
+
+def test_arguments_torch_only_refuses_in_its_shape_function_run_on_cpu():
+    """``_grouped_mm``'s meta function wants bf16; its CPU kernel takes f32 too: that call runs
+    on CPU with a warning. A call CPU refuses as well raises torch's error, and no warning."""
+    x, w = torch.randn(16, 8), torch.randn(3, 8, 16)
+    offs = torch.tensor([5, 5, 16], dtype=torch.int32)
+    with pytest.warns(
+        FallbackWarning,
+        match=r"aten::_grouped_mm\.default runs on CPU: torch's shape function refuses",
+    ):
+        out = torch._grouped_mm(x.to("nkipy"), w.to("nkipy"), offs=offs.to("nkipy"))
+    torch.testing.assert_close(out.cpu(), torch._grouped_mm(x, w, offs=offs))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        with pytest.raises(RuntimeError, match="cannot be multiplied"):
+            torch.randn(3, 4).to("nkipy") @ torch.randn(3, 4).to("nkipy")
+
+
 def _train(model, x, y, optimizer_cls, steps=4):
     optimizer = optimizer_cls(model.parameters(), lr=0.05)
     losses = []

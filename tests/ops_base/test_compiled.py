@@ -550,3 +550,38 @@ def test_outputs_have_the_strides_eager_gives_them(graphs):
     for got, want in zip(torch.compile(f, backend="nkipy")(a, b), f(a, b)):
         torch.testing.assert_close(got, want)
         assert got.stride() == want.stride()
+
+
+def _moe_experts(x, w1, w2, w3, offsets):
+    """TorchTitan's grouped experts: SwiGLU per expert over the rows routed to it."""
+    h = F.silu(torch._grouped_mm(x.bfloat16(), w1.bfloat16().transpose(-2, -1), offs=offsets))
+    h = h * torch._grouped_mm(x.bfloat16(), w3.bfloat16().transpose(-2, -1), offs=offsets)
+    return torch._grouped_mm(
+        h, w2.bfloat16().transpose(-2, -1), offs=offsets, out_dtype=torch.bfloat16
+    )
+
+
+def test_grouped_mm_experts_match_eager_for_offsets_given_at_run_time(graphs):
+    """One compiled forward and backward for every offsets tensor (its values are data, not part
+    of any key), the backward's weight gradients being 2-D x 2-D grouped products; an empty
+    expert included. Every row is routed: torch leaves rows past the last offset unwritten."""
+    experts, dim, hidden, tokens = 3, 8, 16, 16
+    args = [
+        randn(tokens, dim),
+        randn(experts, hidden, dim),
+        randn(experts, dim, hidden),
+        randn(experts, hidden, dim),
+    ]
+    compiled = torch.compile(_moe_experts, backend="nkipy", options={"strict": True})
+    for offsets in ([5, 5, 16], [0, 16, 16], [1, 2, 16]):
+        offs = torch.tensor(offsets, dtype=torch.int32)
+        eager_args = [a.clone().requires_grad_() for a in args]
+        compiled_args = [a.clone().requires_grad_() for a in args]
+        expected, actual = _moe_experts(*eager_args, offs), compiled(*compiled_args, offs)
+        _assert_close(actual, expected, f"output, offsets {offsets}")
+        grad = randn(*expected.shape, dtype=torch.bfloat16)
+        expected.backward(grad)
+        actual.backward(grad)
+        for i, (a, e) in enumerate(zip(compiled_args, eager_args)):
+            _assert_close(a.grad, e.grad, f"gradient of argument {i}, offsets {offsets}")
+    assert len(graphs) == 2

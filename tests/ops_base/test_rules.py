@@ -23,7 +23,7 @@ from nkipy_core.compiler.lowering import Layout
 from nkipy_core.compiler.plan import RULE
 from nkipy_core.compiler.rng import RNG_KWARG, RandomStream, key_tensor
 from nkipy_core.ir import codegen
-from nkipy_core.ir.types import DType, TensorType, numpy_to_torch, torch_to_numpy
+from nkipy_core.ir.types import numpy_to_torch, torch_to_numpy, value_type
 from nkipy_core.testing import assert_close_to_eager, upcast
 from nkipy_ops_base.plugin import RULES
 
@@ -426,6 +426,74 @@ def _creation_cases():
     yield case(aten.copy.default, t(2, 3), t(3, dtype=i64))
 
 
+def c(*shape, dtype=torch.complex64):
+    """A deterministic random complex tensor (parts in ``[-2, 2)``)."""
+    part = f32 if dtype == torch.complex64 else torch.float64
+    return torch.complex(t(*shape, dtype=part), t(*shape, dtype=part))
+
+
+def _complex_cases():
+    """Complex tensors, which rules registered with ``complex=True`` get as real views."""
+    z, w = c(2, 3, 4), c(2, 3, 4)
+    yield case(aten.view_as_real.default, z)
+    yield case(aten.view_as_complex.default, t(2, 3, 2))
+    for op in (aten._conj.default, aten.conj_physical.default, aten._conj_physical.default):
+        yield case(op, z)
+    yield case(aten.conj_physical.default, t(3), id="conj_physical-real")
+    yield case(aten.polar.default, t(3, 4, low=0), t(3, 4, low=-4, high=4))
+    yield case(
+        aten.polar.default, t(4, dtype=torch.float64), t(4, dtype=torch.float64), id="polar-f64"
+    )
+    yield case(aten.complex.default, t(3, 1), t(1, 4))
+    yield case(aten.mul.Tensor, z, c(3, 1), id="mul-complex")
+    yield case(aten.mul.Tensor, z, t(4), id="mul-complex-real")
+    yield case(aten.mul.Tensor, t(3, 4), 1.5 - 2j, id="mul-real-complex-scalar")
+    yield case(aten.mul.Tensor, c(3, dtype=torch.complex128), c(3), id="mul-complex128")
+    yield case(aten.mul.Tensor, z, t(4, dtype=torch.float64), id="mul-complex64-f64")
+    yield case(
+        aten.mul.Tensor,
+        torch.tensor([complex(math.inf, 1), complex(0, math.nan)]),
+        2j,
+        id="mul-complex-special",
+    )
+    yield case(aten.add.Tensor, z, w, alpha=2 - 1j, id="add-complex-alpha")
+    yield case(aten.add.Tensor, t(3, 4), z, id="add-real-complex")
+    yield case(aten.sub.Tensor, z, 0.5, id="sub-complex-scalar")
+    yield case(aten.neg.default, z, id="neg-complex")
+    yield case(aten.abs.default, z, id="abs-complex")
+    yield case(
+        aten.abs.default,
+        torch.tensor([complex(3e38, 3e38), complex(math.inf, math.nan), complex(-0.0, 0.0)]),
+        id="abs-complex-extremes",
+    )
+    yield case(aten.where.self, t(3, 4) > 0, z, t(4), id="where-complex")
+    yield case(aten.sum.dim_IntList, z, [0, -1], id="sum-complex")
+    yield case(aten.sum.dim_IntList, z, None, True, id="sum-complex-all")
+    yield case(aten.full.default, [2, 3], 1 - 2j, id="full-complex")
+    yield case(aten.full.default, [2], 3.0, dtype=torch.complex64, id="full-complex-real-value")
+    yield case(aten.full_like.default, z, 2j, id="full_like-complex")
+    yield case(aten.fill.Scalar, z, -1, id="fill-complex")
+    yield case(aten.fill.Tensor, z, torch.tensor(1 + 1j), id="fill_tensor-complex")
+    yield case(aten.zero.default, z, id="zero-complex")
+    yield case(
+        aten.empty.memory_format, [3], dtype=torch.complex64, values=False, id="empty-complex"
+    )
+    yield case(aten._to_copy.default, z, dtype=torch.complex128, id="to_copy-c64-c128")
+    yield case(aten._to_copy.default, t(4), dtype=torch.complex64, id="to_copy-f32-c64")
+    yield case(aten._to_copy.default, z, dtype=f32, id="to_copy-c64-f32")
+    yield case(aten.clone.default, z, id="clone-complex")
+    yield case(aten.copy.default, z, t(4), id="copy-complex-real")
+    yield case(aten.view.default, z, [6, -1], id="view-complex")
+    yield case(aten.expand.default, c(3, 1), [2, -1, 4], id="expand-complex")
+    yield case(aten.permute.default, z, [2, -3, 1], id="permute-complex")
+    yield case(aten.unsqueeze.default, z, -1, id="unsqueeze-complex")
+    yield case(aten.squeeze.dims, c(1, 3, 1), [0, -1], id="squeeze-complex")
+    yield case(aten.slice.Tensor, z, -1, 1, None, id="slice-complex")
+    yield case(aten.select.int, z, -2, 1, id="select-complex")
+    yield case(aten.split_with_sizes.default, z, [1, 3], -1, id="split-complex")
+    yield case(aten.cat.default, [z, t(2, 3, 4)], -1, id="cat-complex-real")
+
+
 def _shape_cases():
     x = t(2, 3, 4)
     yield case(aten.view.default, x, [4, -1])
@@ -476,7 +544,42 @@ def _shape_cases():
     yield case(aten.select_scatter.default, x, t(2, 4), 1, -1)
 
 
+def _grouped_mm_cases():
+    """Offsets covering every row (torch leaves the others unwritten), an empty group among
+    them; sizes multiples of 8 (torch's CPU kernel wants 16-byte strides)."""
+    offs = torch.tensor([5, 5, 16], dtype=i32)
+    yield case(
+        aten._grouped_mm.default,
+        t(16, 8, dtype=bf16),
+        t(3, 8, 16, dtype=bf16),
+        offs,
+        out_dtype=bf16,
+        id="grouped_mm-2d-3d",
+    )
+    yield case(
+        aten._grouped_mm.default,
+        t(3, 8, 16, dtype=bf16),
+        t(16, 16, dtype=bf16),
+        offs,
+        id="grouped_mm-3d-2d",
+    )
+    yield case(
+        aten._grouped_mm.default,
+        t(8, 16, dtype=bf16),
+        t(16, 8, dtype=bf16),
+        torch.tensor([0, 9, 16], dtype=i32),
+        id="grouped_mm-2d-2d",
+    )
+    yield case(
+        aten._grouped_mm.default,
+        t(2, 8, 16, dtype=bf16),
+        t(2, 16, 8, dtype=bf16),
+        id="grouped_mm-3d-3d",
+    )
+
+
 def _linalg_cases():
+    yield from _grouped_mm_cases()
     for dtype in (f32, bf16):
         yield case(aten.mm.default, t(3, 4, dtype=dtype), t(4, 5, dtype=dtype), id=f"mm-{dtype}")
         yield case(
@@ -1551,6 +1654,7 @@ CASES = [
     *_scalar_cases(),
     *_creation_cases(),
     *_shape_cases(),
+    *_complex_cases(),
     *_linalg_cases(),
     *_reduction_cases(),
     *_nn_cases(),
@@ -1572,6 +1676,10 @@ TOLERANCE = {
     torch.bfloat16: (1.6e-2, 1e-2),
     torch.float16: (1e-3, 1e-3),
     torch.float32: (1e-5, 1e-5),
+    # complex products and sums: ATen's scalar loops may fuse a multiply-add, its sin/cos and
+    # reductions round elsewhere than NumPy's
+    torch.complex64: (1e-5, 1e-5),
+    torch.complex128: (1e-14, 1e-14),
 }
 
 
@@ -1580,11 +1688,32 @@ def _outputs(value):
 
 
 def _types(expected):
-    types = [
-        None if e is None else TensorType(tuple(e.shape), DType.from_torch(e.dtype))
-        for e in _outputs(expected)
-    ]
+    types = [None if e is None else value_type(e.shape, e.dtype) for e in _outputs(expected)]
     return tuple(types) if isinstance(expected, tuple) else types[0]
+
+
+def _is_complex(value):
+    if isinstance(value, (tuple, list)):
+        return tuple(_is_complex(v) for v in value)
+    return isinstance(value, torch.Tensor) and value.is_complex()
+
+
+def _context(op, args, kwargs, expected):
+    """The context the compiler gives the rule (``lowering.invoke``), complex flags included."""
+    complex_out = _is_complex(_outputs(expected)[0])
+    complex_args = _is_complex(args)
+    flat = [f for a in complex_args for f in (a if isinstance(a, tuple) else (a,))]
+    complex_ = complex_out or any(flat) or any(_is_complex(tuple(kwargs.values())))
+    return LoweringContext(
+        op,
+        "case",
+        _types(expected),
+        rng=_stream(op),
+        layouts=tuple(Layout.of(a) for a in args),
+        complex=complex_,
+        complex_args=complex_args if complex_ else (),
+        complex_out=complex_out,
+    )
 
 
 def _check(got, expected, tol, values, exact):
@@ -1595,6 +1724,8 @@ def _check(got, expected, tol, values, exact):
         if e is None:  # an output the node does not ask for
             continue
         g = numpy_to_torch(np.asarray(g))
+        if e.is_complex():  # the rule gives the real view
+            g = torch.view_as_complex(g.contiguous())
         assert (tuple(g.shape), g.dtype) == (tuple(e.shape), e.dtype)
         if values:
             rtol, atol = tol or TOLERANCE.get(e.dtype, (0, 0))
@@ -1646,9 +1777,10 @@ def _traced(op, rule, args, kwargs, expected):
     kernel = lower_subgraph(gm, "case")
     with np.errstate(all="ignore"):  # as the cpu runtime runs kernels: inf and nan are values
         outputs = codegen.load(codegen.generate(kernel))(*(torch_to_numpy(i) for i in inputs))
-    # a transposed output comes in its memory order; the kernel's call permutes it back
+    # a transposed output comes in its memory order (a complex one's pair dim last); the
+    # kernel's call permutes it back
     results = iter(
-        r if o is None else np.transpose(r, np.argsort(o))
+        r if o is None else np.transpose(r, [*np.argsort(o), *range(len(o), r.ndim)])
         for r, o in zip(outputs, output_orders(gm))
     )
     if isinstance(expected, tuple):
@@ -1662,9 +1794,7 @@ def test_rule_matches_torch(op, args, kwargs, tol, values):
     if isinstance(expected, list):
         expected = tuple(expected)
     (rule,) = REGISTRY.rules_for(op)
-    ctx = LoweringContext(
-        op, "case", _types(expected), rng=_stream(op), layouts=tuple(Layout.of(a) for a in args)
-    )
+    ctx = _context(op, args, kwargs, expected)
     np_args, np_kwargs = tree_map(_numpy, (args, kwargs))
 
     def exact():

@@ -3,7 +3,8 @@
 Factories take their shape and dtype from the node (``ctx.out``), which already holds what
 torch resolved from ``dtype=None``, default dtypes and scalar types. Device, layout, pinning
 and memory format do not change values, so they are accepted and ignored; ``empty`` tensors
-have unspecified contents and are lowered as zeros.
+have unspecified contents and are lowered as zeros. Complex results are pairs of reals
+(``complex_pairs``): fills, casts and copies make them as torch's conversions do.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 
 from nkipy_core import knp
 
+from . import complex_pairs
 from .opmath import compute_dtype
 from .rules import RULES
 
@@ -20,24 +22,31 @@ aten = torch.ops.aten
 prims = torch.ops.prims
 
 
-@RULES.register(aten.full.default)
+def _filled(ctx, value):
+    """The result filled with a Python number (complex ones too)."""
+    if ctx.complex_out:
+        return knp.broadcast_to(complex_pairs.pair(value, False, ctx.out_dtype), ctx.out.shape)
+    return knp.full(ctx.out.shape, value, ctx.out_dtype)
+
+
+@RULES.register(aten.full.default, complex=True)
 def full(ctx, size, fill_value, **_):
-    return knp.full(ctx.out.shape, fill_value, ctx.out_dtype)
+    return _filled(ctx, fill_value)
 
 
-@RULES.register(aten.full_like.default, aten.fill.Scalar)
+@RULES.register(aten.full_like.default, aten.fill.Scalar, complex=True)
 def full_like(ctx, x, fill_value, **_):
-    return knp.full(ctx.out.shape, fill_value, ctx.out_dtype)
+    return _filled(ctx, fill_value)
 
 
-@RULES.register(aten.zero.default)
+@RULES.register(aten.zero.default, complex=True)
 def zero(ctx, x):
     return knp.zeros(ctx.out.shape, ctx.out_dtype)
 
 
-@RULES.register(aten.fill.Tensor)
+@RULES.register(aten.fill.Tensor, complex=True)
 def fill_tensor(ctx, x, value):
-    return knp.broadcast_to(knp.astype(value, ctx.out_dtype), ctx.out.shape)
+    return knp.broadcast_to(_converted(ctx, value, 1), ctx.out.shape)
 
 
 @RULES.register(aten.scalar_tensor.default)
@@ -45,7 +54,12 @@ def scalar_tensor(ctx, s, **_):
     return knp.full((), s, ctx.out_dtype)
 
 
-@RULES.register(aten.empty.memory_format, aten.empty_strided.default, aten.empty_permuted.default)
+@RULES.register(
+    aten.empty.memory_format,
+    aten.empty_strided.default,
+    aten.empty_permuted.default,
+    complex=True,
+)
 def empty(ctx, size, *_, **__):
     return knp.zeros(ctx.out.shape, ctx.out_dtype)
 
@@ -81,16 +95,27 @@ def tril_indices(ctx, row, col, offset=0, **_):
     return np.stack(np.tril_indices(row, offset, col)).astype(ctx.out_dtype.numpy)
 
 
-@RULES.register(aten._to_copy.default, prims.convert_element_type.default)
+def _converted(ctx, value, position: int):
+    """Positional argument ``position`` converted to the result's dtype as torch converts: a real
+    one to complex with a zero imaginary part, a complex one to real by dropping it (torch
+    warns there, eagerly)."""
+    if ctx.complex_out:
+        return complex_pairs.operand(ctx, value, position)
+    if ctx.complex and ctx.complex_args[position]:
+        value = value[..., complex_pairs.REAL]
+    return knp.astype(value, ctx.out_dtype)
+
+
+@RULES.register(aten._to_copy.default, prims.convert_element_type.default, complex=True)
 def to_copy(ctx, x, *_, **__):
-    return knp.astype(x, ctx.out_dtype)
+    return _converted(ctx, x, 0)
 
 
-@RULES.register(aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default)
+@RULES.register(aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default, complex=True)
 def clone(ctx, x, **_):
     return x
 
 
-@RULES.register(aten.copy.default)
+@RULES.register(aten.copy.default, complex=True)
 def copy(ctx, x, src, non_blocking=False):
-    return knp.broadcast_to(knp.astype(src, ctx.out_dtype), ctx.out.shape)
+    return knp.broadcast_to(_converted(ctx, src, 1), ctx.out.shape)

@@ -9,13 +9,12 @@ torch's promotion result, so one rule serves an op's ``Tensor`` and ``Scalar`` o
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from nkipy_core import _torch, knp
 from nkipy_core.ir import DType
 
+from . import complex_pairs
 from .opmath import is_scalar, opmath
 from .rules import RULES
 
@@ -69,19 +68,8 @@ def _fmin(a, b):
     return knp.where(knp.isnan(b), a, knp.where(knp.isnan(a), b, knp.minimum(a, b)))
 
 
-def _hypot(a, b):
-    """``sqrt(a² + b²)`` as ``big · sqrt(1 + (small/big)²)``, which does not overflow early;
-    infinite if either operand is, even with a NaN (as C's ``hypot``)."""
-    a, b = knp.abs(a), knp.abs(b)
-    big, small = knp.maximum(a, b), knp.minimum(a, b)
-    ratio = knp.divide(small, knp.where(knp.equal(big, 0), 1, big))
-    result = knp.multiply(big, knp.sqrt(knp.add(1, knp.multiply(ratio, ratio))))
-    return knp.where(knp.logical_or(knp.isinf(a), knp.isinf(b)), math.inf, result)
-
-
 #: (knp function, overloads it lowers); the rule is named after the ATen op
 _UNARY = [
-    (knp.abs, aten.abs.default),
     (knp.arccos, aten.acos.default),
     (knp.arccosh, aten.acosh.default),
     (knp.arcsin, aten.asin.default),
@@ -100,7 +88,6 @@ _UNARY = [
     (knp.log10, aten.log10.default),
     (knp.log1p, aten.log1p.default),
     (knp.log2, aten.log2.default),
-    (knp.negative, aten.neg.default),
     (_reciprocal, aten.reciprocal.default),
     (knp.round, aten.round.default),
     (knp.rsqrt, aten.rsqrt.default),
@@ -120,7 +107,7 @@ _BINARY = [
     (knp.minimum, aten.minimum.default),
     (_fmax, aten.fmax.default),
     (_fmin, aten.fmin.default),
-    (_hypot, aten.hypot.default),
+    (complex_pairs.hypot, aten.hypot.default),
     (knp.remainder, aten.remainder.Tensor, aten.remainder.Scalar),
     (knp.fmod, aten.fmod.Tensor, aten.fmod.Scalar),
     (knp.arctan2, aten.atan2.default),
@@ -158,24 +145,52 @@ def _scaled(ctx, fn, x, other, alpha):
     return opmath(ctx.out_dtype, lambda a, b, s: fn(a, knp.multiply(b, s)), x, other, alpha)
 
 
-@RULES.register(aten.add.Tensor, aten.add.Scalar)
+def _complex_scaled(ctx, fn, x, other, alpha):
+    """``fn(x, alpha * other)`` of complex operands (``alpha`` real or complex)."""
+    x, other = complex_pairs.operand(ctx, x, 0), complex_pairs.operand(ctx, other, 1)
+    if alpha != 1:
+        other = complex_pairs.multiply(other, complex_pairs.pair(alpha, False, ctx.out_dtype))
+    return fn(x, other)
+
+
+@RULES.register(aten.add.Tensor, aten.add.Scalar, complex=True)
 def add(ctx, x, other, alpha=1):
+    if ctx.complex:
+        return _complex_scaled(ctx, knp.add, x, other, alpha)
     if ctx.out_dtype is DType.bool:  # torch adds booleans as `or`
         return knp.logical_or(x, other)
     return _scaled(ctx, knp.add, x, other, alpha)
 
 
-@RULES.register(aten.mul.Tensor, aten.mul.Scalar)
+@RULES.register(aten.mul.Tensor, aten.mul.Scalar, complex=True)
 def mul(ctx, x, other):
     """A scalar ``other`` multiplies at f32 without being rounded to a half dtype first."""
+    if ctx.complex:
+        return complex_pairs.multiply(
+            complex_pairs.operand(ctx, x, 0), complex_pairs.operand(ctx, other, 1)
+        )
     if ctx.out_dtype is DType.bool:  # and multiplies them as `and`
         return knp.logical_and(x, other)
     return opmath(ctx.out_dtype, knp.multiply, x, other, unrounded_at=(1,))
 
 
-@RULES.register(aten.sub.Tensor, aten.sub.Scalar)
+@RULES.register(aten.sub.Tensor, aten.sub.Scalar, complex=True)
 def sub(ctx, x, other, alpha=1):
+    if ctx.complex:
+        return _complex_scaled(ctx, knp.subtract, x, other, alpha)
     return _scaled(ctx, knp.subtract, x, other, alpha)
+
+
+@RULES.register(aten.neg.default, complex=True)
+def neg(ctx, x):
+    """Both parts of a complex number negated."""
+    return knp.negative(x) if ctx.complex else opmath(ctx.out_dtype, knp.negative, x)
+
+
+@RULES.register(aten.abs.default, complex=True)
+def abs_(ctx, x):
+    """A complex number's magnitude (``complex_pairs.magnitude``)."""
+    return complex_pairs.magnitude(x) if ctx.complex else opmath(ctx.out_dtype, knp.abs, x)
 
 
 def _half_floor_divide(a, b):
@@ -224,6 +239,9 @@ def clamp(ctx, x, min=None, max=None):  # noqa: A002 - ATen's argument names
     return opmath(ctx.out_dtype, fn, x, min, max)
 
 
-@RULES.register(aten.where.self)
+@RULES.register(aten.where.self, complex=True)
 def where(ctx, condition, x, other):
+    if ctx.complex:  # the condition holds for both parts of a pair
+        x, other = complex_pairs.operand(ctx, x, 1), complex_pairs.operand(ctx, other, 2)
+        return knp.where(knp.expand_dims(condition, -1), x, other)
     return knp.where(condition, knp.astype(x, ctx.out_dtype), knp.astype(other, ctx.out_dtype))

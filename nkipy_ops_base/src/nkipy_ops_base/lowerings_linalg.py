@@ -1,5 +1,5 @@
-"""Matrix products (``mm``, ``bmm``, ``addmm``, ``addmv``, ``dot``, ``mv``) and pairwise
-distances (``cdist``, ``pdist``, forward and backward).
+"""Matrix products (``mm``, ``bmm``, ``addmm``, ``addmv``, ``dot``, ``mv``, ``_grouped_mm``) and
+pairwise distances (``cdist``, ``pdist``, forward and backward).
 
 Products are ``knp.matmul`` in torch's opmath: half floats multiply and accumulate in f32 and
 round once, which is what torch's CPU GEMMs do. ``addmm`` and ``addmv`` ignore ``self`` when
@@ -17,6 +17,7 @@ import torch
 
 from nkipy_core import knp
 
+from .conventions import require
 from .lowerings_reduction import p_norm
 from .opmath import opmath
 from .rules import RULES
@@ -41,6 +42,63 @@ def addmm(ctx, bias, mat, other, *, beta=1, alpha=1):
         return knp.add(c if beta == 1 else knp.multiply(c, beta), product)
 
     return opmath(ctx.out_dtype, fn, bias, mat, other)
+
+
+def _group_masks(offs, size: int):
+    """``[G, size]`` booleans: position ``i`` is in group ``g`` when
+    ``offs[g - 1] <= i < offs[g]`` (``offs`` holds each group's end; the first starts at 0).
+    Computed in the kernel from the offsets it is given, in int32 as they come."""
+    ends = knp.expand_dims(offs, -1)
+    starts = knp.concatenate([knp.zeros((1, 1), knp.dtype_of(offs)), ends[:-1]])
+    positions = knp.expand_dims(knp.arange(size, knp.dtype_of(offs)), 0)
+    return knp.logical_and(knp.greater_equal(positions, starts), knp.less(positions, ends))
+
+
+def _select_groups(products, masks):
+    """Per position, the product of its group (``products[g]`` where ``masks[g]``, zeros where no
+    group covers it): one select per group, so the other groups' values, NaN or infinite, never
+    reach it."""
+    out = knp.zeros(products.shape[1:], knp.dtype_of(products))
+    for g in range(products.shape[0]):
+        out = knp.where(masks[g], products[g], out)
+    return out
+
+
+@RULES.register(aten._grouped_mm.default)
+def grouped_mm(ctx, a, b, offs=None, bias=None, out_dtype=None):
+    """Products of groups (MoE experts): ``offs`` (int32) holds each group's end along the
+    dimension it splits, and is data: the kernel is right for any offsets of its shapes.
+
+    * ``a`` 2-D ``[T, K]``, ``b`` 3-D ``[G, K, N]``: rows of ``a`` in group ``g`` times ``b[g]``;
+      all ``G`` products ``[G, T, N]`` are formed and each row takes its group's.
+    * ``a`` 3-D ``[G, M, K]``, ``b`` 2-D ``[K, N]``: the same over the columns of ``b``.
+    * both 2-D, ``[M, T]`` and ``[T, N]``: groups split the contraction (a MoE weight gradient);
+      product ``g`` contracts both operands with the other groups' positions zeroed.
+    * both 3-D: a batched product (no offsets).
+
+    Cost: ``G`` times the multiply-adds of one dense product, and a ``G``-fold intermediate
+    (the products, or for 2-D operands the masked copies of both). Positions no group covers
+    (past the last offset) are zeros; torch leaves them unwritten. Half floats accumulate in f32
+    and round once, as torch's CPU kernel does.
+    """
+    require(bias is None, "_grouped_mm with a bias (torch has none either)")
+    if offs is None:
+        return opmath(ctx.out_dtype, knp.matmul, a, b)
+
+    def fn(a, b):
+        if a.ndim == 2 and b.ndim == 3:
+            rows = knp.expand_dims(_group_masks(offs, a.shape[0]), -1)
+            return _select_groups(knp.matmul(knp.expand_dims(a, 0), b), rows)
+        if a.ndim == 3 and b.ndim == 2:
+            columns = knp.expand_dims(_group_masks(offs, b.shape[1]), 1)
+            return _select_groups(knp.matmul(a, knp.expand_dims(b, 0)), columns)
+        masks = _group_masks(offs, a.shape[1])
+        zero = knp.zeros((), knp.dtype_of(a))
+        left = knp.where(knp.expand_dims(masks, 1), knp.expand_dims(a, 0), zero)
+        right = knp.where(knp.expand_dims(masks, -1), knp.expand_dims(b, 0), zero)
+        return knp.matmul(left, right)
+
+    return opmath(ctx.out_dtype, fn, a, b)
 
 
 def _norm_grad(diff, dist, p):

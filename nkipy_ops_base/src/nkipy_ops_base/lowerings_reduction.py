@@ -15,6 +15,7 @@ import torch
 
 from nkipy_core import knp
 
+from . import complex_pairs
 from .conventions import axes
 from .opmath import opmath, upcast
 from .rules import RULES
@@ -22,8 +23,12 @@ from .rules import RULES
 aten = torch.ops.aten
 
 
-@RULES.register(aten.sum.dim_IntList)
+@RULES.register(aten.sum.dim_IntList, complex=True)
 def sum_(ctx, x, dim=None, keepdim=False, *, dtype=None):
+    """A complex sum adds the real and imaginary parts apart (over torch's dims, not the pair's)."""
+    if ctx.complex:
+        x = complex_pairs.operand(ctx, x, 0)
+        return knp.sum(x, axes(dim, x.ndim - 1), keepdim)
     return knp.astype(knp.sum(x, axes(dim, x.ndim), keepdim, dtype), ctx.out_dtype)
 
 

@@ -3,7 +3,8 @@
 Kernels have value semantics, so ATen's views (``view``, ``expand``, ``permute``, ``slice``,
 ``select``, ``diagonal`` …) are ordinary functions of their input here, and strides never matter,
 except to ``as_strided`` (and its backward, ``as_strided_scatter``), which address storage and
-read their input's layout from the node.
+read their input's layout from the node. The common views of complex tensors are lowered on their
+real views (``complex_pairs``): dims are torch's, counted without the trailing pair dimension.
 Indices and bounds are normalised the way ATen does (negative values wrap, slice ends clamp).
 Reflection and replication padding copy input positions computed at trace time (a ``take``
 per padded dim); their backward adds the gradient back to those positions.
@@ -20,6 +21,7 @@ import torch
 from nkipy_core import knp
 from nkipy_core.ir import DType
 
+from . import complex_pairs
 from .conventions import axes, inverse_permutation, require
 from .rules import RULES
 
@@ -36,49 +38,60 @@ def _slice_bounds(size: int, start, end, step: int) -> tuple[int, int, int]:
     return start, max(start, end), step
 
 
-@RULES.register(aten.view.default)
+@RULES.register(aten.view.default, complex=True)
 def view(ctx, x, size):
     return knp.reshape(x, ctx.out.shape)
 
 
-@RULES.register(aten.expand.default)
+@RULES.register(aten.expand.default, complex=True)
 def expand(ctx, x, size, *, implicit=False):
     return knp.broadcast_to(x, ctx.out.shape)
 
 
-@RULES.register(aten.permute.default)
+@RULES.register(aten.permute.default, complex=True)
 def permute(ctx, x, dims):
+    if complex_pairs.is_complex(ctx):  # the pair dimension stays last
+        dims = [*(complex_pairs.dim(ctx, x, d) for d in dims), x.ndim - 1]
     return knp.transpose(x, dims)
 
 
-@RULES.register(aten.unsqueeze.default)
+@RULES.register(aten.unsqueeze.default, complex=True)
 def unsqueeze(ctx, x, dim):
-    return knp.expand_dims(x, dim)
+    return knp.expand_dims(x, complex_pairs.dim(ctx, x, dim, new=1))
 
 
-@RULES.register(aten.squeeze.dim, aten.squeeze.dims)
+@RULES.register(aten.squeeze.dim, aten.squeeze.dims, complex=True)
 def squeeze(ctx, x, dim=None):
+    if complex_pairs.is_complex(ctx):
+        dim = [complex_pairs.dim(ctx, x, d) for d in ([dim] if isinstance(dim, int) else dim)]
     return knp.squeeze(x, dim)
 
 
-@RULES.register(aten.slice.Tensor)
+@RULES.register(aten.slice.Tensor, complex=True)
 def slice_(ctx, x, dim=0, start=None, end=None, step=1):
+    dim = complex_pairs.dim(ctx, x, dim)
     return x[_along(x.ndim, dim, slice(*_slice_bounds(x.shape[dim], start, end, step)))]
 
 
-@RULES.register(aten.select.int)
+@RULES.register(aten.select.int, complex=True)
 def select(ctx, x, dim, index):
-    return x[_along(x.ndim, dim, index)]
+    return x[_along(x.ndim, complex_pairs.dim(ctx, x, dim), index)]
 
 
-@RULES.register(aten.split_with_sizes.default)
+@RULES.register(aten.split_with_sizes.default, complex=True)
 def split_with_sizes(ctx, x, split_sizes, dim=0):
+    dim = complex_pairs.dim(ctx, x, dim)
     offsets = [0, *itertools.accumulate(split_sizes)]
     return tuple(x[_along(x.ndim, dim, slice(a, b))] for a, b in zip(offsets, offsets[1:]))
 
 
-@RULES.register(aten.cat.default)
+@RULES.register(aten.cat.default, complex=True)
 def cat(ctx, tensors, dim=0):
+    if ctx.complex:  # real operands get a zero imaginary part, as torch promotes them
+        flags = ctx.complex_args[0]
+        rank = next(t.ndim - 1 for t, c in zip(tensors, flags) if c)
+        pairs = [complex_pairs.pair(t, c, ctx.out_dtype) for t, c in zip(tensors, flags)]
+        return knp.concatenate(pairs, axis=dim % rank)
     return knp.astype(knp.concatenate(tensors, axis=dim), ctx.out_dtype)
 
 

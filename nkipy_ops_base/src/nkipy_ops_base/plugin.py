@@ -5,6 +5,7 @@ from nkipy_core import hookimpl
 
 # Importing the modules registers their rules.
 from . import (  # noqa: F401
+    lowerings_complex,
     lowerings_conv,
     lowerings_creation,
     lowerings_elementwise,
@@ -24,7 +25,7 @@ from . import (  # noqa: F401
 from .rules import RULES
 
 #: the nkipy hook API versions this pack works with (nkipy_core.plugin.hook_api)
-NKIPY_HOOK_API = ">=1.0,<2"
+NKIPY_HOOK_API = ">=1.1,<2"  # registers complex=True rules
 
 
 @hookimpl

@@ -5,6 +5,12 @@ storage offset) whose storage's data pointer is a placeholder address. The runti
 it hangs off the storage object, so views, ``detach``, ``nn.Parameter`` and autograd, which all share the storage,
 share the buffer too; the buffer is freed when torch frees the storage. Only the runtime knows
 what a buffer is: this module hands it ``DeviceArray`` descriptions and never touches the bytes.
+
+A complex tensor's buffer holds its real and imaginary parts interleaved, as on CPU; the runtime
+sees it as its real view (``value_type``: ``complex64[n]`` is ``f32[n x 2]``), so runtimes and
+kernels need know nothing of complex numbers. Torch's conjugate and negative bits (``x.conj()``,
+``x.conj().imag``) are views that leave the buffer as it is: transfers apply them (``to_host``,
+``write``), and ``raw`` gives the bytes as they are stored.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from nkipy_core.errors import (
     RuntimeNotFoundError,
     RuntimeUnavailableError,
 )
-from nkipy_core.ir.types import DType, numpy_to_torch, torch_to_numpy
+from nkipy_core.ir.types import DType, numpy_to_torch, torch_to_numpy, value_type
 from nkipy_core.runtime.base import DeviceArray, contiguous_strides
 
 _ATTR = "_nkipy_allocation"
@@ -243,13 +249,12 @@ def empty(
     shape: Sequence[int], dtype: torch.dtype, strides: Sequence[int] | None = None
 ) -> torch.Tensor:
     """A new device tensor with its own buffer (contents undefined)."""
-    try:
-        DType.from_torch(dtype)
-    except TypeError:
+    if dtype not in _DTYPES:
+        held = [*(str(d.torch) for d in DType), *map(str, _COMPLEX)]
         raise DeviceError(
-            f"nkipy tensors cannot hold {dtype}; the device has "
-            f"{', '.join(str(d.torch) for d in DType)}. Keep this tensor on CPU."
-        ) from None
+            f"nkipy tensors cannot hold {dtype}; the device has {', '.join(held)}. "
+            "Keep this tensor on CPU."
+        )
     strides = contiguous_strides(shape) if strides is None else strides
     nbytes = _span(shape, strides, 0, dtype.itemsize)
     return _tensor(runtime().allocate(nbytes), nbytes, dtype, shape, strides)
@@ -330,17 +335,36 @@ def array(t: torch.Tensor) -> DeviceArray:
 
 
 def _array(buffer, t: torch.Tensor) -> DeviceArray:
+    if t.dtype not in _DTYPES:  # a view of the bytes as another type (``view_as_complex`` of f16)
+        raise DeviceError(
+            f"nkipy tensors cannot hold {t.dtype}, so no kernel reads or writes one; move it with "
+            ".cpu() first"
+        )
+    dtype = _DTYPES[t.dtype]
+    if dtype is None:  # complex: its real view, parts interleaved, element offsets doubled
+        return DeviceArray(
+            buffer,
+            value_type((), t.dtype).dtype,
+            (*t.shape, 2),
+            (*(2 * s for s in t.stride()), 1),
+            2 * int(t.storage_offset()),
+        )
     return DeviceArray(
         buffer,
-        _DTYPES.get(t.dtype) or DType.from_torch(t.dtype),
+        dtype,
         t.shape,
         t.stride(),
         int(t.storage_offset()),  # a device tensor's layout is concrete
     )
 
 
-#: DType of each torch dtype the device holds (``DType.from_torch`` raises for the others)
-_DTYPES = {d.torch: d for d in DType}
+#: the complex dtypes the device holds, passed to runtimes as their real views
+_COMPLEX = (torch.complex64, torch.complex128)
+#: the DType of each torch dtype the device holds; ``None`` for a complex one
+_DTYPES: dict[torch.dtype, DType | None] = {
+    **{d.torch: d for d in DType},
+    **dict.fromkeys(_COMPLEX),
+}
 
 
 def wrap(result: DeviceArray) -> torch.Tensor:
@@ -358,10 +382,34 @@ def from_host(host: torch.Tensor) -> torch.Tensor:
 
 
 def write(t: torch.Tensor, host: torch.Tensor) -> None:
-    """Copy a CPU tensor of ``t``'s shape and dtype into device tensor ``t``."""
+    """Copy a CPU tensor of ``t``'s shape and dtype into device tensor ``t`` (stored as ``t``'s
+    conjugate and negative bits say, so that ``t`` reads the values of ``host``)."""
+    if t.is_conj():
+        host = host.conj()
+    if t.is_neg():
+        host = host.neg()
     runtime().to_device(torch_to_numpy(host.resolve_conj().resolve_neg()), array(t))
 
 
 def to_host(t: torch.Tensor) -> torch.Tensor:
-    """A new CPU tensor holding a device tensor's values (one device-to-host transfer)."""
-    return numpy_to_torch(runtime().to_host(array(t))).reshape(t.shape)
+    """A new CPU tensor holding a device tensor's values (one device-to-host transfer), its
+    conjugate and negative bits applied."""
+    host = numpy_to_torch(runtime().to_host(array(t)))
+    if t.is_complex():
+        host = torch.view_as_complex(host)
+    host = host.reshape(t.shape)
+    if t.is_conj():
+        host = host.conj_physical()
+    if t.is_neg():
+        host = host.neg()
+    return host
+
+
+def raw(t: torch.Tensor) -> torch.Tensor:
+    """A view of ``t``'s storage and layout without its conjugate and negative bits: the values
+    as the buffer holds them (``t`` itself when it has neither)."""
+    if not (t.is_conj() or t.is_neg()):
+        return t
+    alias = _torch.create_empty_tensor((0,), t.dtype)
+    set_layout(alias, t.untyped_storage(), t.shape, t.stride(), int(t.storage_offset()))
+    return alias

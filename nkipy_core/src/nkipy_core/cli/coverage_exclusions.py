@@ -26,7 +26,7 @@ SYMBOLIC_SIZE_QUERY = (
 DATA_DEPENDENT_SHAPE = "data-dependent output shape: its size depends on the values, which a static kernel cannot express"
 HOST_SCALAR = "data-dependent host value: `.item()` hands a tensor element to Python on the host"
 STORAGE_RESIZE = "in-place storage resize: mutates a tensor's size at run time; functionalized graphs never hold it"
-COMPLEX_FFT = "complex FFT: complex tensors are not in the NKIPy IR"
+COMPLEX_FFT = "complex FFT: no NKIPy primitive computes a Fourier transform (complex values are carried as real pairs; a DFT as matrix products would be quadratic)"
 
 CORE_ATEN_EXCLUSIONS: tuple[Exclusion, ...] = (
     *(

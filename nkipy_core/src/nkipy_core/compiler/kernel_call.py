@@ -4,6 +4,10 @@
 tensors as the device arrays they are (through ``memory``, the buffer layer), CPU tensors as host
 arrays or staged buffers. ``entry`` is what AOTAutograd calls for a compiled graph. It sits below
 the device: the device's eager ops run their single-op kernels through it.
+
+Kernels know no complex numbers: a complex tensor goes in as its real view (``memory.array``,
+``torch_to_numpy``) and a complex result comes back as one, which the call views as complex again
+(``torch.view_as_complex``, no copy).
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ class KernelCall(torch.nn.Module):
         on_device: Sequence[bool],
         orders: Sequence[tuple[int, ...] | None],
         stats: profiling.KernelRecord,
+        complex_inputs: bool = False,
+        complex_outputs: Sequence[bool] = (),
     ):
         super().__init__()
         #: this kernel's counters (``nkipy_core.kernel_stats()``), shared by its other calls
@@ -68,9 +74,17 @@ class KernelCall(torch.nn.Module):
         #: a call whose inputs are all CPU tensors runs on host arrays, without staging
         self.run_host: Any = getattr(runtime, "run_host", None)  # set when host_path is
         self.host_path = not any(self.on_device) and self.run_host is not None
-        self.host_views = HostViews(len(executable.signature.inputs))
-        #: the one output, returned as the kernel gives it (no tuple, no permutation)
-        self.single = not tuple_output and self.inverse_orders == (None,)
+        #: whether some input is complex (``torch_to_numpy`` gives its real view, ``numpy()``
+        #: its complex one: no remembered NumPy views then)
+        self.complex_inputs = complex_inputs
+        self.host_views = None if complex_inputs else HostViews(len(executable.signature.inputs))
+        #: per output: whether it is complex, returned by the kernel as its real view
+        self.complex_outputs = tuple(complex_outputs) or (False,) * len(self.on_device)
+        self._viewed_complex = any(self.complex_outputs)
+        #: the one output, returned as the kernel gives it (no tuple, no permutation, real)
+        self.single = (
+            not tuple_output and self.inverse_orders == (None,) and not self._viewed_complex
+        )
 
     def _execute(self, run, inputs: list, *outputs):
         """Run the kernel through ``run`` (``runtime.run``, ``run_into``) with its counters
@@ -82,9 +96,13 @@ class KernelCall(torch.nn.Module):
 
     def forward(self, *args: torch.Tensor):
         if self.host_path:
-            try:  # CPU tensors NumPy can view; device tensors, bf16 and autograd tensors raise
-                arrays: list[np.ndarray] | None = self.host_views.arrays(args)
-            except (TypeError, RuntimeError):
+            arrays: list[np.ndarray] | None = None
+            if self.host_views is not None:
+                try:  # CPU tensors NumPy can view; device tensors, bf16 and autograd tensors raise
+                    arrays = self.host_views.arrays(args)
+                except (TypeError, RuntimeError):
+                    pass
+            if arrays is None:
                 arrays = host_arrays(args)
             if arrays is not None:  # what _execute does, inline: this is the call of a small graph
                 stats = self.stats
@@ -165,6 +183,11 @@ class KernelCall(torch.nn.Module):
             runtime.free(array.buffer)
 
     def _laid_out(self, outputs: tuple[torch.Tensor, ...]):
+        if self._viewed_complex:
+            outputs = tuple(
+                torch.view_as_complex(t) if is_complex else t
+                for t, is_complex in zip(outputs, self.complex_outputs)
+            )
         outputs = tuple(
             t if inverse is None else t.contiguous().permute(inverse)
             for t, inverse in zip(outputs, self.inverse_orders)

@@ -59,6 +59,22 @@ class _Lowered:
     tuple_output: bool
     devices: list[bool]
     orders: tuple[tuple[int, ...] | None, ...]
+    complex_inputs: bool
+    complex_outputs: tuple[bool, ...]
+
+
+def _is_complex(node: Any) -> bool:
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return isinstance(val, torch.Tensor) and val.is_complex()
+
+
+def complex_io(sub: torch.fx.GraphModule) -> tuple[bool, tuple[bool, ...]]:
+    """Whether any input of a subgraph is complex, and per output whether it is: the kernel
+    takes and gives those as real views (``KernelCall``)."""
+    result = next(iter(sub.graph.find_nodes(op="output"))).args[0]
+    results = result if isinstance(result, (tuple, list)) else [result]
+    inputs = any(_is_complex(n) for n in sub.graph.find_nodes(op="placeholder"))
+    return inputs, tuple(_is_complex(n) for n in results)
 
 
 def _find_or_lower(
@@ -80,6 +96,7 @@ def _find_or_lower(
     tuple_output = isinstance(result, (tuple, list))
     results = result if tuple_output else [result]
     orders = output_orders(sub)
+    complex_inputs, complex_outputs = complex_io(sub)
     if on_device is None:
         devices = [memory.is_nkipy(n.meta.get("val")) for n in results]
     else:
@@ -87,7 +104,16 @@ def _find_or_lower(
     indexed = cache.get_index(fx_key)
     if indexed is not None:
         call = load_kernel(
-            cache, indexed["kernel"], name, runtime, options, tuple_output, devices, orders
+            cache,
+            indexed["kernel"],
+            name,
+            runtime,
+            options,
+            tuple_output,
+            devices,
+            orders,
+            complex_inputs=complex_inputs,
+            complex_outputs=complex_outputs,
         )
         if call is not None:
             return call
@@ -97,7 +123,17 @@ def _find_or_lower(
     loaded = cache.load(kernel_key)
     if loaded is None:
         return _Lowered(
-            name, sub, kernel, kernel_key, fx_key, options, tuple_output, devices, orders
+            name,
+            sub,
+            kernel,
+            kernel_key,
+            fx_key,
+            options,
+            tuple_output,
+            devices,
+            orders,
+            complex_inputs,
+            complex_outputs,
         )
     executable = runtime.load(loaded[1], Signature.of(kernel), options)
     cache.put_index(fx_key, {"kernel": kernel_key})
@@ -105,7 +141,18 @@ def _find_or_lower(
     stats = profiling.record(
         cache.root, kernel_key, name, profiling.op_counts(kernel), executable.signature
     )
-    return KernelCall(name, executable, runtime, tuple_output, kernel_key, devices, orders, stats)
+    return KernelCall(
+        name,
+        executable,
+        runtime,
+        tuple_output,
+        kernel_key,
+        devices,
+        orders,
+        stats,
+        complex_inputs,
+        complex_outputs,
+    )
 
 
 def load_kernel(
@@ -118,11 +165,14 @@ def load_kernel(
     devices: Sequence[bool],
     orders: Sequence[tuple[int, ...] | None],
     count_miss: bool = True,
+    complex_inputs: bool = False,
+    complex_outputs: Sequence[bool] = (),
 ) -> KernelCall | None:
     """The call of kernel ``key`` (named ``name``) made from its cache entry, without lowering;
     ``None`` when the entry is missing or corrupt (``KernelCache.load``; ``count_miss`` as there).
     The entry's metadata gives the signature, so only how the call places its outputs
-    (``tuple_output``, ``devices``, ``orders``) must come from the caller."""
+    (``tuple_output``, ``devices``, ``orders``) and which of its real arrays stand for complex
+    tensors (``complex_io``) must come from the caller."""
     loaded = cache.load(key, count_miss=count_miss)
     if loaded is None:
         return None
@@ -133,7 +183,18 @@ def load_kernel(
     executable = runtime.load(artifacts, signature, options)
     log.debug("kernel %s loaded from cache entry %s without lowering", name, key)
     stats = profiling.record(cache.root, key, name, meta.get("ops", {}), signature)
-    return KernelCall(name, executable, runtime, tuple_output, key, devices, orders, stats)
+    return KernelCall(
+        name,
+        executable,
+        runtime,
+        tuple_output,
+        key,
+        devices,
+        orders,
+        stats,
+        complex_inputs,
+        complex_outputs,
+    )
 
 
 def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall, float | None]:
@@ -183,6 +244,8 @@ def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall
         job.devices,
         job.orders,
         stats,
+        job.complex_inputs,
+        job.complex_outputs,
     )
     return call, seconds
 

@@ -49,6 +49,12 @@ def _dense_order(value: Any) -> tuple[int, ...] | None:
     return order
 
 
+def _value_order(value: Traced, order: tuple[int, ...]) -> tuple[int, ...]:
+    """``order`` over the dims of the traced value: a complex output's real view keeps its pair
+    dimension last."""
+    return order if value.ndim == len(order) else (*order, len(order))
+
+
 def lower_subgraph(sub: torch.fx.GraphModule, name: str):
     """Trace the rules of a fused subgraph into one NKIPy kernel (verified and simplified)."""
     return finish_kernel(trace_subgraph(sub, name))
@@ -82,7 +88,7 @@ def trace_subgraph(sub: torch.fx.GraphModule, name: str):
             raise LoweringError(f"unexpected {node.op} node {node.name} in a fused subgraph")
     with builder.building("output layout"):
         outputs = [
-            o if order is None else builder.emit("transpose", [o], {"perm": order})
+            o if order is None else builder.emit("transpose", [o], {"perm": _value_order(o, order)})
             for o, order in zip(outputs, output_orders(sub))
         ]
     kernel = builder.finish(outputs)

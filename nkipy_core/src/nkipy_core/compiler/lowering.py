@@ -3,6 +3,11 @@
 This is the only place that calls lowering rules, so it is where a rule's mistakes are caught
 and attributed: a result of the wrong shape or dtype becomes a ``VerificationError`` naming the
 rule and the op, and ``Unsupported`` declines the node for the next provider.
+
+A complex tensor is traced as its real view (``value_type``: ``complex64[n]`` is ``f32[n x 2]``).
+A rule written for real numbers would compute nonsense on those pairs (a product of pairs is not
+a complex product, a trailing dimension of 2 shifts negative dims), so only rules registered with
+``complex=True`` ever see a node with a complex input or result (``touches_complex``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from nkipy_core import knp
 from nkipy_core.compiler.rng import STREAM_BLOCKS, RandomStream, split_kwargs
 from nkipy_core.errors import Unsupported, VerificationError
 from nkipy_core.ir.builder import KernelBuilder, Traced, constant
-from nkipy_core.ir.types import DType, TensorType
+from nkipy_core.ir.types import DType, TensorType, value_type
 from nkipy_core.plugin.registry import LoweringRule, op_name
 
 TensorTypes = TensorType | tuple[Any, ...]
@@ -81,6 +86,14 @@ class LoweringContext:
     #: the node's random stream (its key input and counter stream), for random ops only
     rng: RandomStream | None = None
     layouts: tuple[Layout | None, ...] = ()
+    #: whether the node has complex tensors among its inputs or results (only rules registered
+    #: with ``complex=True`` see such a node); each is traced as its real view, ``[..., 2]``
+    complex: bool = False
+    #: for a complex node, per positional argument: whether it is a complex tensor (a list
+    #: argument gets a tuple)
+    complex_args: tuple[Any, ...] = ()
+    #: whether the (first) result is complex: ``out`` is then its real view's type
+    complex_out: bool = False
 
     @property
     def out_dtype(self) -> DType:
@@ -111,8 +124,6 @@ def tensor_type(val: Any) -> TensorType:
         raise Unsupported(f"a non-tensor value ({type(val).__name__})")
     if val.layout != torch.strided:
         raise Unsupported(f"a {val.layout} tensor (only dense tensors are lowered)")
-    if val.is_complex():
-        raise Unsupported(f"a complex tensor ({val.dtype})")
     if not all(isinstance(d, int) for d in val.shape):
         # graphs whose sizes all follow from their inputs' are specialised before lowering
         if free_unbacked_symbols(val):
@@ -123,10 +134,33 @@ def tensor_type(val: Any) -> TensorType:
             "a symbolic shape in a graph that also has data-dependent sizes, so it is not specialised"
         )
     try:
-        dtype = DType.from_torch(val.dtype)
+        return value_type(val.shape, val.dtype)
     except TypeError:
         raise Unsupported(f"dtype {val.dtype}") from None
-    return TensorType(tuple(val.shape), dtype)
+
+
+def _is_complex(value: Any) -> Any:
+    """Whether an FX argument is a complex tensor (a tuple for a list argument)."""
+    if isinstance(value, torch.fx.Node):
+        val = value.meta.get("val")
+        return isinstance(val, torch.Tensor) and val.is_complex()
+    if isinstance(value, (tuple, list)):
+        return tuple(_is_complex(v) for v in value)
+    return False
+
+
+def _any(flags: Any) -> bool:
+    return any(_any(f) for f in flags) if isinstance(flags, tuple) else bool(flags)
+
+
+def touches_complex(node: torch.fx.Node) -> bool:
+    """Whether a node has a complex tensor among its inputs or results (only rules registered
+    with ``complex=True`` lower it)."""
+    val = node.meta.get("val")
+    results = val if isinstance(val, (tuple, list)) else (val,)
+    if any(isinstance(v, torch.Tensor) and v.is_complex() for v in results):
+        return True
+    return _any(_is_complex(tuple(node.args))) or _any(_is_complex(tuple(node.kwargs.values())))
 
 
 def output_types(node: torch.fx.Node) -> TensorTypes:
@@ -148,12 +182,25 @@ def _as_traced(builder: KernelBuilder, value: Any) -> Any:
 
 
 def invoke(rule: LoweringRule, node: torch.fx.Node, builder: KernelBuilder, lookup) -> Any:
-    """Run ``rule`` on ``node`` inside ``builder``; check its results against the node's types."""
+    """Run ``rule`` on ``node`` inside ``builder``; check its results against the node's types.
+    A node with complex tensors is declined unless the rule is registered for them."""
+    complex_node = touches_complex(node)
+    if complex_node and not rule.complex:
+        raise Unsupported("complex tensors (the rule computes on real numbers)")
     expected = output_types(node)
     layouts = tuple(Layout.of_node(a) for a in node.args)
     args, kwargs = map_args(node, lookup)
     kwargs, stream = split_kwargs(kwargs)
-    ctx = LoweringContext(node.target, node.name, expected, rng=stream, layouts=layouts)
+    ctx = LoweringContext(
+        node.target,
+        node.name,
+        expected,
+        rng=stream,
+        layouts=layouts,
+        complex=complex_node,
+        complex_args=_is_complex(tuple(node.args)) if complex_node else (),
+        complex_out=complex_node and _is_complex_result(node),
+    )
     origin = f"{op_name(node.target)} via {rule.qualname}"
     with builder.building(origin):
         try:
@@ -174,6 +221,12 @@ def invoke(rule: LoweringRule, node: torch.fx.Node, builder: KernelBuilder, look
             result = _as_traced(builder, result)
             _check_result(rule, node, result, expected, "")
     return result
+
+
+def _is_complex_result(node: torch.fx.Node) -> bool:
+    val = node.meta.get("val")
+    first = val[0] if isinstance(val, (tuple, list)) else val
+    return isinstance(first, torch.Tensor) and first.is_complex()
 
 
 def _describe(value: Any) -> str:

@@ -15,7 +15,7 @@ from nkipy_core.cache import keys
 from nkipy_core.cache.kernel_cache import STATS, KernelCache
 from nkipy_core.compiler import regions, rng
 from nkipy_core.compiler.key_parts import placeholder_key, runtime_tag, versions_key
-from nkipy_core.compiler.lowering import invoke, output_types, tensor_type
+from nkipy_core.compiler.lowering import invoke, output_types, tensor_type, touches_complex
 from nkipy_core.config.settings import Config
 from nkipy_core.errors import LoweringError, Unsupported, VerificationError
 from nkipy_core.ir.builder import KernelBuilder, Traced
@@ -59,6 +59,10 @@ def choose_rule(
         output_types(node)
     except Unsupported as exc:
         return f"it produces {exc}"
+    if touches_complex(node):
+        rules = [r for r in rules if r.complex]
+        if not rules:
+            return "no installed pack lowers it for complex tensors"
     reasons = []
     for rule in rules:
         builder = KernelBuilder("trial")

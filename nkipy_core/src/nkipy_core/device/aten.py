@@ -16,6 +16,12 @@ inside ``import torch`` stays cheap; ``memory`` is imported on first use):
 
 The CUDA-only fused RNN cells that torch calls for PrivateUse1 devices get compositions of ATen
 ops (``rnn``).
+
+Torch's conjugate and negative bits (``x.conj()``, ``x.conj().imag``) are views: the buffer keeps
+the stored values. Torch's fallbacks for those bits resolve them before most ops, but pass a few
+through unresolved (``clone``, the matmuls, ``repeat_interleave``: ``_READS_MATH_BITS``), which
+CPU and CUDA kernels handle themselves; here their kernels get the values resolved
+(``_resolving``), and ``_copy_from`` stores or reads through the bits.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import torch
 from nkipy_core import _torch
 from nkipy_core.compiler.aten_schema import functional_form, is_view
 from nkipy_core.device import rnn
+from nkipy_core.errors import DeviceError
 
 _CPU = _torch.DispatchKeySet(_torch.DispatchKey.CPU)
 _library: tuple[torch.library.Library, ...] | None = None
@@ -71,6 +78,7 @@ def install() -> None:
         ("empty.memory_format", _empty),
         ("empty_strided", _empty_strided),
         ("resize_", _resize),
+        ("copy_", _copy),
         ("_copy_from", _copy_from),
         ("_copy_from_and_resize", _copy_from_and_resize),
         ("_local_scalar_dense", _item),
@@ -146,10 +154,82 @@ def _mutating_forms(ops: set) -> set:
 
 
 def _eager_kernel(op: _torch.OpOverload):
+    if _reads_math_bits(op):
+        return _resolving(op)
+
     def kernel(*args, **kwargs):
         return _run_eagerly(op, args, kwargs)
 
     return kernel
+
+
+#: ops torch's conjugate and negative-bit fallbacks pass through with the bits set although
+#: they read values (the rest of their pass-through lists are views, copies and factories)
+_READS_MATH_BITS = frozenset(
+    f"aten::{name}"
+    for name in (
+        "clone",
+        "dot",
+        "vdot",
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "linalg_solve_triangular",
+        "repeat_interleave",
+    )
+)
+
+
+def _reads_math_bits(op: _torch.OpOverload) -> bool:
+    return _torch.schema(op).name in _READS_MATH_BITS
+
+
+def _resolving(op: _torch.OpOverload):
+    """The kernel of an op in ``_READS_MATH_BITS``: its inputs' bits applied first (a tensor it
+    writes must have none)."""
+
+    def kernel(*args, **kwargs):
+        if not any(_has_math_bits(x) for x in (*args, *kwargs.values())):
+            return _run_eagerly(op, args, kwargs)
+
+        def resolve(x):
+            return _values(x) if _has_math_bits(x) else x
+
+        for i, a in enumerate(_torch.schema(op).arguments):
+            if a.alias_info is not None and a.alias_info.is_write:
+                written = kwargs.get(a.name) if a.kwarg_only or i >= len(args) else args[i]
+                if _has_math_bits(written):
+                    raise DeviceError(
+                        f"{_torch.schema(op).name} would write into a conjugate or negative view "
+                        "on nkipy; write into a tensor without those bits (.resolve_conj(), "
+                        ".resolve_neg()) and copy_ it into the view"
+                    )
+        return _run_eagerly(op, *_torch.tree_map(resolve, (args, kwargs)))
+
+    return kernel
+
+
+def _has_math_bits(x: Any) -> bool:
+    """Whether ``x`` is a tensor with the conjugate or negative bit (tensor lists, which the
+    ops in ``_READS_MATH_BITS`` do not take, are not looked into)."""
+    return isinstance(x, torch.Tensor) and (x.is_conj() or x.is_neg())
+
+
+def _with_bits(t: torch.Tensor, conj: bool, neg: bool) -> torch.Tensor:
+    """``t`` (no bits set) conjugated and negated as asked, as new tensors."""
+    if conj:
+        t = torch.conj_physical(t)
+    if neg:
+        t = torch.neg(t)
+    return t
+
+
+def _values(t: torch.Tensor) -> torch.Tensor:
+    """A device tensor without conjugate or negative bits holding ``t``'s values."""
+    from nkipy_core.buffers import memory
+
+    return _with_bits(memory.raw(t), t.is_conj(), t.is_neg())
 
 
 def _cpu_kernel(op: _torch.OpOverload):
@@ -213,8 +293,17 @@ def _record_stream(self: torch.Tensor, stream: torch.Stream) -> None:
     uses a buffer when torch frees it (``device/streams.py``)."""
 
 
+def _copy(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    """``copy_`` with the device on either side. Torch's own (composite) kernel calls
+    ``_copy_from``, and its conjugate and negative-bit fallbacks would hand that a resolved copy
+    of a target with those bits (``x.conj().copy_(y)``), writing the copy instead of ``x``."""
+    return _copy_from(src, self, non_blocking)
+
+
 def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
-    """``dst.copy_(src)`` where at least one side is on the device: broadcast, cast, move."""
+    """``dst.copy_(src)`` where at least one side is on the device: broadcast, cast, move. The
+    values are ``src``'s as its bits say, stored as ``dst``'s bits say (``memory.to_host`` and
+    ``memory.write`` do that for transfers)."""
     from nkipy_core.buffers import memory
 
     if src.shape != dst.shape:
@@ -225,7 +314,11 @@ def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False)
         memory.write(dst, src.to(dst.dtype).contiguous())
     else:
         if src.dtype != dst.dtype:
-            src = _run_eagerly(torch.ops.aten._to_copy.default, (src,), {"dtype": dst.dtype})
+            src = _run_eagerly(
+                torch.ops.aten._to_copy.default, (_values(src),), {"dtype": dst.dtype}
+            )
+        if (src.is_conj(), src.is_neg()) != (dst.is_conj(), dst.is_neg()):
+            src = _with_bits(_values(src), dst.is_conj(), dst.is_neg())
         memory.runtime().copy(memory.array(src), memory.array(dst))
     return dst
 
@@ -255,4 +348,6 @@ def _redispatched(op: _torch.OpOverload) -> bool:
 def _fallback(op: _torch.OpOverload, *args, **kwargs):
     if _redispatched(op):
         return op.redispatch(_CPU, *args, **kwargs)
+    if _reads_math_bits(op):
+        return _resolving(op)(*args, **kwargs)
     return _run_eagerly(op, args, kwargs)

@@ -475,10 +475,9 @@ def _graph(
         value = op(*meta[0], **meta[1])
     except NotImplementedError:
         return "torch has no shape function for it (its output shape depends on the data)"
-    except RuntimeError as exc:
-        # shape functions that need the data (repeat_interleave without output_size) raise a
-        # plain RuntimeError; so do bad arguments, whose error torch's CPU kernel then gives
-        return f"torch's shape function needs its data ({str(exc).splitlines()[0]})"
+    except RuntimeError as exc:  # stricter than the CPU kernel (``_grouped_mm`` of f32), or wrong
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"torch's shape function refuses these arguments ({reason})"
     node = graph.call_function(op, tuple(node_args), node_kwargs)
     node.meta["val"] = value
     if isinstance(value, torch.Tensor):
@@ -681,19 +680,11 @@ def _store(op, dst: torch.Tensor, result: torch.Tensor, resize: bool) -> None:
 
 
 def _on_cpu(op: _torch.OpOverload, args: tuple, kwargs: dict, why: str, state: _Kernels) -> Any:
-    """Run ``op`` on CPU copies; write mutated arguments back and return results on the device."""
-    name = op_name(op)
-    if _base_name(op) not in _HOST_OPS and _base_name(op) not in _RANDOM_OPS:
-        if state.config.strict:
-            raise UnsupportedOpsError([f"{name} ({why}; eager on nkipy)"])
-        if name not in state.warned:
-            state.warned.add(name)
-            log.info("fallback: eager %s runs on CPU: %s", name, why)
-            warnings.warn(
-                f"nkipy: {name} runs on CPU: {why}; its result comes back to the nkipy device",
-                FallbackWarning,
-                stacklevel=3,
-            )
+    """Run ``op`` on CPU copies; write mutated arguments back and return results on the device.
+
+    The op runs before the fallback is reported (strict: refused), so that a call torch refuses
+    on CPU too (wrong shapes) raises torch's error, not a fallback: nothing reaches the device
+    before the report."""
     written = {id(t) for t in _written(op, args, kwargs)}
     moved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -709,6 +700,18 @@ def _on_cpu(op: _torch.OpOverload, args: tuple, kwargs: dict, why: str, state: _
         return x
 
     result = op(*_torch.tree_map(to_cpu, args), **_torch.tree_map(to_cpu, kwargs))
+    name = op_name(op)
+    if _base_name(op) not in _HOST_OPS and _base_name(op) not in _RANDOM_OPS:
+        if state.config.strict:
+            raise UnsupportedOpsError([f"{name} ({why}; eager on nkipy)"])
+        if name not in state.warned:
+            state.warned.add(name)
+            log.info("fallback: eager %s runs on CPU: %s", name, why)
+            warnings.warn(
+                f"nkipy: {name} runs on CPU: {why}; its result comes back to the nkipy device",
+                FallbackWarning,
+                stacklevel=3,
+            )
     for device, host in moved.values():
         if device.shape != host.shape:
             device.resize_(host.shape)

@@ -72,6 +72,8 @@ class _Kernel:
     tuple_output: bool
     on_device: tuple[bool, ...]
     orders: tuple[tuple[int, ...] | None, ...]
+    complex_inputs: bool
+    complex_outputs: tuple[bool, ...]
 
 
 @attrs.frozen
@@ -110,6 +112,8 @@ def dumps(gm: torch.fx.GraphModule) -> tuple[bytes | None, str | None]:
                     call.tuple_output,
                     call.on_device,
                     orders,
+                    call.complex_inputs,
+                    call.complex_outputs,
                 )
             )
         elif node.op == "get_attr":
@@ -156,6 +160,8 @@ def loads(data: bytes, config: Config) -> torch.fx.GraphModule | None:
             k.on_device,
             k.orders,
             count_miss=False,
+            complex_inputs=k.complex_inputs,
+            complex_outputs=k.complex_outputs,
         )
         if call is None:
             log.info(

@@ -2,6 +2,11 @@
 
 The IR names its own dtypes (``f32``, ``bf16`` …) instead of borrowing torch's or NumPy's so that a
 kernel is a self-contained value; these helpers translate at the edges.
+
+The IR has no complex types, as Trainium has none: a complex tensor (``complex64``,
+``complex128``) is carried by its real view, ``torch.view_as_real``'s ``[..., 2]`` array of its
+real and imaginary parts (``value_type``, ``torch_to_numpy``). Kernels, runtimes and emitted HLO
+only ever see those real arrays.
 """
 
 from __future__ import annotations
@@ -138,6 +143,11 @@ for _member in DType:
     _member._numpy, _member._torch = _TO_NUMPY[_member], _TO_TORCH[_member]
 
 
+#: the element type of the real view of each complex dtype the IR carries (``complex32`` has no
+#: NumPy equivalent to compute with, so it is not carried)
+_COMPLEX_PARTS = {torch.complex64: DType.f32, torch.complex128: DType.f64}
+
+
 def as_dims(values: Iterable[int]) -> tuple[int, ...]:
     """A shape or strides as a tuple: the converter of shape fields (a typed ``tuple``)."""
     return tuple(values)
@@ -163,8 +173,19 @@ class TensorType:
         return f"{self.dtype.value}[{dims}]"
 
 
+def value_type(shape: Iterable[int], dtype: _TorchDType) -> TensorType:
+    """The IR type that holds a torch tensor of this shape and dtype: its own, or for a complex
+    dtype its real view's (``complex64[4]`` is ``f32[4x2]``). ``TypeError`` for a dtype the IR
+    cannot hold."""
+    part = _COMPLEX_PARTS.get(dtype)
+    if part is not None:
+        return TensorType((*shape, 2), part)
+    return TensorType(tuple(shape), DType.from_torch(dtype))
+
+
 def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A NumPy view of a CPU tensor, bf16 included (torch cannot export bf16 to NumPy itself).
+    """A NumPy view of a CPU tensor, bf16 included (torch cannot export bf16 to NumPy itself);
+    of a complex tensor, its real view (``value_type``), conjugation resolved.
 
     Called on every kernel input of a CPU graph, so it detaches only a tensor that needs it
     (``detach`` costs as much as ``numpy`` itself)."""
@@ -172,6 +193,8 @@ def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
         t = t.detach()
     if t.dtype is torch.bfloat16:
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    if t.is_complex():
+        return torch.view_as_real(t.resolve_conj()).numpy()
     return t.numpy()
 
 

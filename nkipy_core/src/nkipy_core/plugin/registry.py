@@ -63,6 +63,9 @@ class LoweringRule:
     fn: LoweringFn
     priority: int
     provenance: Provenance
+    #: the rule also lowers nodes with complex tensors among their inputs or results, which it
+    #: gets as their real views (``LoweringContext.complex_args``); other rules never see them
+    complex: bool = False
 
     @property
     def qualname(self) -> str:
@@ -86,7 +89,8 @@ class LoweringRule:
         tables it may use), so editing a pack in an editable install invalidates the kernels
         it built even when the pack's version is unchanged. Computed once per rule: neither
         can change in a running process, and every compile's cache keys ask for it."""
-        return f"{self.qualname}@{self.provenance}#{code_digest(self.fn)}:{source_digest(self.fn.__module__)}"
+        kinds = "+complex" if self.complex else ""
+        return f"{self.qualname}{kinds}@{self.provenance}#{code_digest(self.fn)}:{source_digest(self.fn.__module__)}"
 
 
 @functools.cache
@@ -137,13 +141,16 @@ class LoweringRegistry:
         view._rules, view._provenance = self._rules, provenance
         return view
 
-    def register(self, op: Any, fn: LoweringFn | None = None, *, priority: int = 0):
-        """Register ``fn`` for an overload (or every overload of a packet)."""
+    def register(
+        self, op: Any, fn: LoweringFn | None = None, *, priority: int = 0, complex: bool = False
+    ):
+        """Register ``fn`` for an overload (or every overload of a packet); with ``complex``,
+        for its nodes with complex tensors too (``LoweringRule.complex``)."""
         if fn is None:
-            return lambda f: self.register(op, f, priority=priority) or f
+            return lambda f: self.register(op, f, priority=priority, complex=complex) or f
         provenance = self._provenance or Provenance("<direct>", "<unregistered>", "0")
         for name in _overloads(op):
-            rule = LoweringRule(name, fn, priority, provenance)
+            rule = LoweringRule(name, fn, priority, provenance, complex)
             rules = self._rules.setdefault(name, [])
             for other in rules:
                 if other.priority == priority:
@@ -266,19 +273,22 @@ class RuleSet:
 
     def __init__(self, priority: int = 0) -> None:
         self.priority = priority
-        self._entries: list[tuple[Any, LoweringFn, int]] = []
+        self._entries: list[tuple[Any, LoweringFn, int, bool]] = []
 
-    def register(self, *ops: Any, priority: int | None = None):
+    def register(self, *ops: Any, priority: int | None = None, complex: bool = False):
+        """Decorate the rule of ``ops``; ``complex`` as in ``LoweringRegistry.register``."""
+
         def decorate(fn: LoweringFn) -> LoweringFn:
+            chosen = self.priority if priority is None else priority
             for op in ops:
-                self._entries.append((op, fn, self.priority if priority is None else priority))
+                self._entries.append((op, fn, chosen, complex))
             return fn
 
         return decorate
 
     def install(self, registry: LoweringRegistry) -> None:
-        for op, fn, priority in self._entries:
-            registry.register(op, fn, priority=priority)
+        for op, fn, priority, complex_ in self._entries:
+            registry.register(op, fn, priority=priority, complex=complex_)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -1,0 +1,89 @@
+"""Complex numbers as pairs of reals: what the rules registered with ``complex=True`` compute with.
+
+The IR has no complex types (Trainium has none): a complex tensor reaches a rule as its real view,
+``[..., 2]`` real and imaginary parts, and a complex result is returned the same way (see
+``nkipy_core.compiler.lowering``). These helpers turn operands into such pairs as torch's type
+promotion makes them complex (a real tensor or number gets a zero imaginary part) and do torch's
+complex arithmetic on them: a product is ``(ac - bd, ad + bc)`` with each product rounded, as
+ATen's vectorised CPU kernels compute it, so no NaN or infinity is lost or made where torch's
+would not be.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from nkipy_core import knp
+from nkipy_core.ir import DType
+
+#: a pair's parts: the real and the imaginary
+REAL, IMAG = 0, 1
+
+
+def is_complex(ctx, position: int = 0) -> bool:
+    """Whether positional argument ``position`` of the node is a complex tensor."""
+    return ctx.complex and bool(ctx.complex_args[position])
+
+
+def dim(ctx, x, d: int, new: int = 0) -> int:
+    """Dim ``d`` of torch's for positional argument 0 (``x``), made non-negative when ``x`` is
+    complex: counted from the end, torch's dims skip the pair dimension (``new`` more dims for
+    an op that adds some, as ``unsqueeze``). A real ``x``'s dims are its own: unchanged."""
+    return d % (x.ndim - 1 + new) if is_complex(ctx) else d
+
+
+def pair(value: Any, is_complex: bool, dtype: DType):
+    """An operand as pairs of ``dtype`` parts: a complex tensor's real view as it is (cast), a
+    real tensor or number with a zero imaginary part, a Python complex number as its parts."""
+    if isinstance(value, complex):
+        return np.array([value.real, value.imag], dtype.numpy)
+    if isinstance(value, (bool, int, float)):
+        return np.array([value, 0], dtype.numpy)
+    if is_complex:
+        return knp.astype(value, dtype)
+    real = knp.astype(value, dtype)
+    return knp.stack([real, knp.zeros(real.shape, dtype)], axis=-1)
+
+
+def operand(ctx, value: Any, position: int):
+    """Positional argument ``position`` of a complex node (``value``) as pairs of the result's
+    part dtype (``ctx.out_dtype``: a complex result's type is its real view's)."""
+    is_complex = position < len(ctx.complex_args) and ctx.complex_args[position]
+    return pair(value, is_complex, ctx.out_dtype)
+
+
+def join(real, imag):
+    """Pairs from their real and imaginary parts (arrays of one shape and dtype)."""
+    return knp.stack([real, imag], axis=-1)
+
+
+def multiply(a, b):
+    """The complex product of two pairs (broadcasting): ``(ac - bd, ad + bc)``."""
+    ar, ai, br, bi = a[..., REAL], a[..., IMAG], b[..., REAL], b[..., IMAG]
+    return join(
+        knp.subtract(knp.multiply(ar, br), knp.multiply(ai, bi)),
+        knp.add(knp.multiply(ar, bi), knp.multiply(ai, br)),
+    )
+
+
+def conjugate(x):
+    """The imaginary parts negated (``-0.0`` for ``0.0``, as torch's ``conj_physical``)."""
+    return knp.multiply(x, np.array([1, -1], knp.dtype_of(x).numpy))
+
+
+def hypot(a, b):
+    """``sqrt(a² + b²)`` as C's ``hypot``: ``big · sqrt(1 + (small/big)²)``, which neither
+    overflows nor underflows early; infinite if either operand is, even with a NaN."""
+    a, b = knp.abs(a), knp.abs(b)
+    big, small = knp.maximum(a, b), knp.minimum(a, b)
+    ratio = knp.divide(small, knp.where(knp.equal(big, 0), 1, big))
+    result = knp.multiply(big, knp.sqrt(knp.add(1, knp.multiply(ratio, ratio))))
+    return knp.where(knp.logical_or(knp.isinf(a), knp.isinf(b)), math.inf, result)
+
+
+def magnitude(x):
+    """``|x|`` of pairs, as ATen's complex ``abs`` (``hypot`` of the parts)."""
+    return hypot(x[..., REAL], x[..., IMAG])
