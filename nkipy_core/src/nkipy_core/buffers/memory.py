@@ -310,3 +310,14 @@ def write(t: torch.Tensor, host: torch.Tensor) -> None:
 def to_host(t: torch.Tensor) -> torch.Tensor:
     """A new CPU tensor holding a device tensor's values (one device-to-host transfer)."""
     return numpy_to_torch(runtime().to_host(array(t))).reshape(t.shape)
+
+
+def read_into(t: torch.Tensor, host: torch.Tensor) -> None:
+    """Copy device tensor ``t`` into CPU tensor ``host`` of its shape (one device-to-host
+    transfer): straight into ``host``'s memory where the runtime can (``to_host_into``) and the
+    copy needs no conversion, else through a new host array (``to_host``) and ``copy_``."""
+    into = getattr(runtime(), "to_host_into", None)
+    if into is None or host.dtype != t.dtype or host.is_conj() or host.is_neg():
+        host.copy_(to_host(t))
+        return
+    into(array(t), torch_to_numpy(host))
