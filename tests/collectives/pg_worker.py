@@ -276,6 +276,19 @@ class Cases:
                     assert g.device.type == "nkipy", g.device
                     torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0)
 
+    def objects(self) -> None:
+        """Object collectives (checkpointing, logging) run through the group on CPU tensors."""
+        rank = dist.get_rank()
+        mine = {"rank": rank, "payload": list(range(3 * rank + 1))}
+        everyone = [None] * self.size
+        dist.all_gather_object(everyone, mine)
+        assert everyone == [
+            {"rank": r, "payload": list(range(3 * r + 1))} for r in range(self.size)
+        ]
+        objects = [mine, "x" * (10 * rank)]
+        dist.broadcast_object_list(objects, src=1)
+        assert objects == [{"rank": 1, "payload": list(range(4))}, "x" * 10], objects
+
     # -- coalesced collectives ------------------------------------------------------------------
 
     def all_reduce_coalesced(self) -> None:

@@ -36,6 +36,7 @@ NKIPY_CASES = [
     "all_reduce_avg_integers",
     "futures",
     "ddp",
+    "objects",
     "all_reduce_coalesced",
     "coalescing_manager",
     "coalesced_methods",
