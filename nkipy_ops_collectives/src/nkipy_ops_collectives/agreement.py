@@ -106,7 +106,7 @@ class Agreement:
         #: framed calls by signature: their digest and headers are made once
         self._plans: dict[tuple, Plan] = {}
         #: how calls were agreed (``predicted``, ``probed``, ``exchanged``), mismatches found,
-        #: successors and plans forgotten (the oldest, beyond ``MAX_CALLS`` of each)
+        #: occurrences and plans forgotten (the oldest, beyond ``MAX_CALLS`` of each)
         self.stats = dict.fromkeys(
             ("predicted", "probed", "exchanged", "mismatched", "forgotten", "plans_forgotten"), 0
         )

@@ -143,7 +143,8 @@ class NkipyProcessGroup(dist.ProcessGroup):
     @property
     def stats(self) -> dict[str, int]:
         """How this group's collectives were agreed on (``agreement.py``): ``predicted`` (one
-        gloo operation), ``probed`` and ``exchanged`` (two), ``mismatched``, ``forgotten``."""
+        gloo operation), ``probed`` and ``exchanged`` (two); ``mismatched`` calls; entries of its
+        bounded state ``forgotten`` and ``plans_forgotten``."""
         return dict(self._agreement.stats)
 
     # -- running collectives ------------------------------------------------------------------
