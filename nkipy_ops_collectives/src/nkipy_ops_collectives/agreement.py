@@ -88,6 +88,7 @@ class Plan:
     call: Call
     written: torch.Tensor
     expected: torch.Tensor
+    options: object | None
 
 
 class Agreement:
@@ -120,9 +121,8 @@ class Agreement:
                 del self._plans[next(iter(self._plans))]
                 self.stats["plans_forgotten"] += 1
             call = Call(what, signature, frame)
-            plan = self._plans[key] = Plan(
-                call, *frame.headers(self._rank, self._size, call.digest)
-            )
+            written, expected = frame.headers(self._rank, self._size, call.digest)
+            plan = self._plans[key] = Plan(call, written, expected, frame.options())
         return plan
 
     def begin(self, call: Call, gloo: dist.ProcessGroup) -> None:
@@ -152,7 +152,7 @@ class Agreement:
         if not torch.equal(header, plan.expected):
             frame = plan.call.frame
             assert frame is not None
-            raise self._mismatch(plan.call, frame.digests_of(header, self._size))
+            raise self._mismatch(plan.call, frame.digests(header, self._size))
 
     def _advance(self, call: Call) -> None:
         """``call`` is the next call: the prediction moves on, or starts again (see the module
@@ -177,11 +177,11 @@ class Agreement:
             self._seen[occurrence] = position
 
     def _probe(self, frame: Frame, call: Call, gloo: dist.ProcessGroup) -> list[tuple[int, ...]]:
-        inp, out = frame.buffers(self._size)
-        frame.data_in(inp).zero_()
-        frame.header_in(inp).copy_(frame.headers(self._rank, self._size, call.digest)[0])
-        wait_all([frame.start(gloo, inp, out)], call.what, self._timeout)
-        return frame.digests(out, self._size)
+        message = frame.message(self._size)
+        message.data.zero_()
+        message.header.copy_(frame.headers(self._rank, self._size, call.digest)[0])
+        wait_all([frame.start(gloo, message, frame.options())], call.what, self._timeout)
+        return frame.digests(message.received, self._size)
 
     def _exchange(self, call: Call, gloo: dist.ProcessGroup) -> None:
         """All-gather every rank's digest and sizes; raise on every rank unless they agree."""

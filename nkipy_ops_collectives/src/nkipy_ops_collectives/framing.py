@@ -76,41 +76,28 @@ class Frame:
         the message (``REDUCE``)."""
         return self.numel + self.header_numel(size)
 
-    def buffers(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """New host buffers (input, output) for this message; one tensor for ``REDUCE``."""
-        block = self.block(size)
-        if self.kind == REDUCE:
+    def message(self, size: int) -> Message:
+        """New host buffers for one operation of this frame, and their views."""
+        n, block = self.numel, self.block(size)
+        if self.kind == REDUCE:  # in place: one buffer
             buffer = torch.empty(block, dtype=self.dtype)
-            return buffer, buffer
+            data, header = buffer[:n], buffer[n:]
+            return Message(buffer, buffer, data, header, data, header)
         if self.kind == GATHER:  # gloo gathers into chunks of the input's shape
-            return torch.empty(block, dtype=self.dtype), torch.empty(size * block, dtype=self.dtype)
-        return torch.empty(size, block, dtype=self.dtype), torch.empty(block, dtype=self.dtype)
-
-    def data_in(self, inp: torch.Tensor) -> torch.Tensor:
-        """Where this rank's data goes: 1-D, or one row per chunk (``REDUCE_SCATTER``)."""
-        return inp[..., : self.numel]
-
-    def data_out(self, out: torch.Tensor, size: int) -> torch.Tensor:
-        """Where the results are: 1-D, or one row per rank (``GATHER``)."""
-        if self.kind == GATHER:
-            return out.view(size, -1)[:, : self.numel]
-        return out[: self.numel]
-
-    def header_in(self, inp: torch.Tensor) -> torch.Tensor:
-        """The input buffer's header: one region, or one per chunk (``REDUCE_SCATTER``)."""
-        return inp[..., self.numel :]
-
-    def header_out(self, out: torch.Tensor, size: int) -> torch.Tensor:
-        """The output buffer's header: every rank's digest once the operation completed."""
-        if self.kind == GATHER:
-            return out.view(size, -1)[:, self.numel :]
-        return out[self.numel :]
+            inp, out = (
+                torch.empty(block, dtype=self.dtype),
+                torch.empty(size * block, dtype=self.dtype),
+            )
+            rows = out.view(size, block)
+            return Message(inp, out, inp[:n], inp[n:], rows[:, :n], rows[:, n:])
+        inp, out = torch.empty(size, block, dtype=self.dtype), torch.empty(block, dtype=self.dtype)
+        return Message(inp.view(-1), out, inp[:, :n], inp[:, n:], out[:n], out[n:])
 
     def headers(
         self, rank: int, size: int, digest: tuple[int, ...]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """What this rank writes into ``header_in``, and what ``header_out`` holds when every
-        rank wrote ``digest`` (made once per call signature: the group keeps them)."""
+        """What this rank writes into ``Message.header``, and what ``Message.received`` holds
+        when every rank wrote ``digest`` (made once per call signature: the group keeps them)."""
         words = torch.tensor(digest, dtype=self.dtype)
         if self.kind == GATHER:
             written = torch.zeros(ALIGN, dtype=self.dtype)
@@ -123,27 +110,42 @@ class Frame:
             written = written.expand(size, -1)
         return written, words.repeat(size)
 
-    def start(self, gloo: dist.ProcessGroup, inp: torch.Tensor, out: torch.Tensor) -> dist.Work:
-        """Start the gloo operation on host buffers made by ``buffers`` (with the gloo group's
-        timeout, which is this group's)."""
+    def options(self) -> object | None:
+        """Gloo's options for this frame's operation (made once per call signature; gloo's
+        timeout is this group's)."""
         if self.kind == GATHER:
-            return _torch.allgather_base(gloo, out, inp)
-        if self.kind == REDUCE:
-            opts = dist.AllreduceOptions()
-            opts.reduceOp = getattr(dist.ReduceOp, self.op)
-            return gloo.allreduce([inp], opts)
-        opts = dist.ReduceScatterOptions()
+            return None
+        opts = dist.AllreduceOptions() if self.kind == REDUCE else dist.ReduceScatterOptions()
         opts.reduceOp = getattr(dist.ReduceOp, self.op)
-        return _torch.reduce_scatter_base(gloo, out, inp.reshape(-1), opts)
+        return opts
 
-    def digests(self, out: torch.Tensor, size: int) -> list[tuple[int, ...]]:
-        """Every rank's digest, read from a completed operation's output."""
-        return self.digests_of(self.header_out(out, size), size)
+    def start(self, gloo: dist.ProcessGroup, message: Message, options) -> dist.Work:
+        """Start the gloo operation on ``message`` with ``options()``."""
+        if self.kind == GATHER:
+            return _torch.allgather_base(gloo, message.out, message.inp)
+        if self.kind == REDUCE:
+            return gloo.allreduce([message.inp], options)
+        return _torch.reduce_scatter_base(gloo, message.out, message.inp, options)
 
-    def digests_of(self, header: torch.Tensor, size: int) -> list[tuple[int, ...]]:
-        words = header.reshape(size, -1)[:, :DIGEST_WORDS]
+    def digests(self, received: torch.Tensor, size: int) -> list[tuple[int, ...]]:
+        """Every rank's digest, read from a completed operation's ``Message.received``."""
+        words = received.reshape(size, -1)[:, :DIGEST_WORDS]
         # a word that is no digest word (only garbage can be) stands as -1
         return [tuple(int(w) if 0 <= w < 128 else -1 for w in row) for row in words.tolist()]
+
+
+@attrs.frozen
+class Message:
+    """The host buffers of one framed operation (``inp``, ``out``: the same for ``REDUCE``) and
+    their views: this rank's ``data`` and ``header``, the ``results`` and every rank's header
+    ``received`` (one row per rank, or per chunk, where the frame has several)."""
+
+    inp: torch.Tensor
+    out: torch.Tensor
+    data: torch.Tensor
+    header: torch.Tensor
+    results: torch.Tensor
+    received: torch.Tensor
 
 
 def identity(op: str, dtype: torch.dtype) -> float | int:

@@ -182,28 +182,24 @@ class NkipyProcessGroup(dist.ProcessGroup):
         gloo = self._inner()
         plan = self._agreement.plan(what, signature, frame)
         size = self.size()
-        inp, out = frame.buffers(size)
-        data = frame.data_in(inp)
-        for region, t in pack(data):
-            region.view(t.shape).copy_(t)
+        message = frame.message(size)
+        for region, t in pack(message.data):
+            (region if region.shape == t.shape else region.view(t.shape)).copy_(t)
         if reduction is not None:
-            reduction.before(data)
-        frame.header_in(inp).copy_(plan.written)
+            reduction.before(message.data)
+        message.header.copy_(plan.written)
         self._agreement.begin(plan.call, gloo)
         try:
-            inner = frame.start(gloo, inp, out)
+            inner = frame.start(gloo, message, plan.options)
         except RuntimeError as exc:
             raise CollectiveError(f"nkipy {what} could not start: {exc}") from exc
 
         def finish() -> None:
-            self._agreement.check(plan, frame.header_out(out, size))
-            results = frame.data_out(out, size)
+            self._agreement.check(plan, message.received)
             if reduction is not None:
-                reduction.after(results)
-            staging = Staging()
-            for region, t in unpack(results):
-                staging.later(t, region)
-            staging.finish()
+                reduction.after(message.results)
+            for region, t in unpack(message.results):
+                t.copy_(region if region.shape == t.shape else region.reshape(t.shape))
 
         return self._work(what, [inner], finish, outputs)
 
@@ -258,6 +254,8 @@ class NkipyProcessGroup(dist.ProcessGroup):
         frame = Frame(REDUCE, dtype, offsets[-1], reduction.gloo_op)
 
         def regions(data: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+            if len(tensors) == 1:
+                return [(data, tensors[0])]
             return [(data[o : o + t.numel()], t) for o, t in zip(offsets, tensors)]
 
         return self._framed(what, signature, frame, regions, regions, tensors, reduction)
