@@ -4,15 +4,18 @@ tensors against plain gloo on CPU tensors, 2 ranks on this machine, in the same 
 Rows, per size (fp32, 1 KiB .. 4 MiB):
 
   gloo cpu      ``dist.all_reduce`` of a CPU tensor in a gloo group: the baseline
-  nkipy         ``dist.all_reduce`` of a ``nkipy`` tensor in the ``nkipy`` group: the digest
-                exchange that checks every rank passes the same shape, the device-to-host copy,
-                the same gloo all_reduce, and the host-to-device copy back
+  nkipy         ``dist.all_reduce`` of a ``nkipy`` tensor in the ``nkipy`` group: the copy of the
+                tensor to host (into a message that also carries every rank's shape digest), the
+                same gloo all_reduce, the digest check, and the copy back
 
 On the ``cpu`` runtime device memory is host memory, so the ratio is the price of the staging
-(two copies and one small extra collective), not of moving bytes over a bus.
+(two copies and the group's Python), not of moving bytes over a bus. After the first calls the
+group predicts each call, so the shape check costs no extra message (``agreement.py`` of
+nkipy-ops-collectives).
 
-Both ranks time the same fixed number of calls (an automatic count could differ between ranks and
-deadlock them); rank 0 prints.
+The rows are timed in rounds (``_timing.median_times``): one run of each row per round, so that
+a slow minute of this shared machine hits both. Both ranks time the same fixed number of calls
+(an automatic count could differ between ranks and deadlock them); rank 0 prints.
 
 Run: python benchmarks/bench_collectives.py   (it starts itself under torchrun, 2 processes)
 """
@@ -40,17 +43,17 @@ def _worker() -> None:
         host = torch.ones(nbytes // 4)
         device = host.to("nkipy")
         number = max(5, min(200, (1 << 22) // nbytes))
-        rows = [
-            (
-                "gloo cpu",
-                _timing.median_time(lambda: dist.all_reduce(host, group=gloo), number=number),
-            ),
-            ("nkipy", _timing.median_time(lambda: dist.all_reduce(device), number=number)),
-        ]
+        times = _timing.median_times(
+            {
+                "gloo cpu": lambda: dist.all_reduce(host, group=gloo),
+                "nkipy": lambda: dist.all_reduce(device),
+            },
+            number=number,
+        )
         if dist.get_rank() == 0:
             _timing.print_table(
                 f"all_reduce, {nbytes // 1024} KiB fp32, 2 ranks",
-                rows,
+                list(times.items()),
                 unit="µs/call",
                 baselines=("gloo cpu",),
             )

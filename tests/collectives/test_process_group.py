@@ -32,7 +32,25 @@ NKIPY_CASES = [
     "barrier",
     "cpu_tensors",
     "all_gather_coalesced_mixed_dtypes",
+    "reduce_scatter_coalesced_mixed_dtypes",
     "all_reduce_avg_integers",
+    "futures",
+    "ddp",
+    "objects",
+    "all_reduce_coalesced",
+    "coalescing_manager",
+    "coalesced_methods",
+    "premul_sum",
+    "reduce",
+    "gather",
+    "all_to_all",
+    "all_to_all_split_mismatch",
+    "send_recv",
+    "batch_isend_irecv",
+    "send_recv_mismatch",
+    "predicted",
+    "mismatch_after_agreement",
+    "destroy_releases_gloo",
     "mismatched_shapes",
     "missed_collective",  # last: it leaves a timed-out group behind
 ]
@@ -44,11 +62,16 @@ COMBINED_CASES = [
     "scatter",
     "all_gather_functional",
     "cpu_tensors",
+    "futures",
+    "send_recv",
 ]
 
 
 def _launch(backend: str, cases: list[str], out: Path) -> list[dict[str, str]]:
-    return rank_results(str(WORKER), backend, str(out), *cases, out=out)
+    # the ranks use the nkipy device: they name its runtime
+    return rank_results(
+        str(WORKER), backend, str(out), *cases, out=out, env={"NKIPY_RUNTIME": "cpu"}
+    )
 
 
 @pytest.fixture(scope="module")

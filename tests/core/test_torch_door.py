@@ -58,8 +58,16 @@ def _storages_swap_memory() -> bool:
 
 
 def _gloo_methods() -> None:
-    group = dist.ProcessGroupGloo
-    assert callable(group._allgather_base) and callable(group._reduce_scatter_base)
+    """A one-rank gloo group gathers and reduce-scatters into flat tensors (options optional
+    for the gather, as the nkipy group calls it)."""
+    from datetime import timedelta
+
+    group = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timedelta(seconds=10))
+    out = torch.zeros(3)
+    _torch.allgather_base(group, out, torch.arange(3.0)).wait()
+    assert out.tolist() == [0.0, 1.0, 2.0]
+    _torch.reduce_scatter_base(group, out, torch.ones(3), dist.ReduceScatterOptions()).wait()
+    assert out.tolist() == [1.0, 1.0, 1.0]
 
 
 #: door name -> a check that raises (or returns False) when torch no longer gives nkipy that

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +14,11 @@ import pytest
 RANKS = 2
 
 
-def torchrun(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``torchrun --standalone --nproc-per-node 2 ARGS``, output captured."""
+def torchrun(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc-per-node 2 ARGS``, output captured; ``env`` adds to (or
+    overrides) this process's environment for the ranks."""
     command = [
         sys.executable,
         "-m",
@@ -24,13 +28,14 @@ def torchrun(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         str(RANKS),
         *args,
     ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    environment = {**os.environ, **env} if env else None
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
 
 
-def rank_results(*args: str, out: Path) -> list:
+def rank_results(*args: str, out: Path, env: dict[str, str] | None = None) -> list:
     """Run a worker that writes ``<out>/rank<N>.json``; the ranks' results, or the test fails
     with torchrun's output."""
-    done = torchrun(*args)
+    done = torchrun(*args, env=env)
     paths = [out / f"rank{rank}.json" for rank in range(RANKS)]
     if not all(path.exists() for path in paths):
         pytest.fail(

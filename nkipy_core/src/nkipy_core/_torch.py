@@ -209,8 +209,11 @@ def resolve_process_group(group_name: str) -> Any:
     return _resolve_process_group(group_name)  # type: ignore[arg-type]  # GroupName is a NewType of str
 
 
-def allgather_base(group: Any, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:  # noqa: A002
-    """A gloo group's ``all_gather_into_tensor`` (no public method of the group does it)."""
+def allgather_base(group: Any, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:  # noqa: A002
+    """A gloo group's ``all_gather_into_tensor`` (no public method of the group does it); the
+    group's default options without ``opts`` (``AllgatherOptions`` is not public either)."""
+    if opts is None:
+        return group._allgather_base(output, input)
     return group._allgather_base(output, input, opts)
 
 

@@ -413,3 +413,15 @@ def raw(t: torch.Tensor) -> torch.Tensor:
     alias = _torch.create_empty_tensor((0,), t.dtype)
     set_layout(alias, t.untyped_storage(), t.shape, t.stride(), int(t.storage_offset()))
     return alias
+
+
+def read_into(t: torch.Tensor, host: torch.Tensor) -> None:
+    """Copy device tensor ``t`` into CPU tensor ``host`` of its shape (one device-to-host
+    transfer): straight into ``host``'s memory where the runtime can (``to_host_into``) and the
+    copy needs no conversion, else through a new host array (``to_host``) and ``copy_``."""
+    into = getattr(runtime(), "to_host_into", None)
+    plain = not (t.is_complex() or t.is_conj() or t.is_neg() or host.is_conj() or host.is_neg())
+    if into is None or host.dtype != t.dtype or not plain:
+        host.copy_(to_host(t))
+        return
+    into(array(t), torch_to_numpy(host))

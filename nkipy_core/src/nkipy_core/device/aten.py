@@ -309,7 +309,7 @@ def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False)
     if src.shape != dst.shape:
         src = src.expand(dst.shape)
     if not memory.is_nkipy(dst):
-        dst.copy_(memory.to_host(src))
+        memory.read_into(src, dst)
     elif not memory.is_nkipy(src):
         memory.write(dst, src.to(dst.dtype).contiguous())
     else:

@@ -281,6 +281,11 @@ class Runtime(Protocol):
     # directly; a runtime whose device memory is host memory offers it so that graphs of CPU
     # tensors skip staging. Without it, CPU tensors go through to_device/run/to_host.
     #
+    # Optional: ``to_host_into(src, dst) -> None`` copies ``src`` into an existing host array of
+    # its shape and dtype (one counted transfer), so that ``host.copy_(device_tensor)`` and
+    # ``.cpu()`` copy once instead of through a new host array (``to_host``) and again into
+    # place; the ``nkipy`` process group stages every collective's inputs this way.
+    #
     # Optional: ``run_into(executable, inputs, outputs) -> None`` runs a kernel and writes its
     # results into existing device arrays of the results' types (they may be inputs too), for
     # eager in-place ops. Without it, the results are new arrays, copied into place and freed.

@@ -139,6 +139,11 @@ class CpuRuntime:
         self.stats.device_to_host_bytes += src.nbytes
         return _view(src).copy()
 
+    def to_host_into(self, src: DeviceArray, dst: np.ndarray) -> None:
+        self.stats.device_to_host += 1
+        self.stats.device_to_host_bytes += src.nbytes
+        np.copyto(dst, _view(src), casting="no")
+
     def copy(self, src: DeviceArray, dst: DeviceArray) -> None:
         np.copyto(_view(dst), _view(src), casting="no")
 

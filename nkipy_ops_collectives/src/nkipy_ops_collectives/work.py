@@ -1,0 +1,101 @@
+"""The works the ``nkipy`` process group returns: gloo works plus what finishes them here.
+
+A collective on ``nkipy`` tensors is done when gloo is done *and* its results are written back
+into the device tensors (and checked, divided for AVG...). That last part runs in ``wait``, on the
+waiting thread, so device memory is only ever touched by the program's own threads.
+
+``get_future`` therefore waits too: it returns a future that is already complete, holding what
+torch's own works hold (the output tensors, here the device tensors after write-back).
+DistributedDataParallel's reducer and its communication hooks (``allreduce_hook``,
+``fp16_compress_hook``) take the future and chain ``then`` / ``value`` / ``wait`` on it; with a
+complete future their callbacks run at once, in the thread that asked. The cost is that an
+allreduce started by DDP's backward hook no longer overlaps the rest of the backward pass; the
+runtimes here execute synchronously anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from nkipy_core.errors import CollectiveError
+
+
+class Work(dist.Work):
+    """Waits for ``inner`` (gloo works, possibly none), then runs ``finish`` once."""
+
+    def __init__(
+        self,
+        what: str,
+        timeout: timedelta,
+        inner: Sequence[dist.Work] = (),
+        finish: Callable[[], None] = lambda: None,
+        outputs: Sequence[torch.Tensor] = (),
+    ):
+        super().__init__()
+        self._what, self._timeout = what, timeout
+        self._inner, self._finish, self._outputs = list(inner), finish, list(outputs)
+        self._done = False
+        self._error: CollectiveError | None = None
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        if not self._done:
+            try:
+                for work in self._inner:
+                    if timeout:
+                        work.wait(timeout)
+                    else:
+                        work.wait()
+                self._finish()
+            except CollectiveError as exc:
+                self._error = exc
+            except RuntimeError as exc:  # gloo's DistBackendError and timeouts are RuntimeErrors
+                self._error = failed(self._what, exc, self._timeout)
+            self._done = True
+            self._inner, self._finish = [], lambda: None  # release the gloo works and buffers
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done
+
+    def get_future(self) -> torch.futures.Future:
+        """A complete future holding the output tensors (written back): see the module docstring."""
+        self.wait()
+        future: torch.futures.Future = torch.futures.Future()
+        future.set_result(self._outputs)
+        return future
+
+    def result(self) -> list[torch.Tensor]:
+        """The output tensors, once written back (what ``get_future`` holds)."""
+        self.wait()
+        return self._outputs
+
+    @property
+    def outputs(self) -> list[torch.Tensor]:
+        """The output tensors (written back once the work is waited on)."""
+        return self._outputs
+
+
+def failed(what: str, exc: BaseException, timeout: timedelta) -> CollectiveError:
+    """The error for a gloo operation that failed or timed out on this rank."""
+    error = CollectiveError(
+        f"nkipy {what} failed on this rank: {exc}. Check that every rank of the group calls the "
+        "same collectives in the same order with tensors of the same shape and dtype; the group "
+        f"gives up after its timeout ({timeout}, `init_process_group(timeout=...)`)."
+    )
+    error.__cause__ = exc
+    return error
+
+
+def wait_all(works: Sequence[dist.Work], what: str, timeout: timedelta) -> None:
+    """Wait for gloo works now (the agreement steps, which must finish before anything else)."""
+    try:
+        for work in works:
+            work.wait()
+    except RuntimeError as exc:
+        raise failed(what, exc, timeout) from exc
