@@ -83,6 +83,7 @@ def install() -> None:
         ("_copy_from_and_resize", _copy_from_and_resize),
         ("_local_scalar_dense", _item),
         ("record_stream", _record_stream),
+        ("_to_copy", _to_copy),
     ):
         lib.impl(name, _kernel_code(kernel), "PrivateUse1")
     for name in ("set_.source_Storage", "set_.source_Storage_storage_offset"):
@@ -286,6 +287,35 @@ def _resize_storage_bytes(variable: torch.Tensor, new_size: int) -> None:
     from nkipy_core.buffers import memory
 
     memory.resize_storage(variable.untyped_storage(), new_size)
+
+
+def _to_copy(
+    self: torch.Tensor,
+    *,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    non_blocking=False,
+    memory_format=None,
+) -> torch.Tensor:
+    """``.to(...)`` of a device tensor: a new tensor (``empty_like``) and ``copy_``, as torch's
+    composite kernel does, except that a non-blocking copy to the host is not pinned. Torch pins
+    it for PrivateUse1 (distributed checkpointing stages every tensor so), and a pinned-memory
+    allocator can only be given to torch from C++; the device's copies are synchronous, so an
+    ordinary host tensor is what the copy would end in anyway."""
+    if layout not in (None, torch.strided) or pin_memory:
+        raise DeviceError(
+            f"nkipy tensors copy to strided, unpinned tensors only (asked: layout={layout}, "
+            f"pin_memory={pin_memory}); copy to CPU first and convert there"
+        )
+    out = torch.empty_like(
+        self,
+        dtype=dtype or self.dtype,
+        device=device or self.device,
+        memory_format=memory_format or torch.preserve_format,
+    )
+    return out.copy_(self)
 
 
 def _record_stream(self: torch.Tensor, stream: torch.Stream) -> None:
