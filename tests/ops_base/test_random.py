@@ -325,7 +325,7 @@ def test_half_precision_random_values_are_exact_and_below_one():
 
 def test_fallback_random_on_the_nkipy_device_matches_eager():
     """With ``fallback_random`` set for the process, eager device ops draw from torch's CPU
-    generator too (without it they draw from the device's: tests/device/test_random.py)."""
+    generator too (without it they draw from the device's: tests/device/test_generator.py)."""
     nkipy_core.init_nkipy_backend(fallback_random=True)
     x = torch.randn(4, 8).to("nkipy")
 
