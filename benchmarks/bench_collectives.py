@@ -13,8 +13,8 @@ On the ``cpu`` runtime device memory is host memory, so the ratio is the price o
 group predicts each call, so the shape check costs no extra message (``agreement.py`` of
 nkipy-ops-collectives).
 
-The rows are timed in rounds (``_timing.median_times``): one run of each row per round, so that
-a slow minute of this shared machine hits both. Both ranks time the same fixed number of calls
+The rows are timed in 15 rounds (``_timing.median_times``): one run of each row per round, so
+that a slow minute of this shared machine hits both. Both ranks time the same fixed number of calls
 (an automatic count could differ between ranks and deadlock them); rank 0 prints.
 
 Run: python benchmarks/bench_collectives.py   (it starts itself under torchrun, 2 processes)
@@ -49,6 +49,7 @@ def _worker() -> None:
                 "nkipy": lambda: dist.all_reduce(device),
             },
             number=number,
+            repeat=15,
         )
         if dist.get_rank() == 0:
             _timing.print_table(

@@ -580,16 +580,16 @@ class Cases:
 
     def destroy_releases_gloo(self) -> None:
         """``destroy_process_group`` shuts the group's inner gloo group down there and then:
-        its worker threads are gone, and the destroyed group says so if it is used again."""
-        before = _gloo_workers()
-        group = dist.new_group(backend="nkipy")
-        dist.all_reduce(torch.ones(2, device="nkipy"), group=group)
-        deadline = time.monotonic() + 5  # gloo's threads name themselves once they run
-        while _gloo_workers() < before + 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert _gloo_workers() == before + 2, (before, _gloo_workers())
-        dist.destroy_process_group(group)
-        assert _gloo_workers() == before, "gloo's threads outlived destroy_process_group"
+        its worker threads are gone, and the destroyed group says so if it is used again; an
+        aborted group (torch aborts through the group's C++ side) releases it too."""
+        for release in (dist.destroy_process_group, dist.distributed_c10d._abort_process_group):
+            before = set(_threads())
+            group = dist.new_group(backend="nkipy")
+            dist.all_reduce(torch.ones(2, device="nkipy"), group=group)
+            workers = _new_gloo_workers(before)
+            release(group)
+            alive = workers & set(_threads())
+            assert not alive, f"gloo's threads {alive} outlived {release.__name__}"
         _raises_collective_error(
             lambda: group.allreduce([torch.ones(2)], dist.AllreduceOptions()), "destroyed"
         )
@@ -602,15 +602,27 @@ class Cases:
         )
 
 
-def _gloo_workers() -> int:
-    """Gloo's worker threads in this process (each gloo group has two)."""
-    count = 0
+def _threads() -> dict[str, str]:
+    """This process's threads: id -> name."""
+    threads = {}
     for task in os.listdir("/proc/self/task"):
         try:
-            count += Path(f"/proc/self/task/{task}/comm").read_text().startswith("pt_gloo")
+            threads[task] = Path(f"/proc/self/task/{task}/comm").read_text().strip()
         except FileNotFoundError:  # a thread that just ended
             pass
-    return count
+    return threads
+
+
+def _new_gloo_workers(before: set[str]) -> set[str]:
+    """The two worker threads of the gloo group made since ``before`` (they name themselves
+    once they run)."""
+    deadline = time.monotonic() + 10
+    while True:
+        new = {t for t, name in _threads().items() if t not in before and name == "pt_gloo_runloop"}
+        if len(new) >= 2 or time.monotonic() > deadline:
+            assert len(new) == 2, new
+            return new
+        time.sleep(0.01)
 
 
 def _data_of(rank: int, *shape: int, dtype: torch.dtype = torch.float32, salt: int = 0):
