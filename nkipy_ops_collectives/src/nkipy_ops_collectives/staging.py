@@ -21,7 +21,7 @@ class Staging:
     @staticmethod
     def read(t: torch.Tensor) -> torch.Tensor:
         """An input: its values on host (one device-to-host transfer for a device tensor)."""
-        return t.cpu().contiguous() if t.device.type == NAME else t
+        return t.detach().cpu().contiguous() if t.device.type == NAME else t
 
     def update(self, t: torch.Tensor) -> torch.Tensor:
         """An input the collective overwrites (broadcast, reduce)."""

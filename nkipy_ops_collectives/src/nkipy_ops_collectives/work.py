@@ -49,7 +49,10 @@ class Work(dist.Work):
                         work.wait(timeout)
                     else:
                         work.wait()
-                self._finish()
+                # results are written as torch's backends write them, outside autograd: a
+                # pipeline stage receives into a leaf that requires grad
+                with torch.no_grad():
+                    self._finish()
             except CollectiveError as exc:
                 self._error = exc
             except RuntimeError as exc:  # gloo's DistBackendError and timeouts are RuntimeErrors

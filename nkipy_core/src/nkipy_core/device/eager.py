@@ -690,7 +690,7 @@ def _on_cpu(op: _torch.OpOverload, args: tuple, kwargs: dict, why: str, state: _
 
     def to_cpu(x):
         if memory.is_nkipy(x):
-            host = memory.to_host(x)
+            host = _same_layout(x, memory.to_host(x))
             if id(x) in written:
                 host = host.clone()  # resizable, as out= arguments must be
                 moved[id(host)] = (x, host)
@@ -724,6 +724,18 @@ def _on_cpu(op: _torch.OpOverload, args: tuple, kwargs: dict, why: str, state: _
         return x
 
     return _torch.tree_map(to_device, result)
+
+
+def _same_layout(t: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
+    """``host`` (contiguous) laid out as ``t`` when ``t`` is a dense permutation (a transpose):
+    some CPU kernels accept a layout but not its contiguous copy (``_grouped_mm`` needs 16-byte
+    aligned strides, which a transposed operand has and its copy may not)."""
+    if t.is_contiguous():
+        return host
+    strided = torch.empty_strided(t.shape, t.stride(), dtype=host.dtype)
+    if strided.untyped_storage().nbytes() != t.numel() * t.element_size():
+        return host  # overlapping (expanded) or with gaps: the contiguous copy it is
+    return strided.copy_(host)
 
 
 def _written(op: _torch.OpOverload, args: tuple, kwargs: dict) -> list[torch.Tensor]:
