@@ -8,10 +8,11 @@ run their functional op and copy the result into place on the device (once known
 kernel of the target's type, later calls write straight into the target). A repeated call goes
 through a flat key to what it ran before (``_fast_key``), skipping the rest of this module. An
 op no pack lowers runs on CPU: a ``FallbackWarning`` names it once (strict mode raises) and the
-result comes back to the device. Two kinds of op run on CPU by design, without a warning: random
-fills, which draw from torch's CPU generator so that seeded device runs reproduce CPU runs, and
-ops whose output shape depends on the data (``masked_select``, ``nonzero``, ``unique``), which
-no static-shape kernel can express (printing a tensor uses them).
+result comes back to the device. Three kinds of op run on CPU by design, without a warning: random
+fills, which draw from torch's CPU generator so that seeded device runs reproduce CPU runs; ops
+whose output shape depends on the data (``masked_select``, ``nonzero``, ``unique``), which no
+static-shape kernel can express (printing a tensor uses them); and ``torch._assert_async``,
+which checks a value on the host and returns nothing.
 
 What each signature runs is kept in memory, in bounded caches (``nkipy_core.cache.bounded``):
 ``MAX_SIGNATURES`` call signatures (and as many fast keys), and ``MAX_FLOAT_VALUES`` float
@@ -86,6 +87,9 @@ _HOST_OPS = {
         ),
         "its output shape depends on the data",
     ),
+    # torch._assert_async (RoPE position checks, TorchTitan's among them): a check of a value on
+    # the host that returns nothing, as CUDA's kernel raises at the next sync
+    "_assert_async": "it checks a value on the host",
 }
 
 log = logging.getLogger("nkipy.device")
