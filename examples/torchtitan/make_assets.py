@@ -24,25 +24,31 @@ from pathlib import Path
 BOS = "<|begin_of_text|>"
 EOS = "<|end_of_text|>"
 
-_SUBJECTS = [
-    "the engineer", "a small robot", "the river", "my neighbour", "the old library", "a curious cat",
-    "the committee", "every student", "the morning train", "a quiet village", "the compiler",
-    "our garden", "the northern wind", "a young painter", "the harbour master", "the kernel",
-]
-_VERBS = [
-    "builds", "watches", "remembers", "carries", "measures", "follows", "describes", "repairs",
-    "explores", "collects", "teaches", "finds", "writes", "opens", "answers", "trains",
-]
-_OBJECTS = [
-    "a wooden bridge", "the evening light", "three red apples", "the long report", "a map of the coast",
-    "the broken clock", "a letter from home", "the first snow", "a loaf of bread", "the silent hall",
-    "an empty notebook", "the tensor", "the tall tower", "a list of numbers", "the summer market",
-]
-_TAILS = [
-    "before sunrise", "with great care", "after the storm", "in the afternoon", "without a word",
-    "near the station", "for the whole town", "every other day", "under the bright moon",
-    "at the end of the week", "as the bells ring", "while the tea cools",
-]
+
+def _phrases(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",")]
+
+
+_SUBJECTS = _phrases("""
+    the engineer, a small robot, the river, my neighbour, the old library, a curious cat,
+    the committee, every student, the morning train, a quiet village, the compiler,
+    our garden, the northern wind, a young painter, the harbour master, the kernel
+""")
+_VERBS = _phrases("""
+    builds, watches, remembers, carries, measures, follows, describes, repairs, explores,
+    collects, teaches, finds, writes, opens, answers, trains
+""")
+_OBJECTS = _phrases("""
+    a wooden bridge, the evening light, three red apples, the long report,
+    a map of the coast, the broken clock, a letter from home, the first snow,
+    a loaf of bread, the silent hall, an empty notebook, the tensor, the tall tower,
+    a list of numbers, the summer market
+""")
+_TAILS = _phrases("""
+    before sunrise, with great care, after the storm, in the afternoon, without a word,
+    near the station, for the whole town, every other day, under the bright moon,
+    at the end of the week, as the bells ring, while the tea cools
+""")
 
 
 def _sentence(rng: random.Random) -> str:

@@ -36,7 +36,9 @@ def _cpu_device_module() -> types.ModuleType:
     mod.current_device = lambda: 0
     mod.set_device = lambda device: None
     mod.get_device_name = lambda device=None: "cpu"
-    mod.get_device_properties = lambda device=None: types.SimpleNamespace(name="cpu", total_memory=1)
+    mod.get_device_properties = lambda device=None: types.SimpleNamespace(
+        name="cpu", total_memory=1
+    )
     mod.memory_stats = lambda device=None: {}
     mod.reset_peak_memory_stats = lambda device=None: None
     mod.empty_cache = lambda: None
@@ -103,7 +105,9 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if device not in (None, "cpu"):
-        raise SystemExit(f"--device takes only 'cpu' (got {device!r}); leave it out to use torch's accelerator")
+        raise SystemExit(
+            f"--device takes only 'cpu' (got {device!r}); leave it out to use torch's accelerator"
+        )
     torch_compat()
     if device == "cpu":
         use_cpu()
