@@ -111,6 +111,16 @@ def test_an_op_no_pack_lowers_runs_on_cpu_with_one_warning():
         torch.special.bessel_j0(d.clamp(-0.5, 0.5))  # the warning is given once
 
 
+def test_async_asserts_check_on_the_host_without_a_warning():
+    positions = torch.arange(6).to("nkipy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        torch._assert_async((positions < 6).all(), "positions beyond the cache")
+        torch._assert_async((positions >= 0).all())
+    with pytest.raises(RuntimeError, match="positions beyond the cache"):
+        torch._assert_async((positions < 5).all(), "positions beyond the cache")
+
+
 def test_in_place_op_without_lowering_writes_back_to_the_device():
     x = torch.rand(4) * 0.5
     d = x.to("nkipy")

@@ -10,7 +10,8 @@ through a flat key to what it ran before (``_fast_key``), skipping the rest of t
 op no pack lowers runs on CPU: a ``FallbackWarning`` names it once (strict mode raises) and the
 result comes back to the device. Ops whose output shape depends on the data (``masked_select``,
 ``nonzero``, ``unique``), which no static-shape kernel can express (printing a tensor uses them),
-run on CPU by design, without a warning. Random ops run their pack's kernel with a key drawn
+run on CPU by design, without a warning, and so does ``torch._assert_async``, which checks a
+value on the host and returns nothing. Random ops run their pack's kernel with a key drawn
 from the device's generator at each call (``_Seeded``), as compiled graphs do; with
 ``fallback_random``, or when no pack lowers them, they run on CPU with torch's generator (then
 seeded device runs reproduce CPU runs), without a warning.
@@ -87,16 +88,15 @@ _RANDOM_OPS = frozenset(
 _FALLBACK_RANDOM = "random numbers come from torch's CPU generator (fallback_random)"
 
 #: ops run on CPU on purpose (see the module docstring), and why
-_HOST_OPS = dict.fromkeys(
-    (
-        "masked_select",
-        "nonzero",
-        "_unique2",
-        "unique_consecutive",
-        "unique_dim",
+_HOST_OPS = {
+    **dict.fromkeys(
+        ("masked_select", "nonzero", "_unique2", "unique_consecutive", "unique_dim"),
+        "its output shape depends on the data",
     ),
-    "its output shape depends on the data",
-)
+    # torch._assert_async (RoPE position checks, TorchTitan's among them): a check of a value on
+    # the host that returns nothing, as CUDA's kernel raises at the next sync
+    "_assert_async": "it checks a value on the host",
+}
 
 
 def _host_reason(op: _torch.OpOverload, config: Config) -> str | None:
