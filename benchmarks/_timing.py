@@ -17,6 +17,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 
@@ -128,3 +130,21 @@ def _record(
     )
     with open(path, "w") as f:
         json.dump(tables, f, indent=1)
+
+
+def run_ranks(script: str, worker: Callable[[], None], *, timeout: float = 1800) -> None:
+    """Run ``worker`` as each of 2 ranks: under torchrun, ``script`` is a rank and calls it;
+    started by hand, it starts itself under torchrun and exits with torchrun's status."""
+    if "RANK" in os.environ:
+        worker()
+        return
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        script,
+    ]
+    sys.exit(subprocess.run(command, timeout=timeout).returncode)

@@ -22,10 +22,6 @@ Run: python benchmarks/bench_collectives.py   (it starts itself under torchrun, 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import _timing  # noqa: F401 - first: sets OMP_NUM_THREADS before torch is imported
 
 SIZES = [1 << k for k in range(10, 23, 2)]  # bytes: 1 KiB, 4 KiB, ..., 4 MiB
@@ -62,19 +58,7 @@ def _worker() -> None:
 
 
 def main() -> None:
-    if "RANK" in os.environ:
-        _worker()
-        return
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        __file__,
-    ]
-    sys.exit(subprocess.run(command, timeout=600).returncode)
+    _timing.run_ranks(__file__, _worker, timeout=600)
 
 
 if __name__ == "__main__":

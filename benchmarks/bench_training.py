@@ -18,10 +18,6 @@ Run: python benchmarks/bench_training.py   (it starts itself under torchrun, 2 p
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import _timing  # noqa: F401 - first: sets OMP_NUM_THREADS before torch is imported
 
 DIM, HIDDEN, LAYERS, BATCH = 256, 1024, 4, 32
@@ -66,15 +62,11 @@ def _step(run, params, x):
     return step
 
 
-def _ddp_steps(gloo):
+def _rows(cpu, cpu_inductor, device, device_compiled) -> dict:
+    """The four rows' steps, from four wrapped copies of the model (CPU, CPU, nkipy, nkipy)."""
     import torch
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     x = torch.randn(BATCH, DIM)
-    cpu = DDP(_model(), process_group=gloo)
-    cpu_inductor = DDP(_model(), process_group=gloo)
-    device = DDP(_model().to("nkipy"))
-    device_compiled = DDP(_model().to("nkipy"))
     return {
         "cpu eager": _step(cpu, cpu.parameters(), x),
         "cpu inductor": _step(torch.compile(cpu_inductor), cpu_inductor.parameters(), x),
@@ -87,8 +79,18 @@ def _ddp_steps(gloo):
     }
 
 
+def _ddp_steps(gloo):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return _rows(
+        DDP(_model(), process_group=gloo),
+        DDP(_model(), process_group=gloo),
+        DDP(_model().to("nkipy")),
+        DDP(_model().to("nkipy")),
+    )
+
+
 def _fsdp_steps(gloo):
-    import torch
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -97,23 +99,14 @@ def _fsdp_steps(gloo):
             fully_shard(layer, mesh=mesh)
         return fully_shard(model, mesh=mesh)
 
-    x = torch.randn(BATCH, DIM)
     cpu_mesh = DeviceMesh.from_group(gloo, "cpu")
     device_mesh = init_device_mesh("nkipy", (2,))
-    cpu = sharded(_model(), cpu_mesh)
-    cpu_inductor = sharded(_model(), cpu_mesh)
-    device = sharded(_model().to("nkipy"), device_mesh)
-    device_compiled = sharded(_model().to("nkipy"), device_mesh)
-    return {
-        "cpu eager": _step(cpu, cpu.parameters(), x),
-        "cpu inductor": _step(torch.compile(cpu_inductor), cpu_inductor.parameters(), x),
-        "nkipy eager": _step(device, device.parameters(), x.to("nkipy")),
-        "nkipy compiled": _step(
-            torch.compile(device_compiled, backend="nkipy"),
-            device_compiled.parameters(),
-            x.to("nkipy"),
-        ),
-    }
+    return _rows(
+        sharded(_model(), cpu_mesh),
+        sharded(_model(), cpu_mesh),
+        sharded(_model().to("nkipy"), device_mesh),
+        sharded(_model().to("nkipy"), device_mesh),
+    )
 
 
 def _worker() -> None:
@@ -137,19 +130,7 @@ def _worker() -> None:
 
 
 def main() -> None:
-    if "RANK" in os.environ:
-        _worker()
-        return
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        __file__,
-    ]
-    sys.exit(subprocess.run(command, timeout=1800).returncode)
+    _timing.run_ranks(__file__, _worker)
 
 
 if __name__ == "__main__":
