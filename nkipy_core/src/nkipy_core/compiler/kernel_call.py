@@ -38,10 +38,10 @@ class Boundary:
     #: complex one: no remembered NumPy views then)
     complex_inputs: bool = False
     #: per output: whether it is complex (the kernel returns its real view); ``()``: none is
-    complex_outputs: tuple[bool, ...] = attrs.field(default=(), converter=tuple)
+    complex_outputs: tuple[bool, ...] = ()
     #: the inputs with the conjugate or negative bit set: resolved before the call (dynamo
     #: guards the bits, so the inputs at these positions have them at every call)
-    resolved_inputs: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    resolved_inputs: tuple[int, ...] = ()
 
 
 #: a kernel whose torch values are its arrays (real tensors without math bits)
