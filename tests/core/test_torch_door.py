@@ -111,6 +111,9 @@ CANARIES = {
     "create_empty_tensor": lambda: (
         _torch.create_empty_tensor([0], torch.float32).device.type == "nkipy"
     ),
+    "neg_view": lambda: (
+        _torch.neg_view(torch.ones(1)).is_neg() and not _torch.neg_view(torch.ones(1)).is_conj()
+    ),
     "storage_from_data_pointer": lambda: (
         _torch.storage_from_data_pointer(1 << 40, torch.device("nkipy", 0), 64).nbytes() == 64
     ),

@@ -38,3 +38,17 @@ def test_rotary_embedding_is_one_kernel_per_graph_and_matches_eager(device, dtyp
         assert got.device.type == device
         torch.testing.assert_close(got.detach().cpu(), want, rtol=rtol, atol=atol)
     assert [sum(isinstance(m, KernelCall) for m in gm.children()) for gm in graphs] == [1, 1]
+
+
+@pytest.mark.parametrize("device", ["cpu", "nkipy"])
+def test_graph_inputs_with_the_conjugate_or_negative_bit_are_read_as_their_values(device):
+    """``x.conj()`` and ``x.conj().imag`` are views whose memory holds other values than they
+    read; dynamo guards the bits, and a kernel taking such an input gets it resolved."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(4, dtype=torch.complex64, generator=g)
+    w = torch.randn(4, dtype=torch.complex64, generator=g)
+    f = torch.compile(lambda a, b: a * b, backend="nkipy", options={"strict": True})
+    zd, wd = z.to(device), w.to(device)
+    torch.testing.assert_close(f(zd, wd).cpu(), z * w)
+    torch.testing.assert_close(f(zd.conj(), wd).cpu(), z.conj() * w)
+    torch.testing.assert_close(f(zd.real, wd.conj().imag).cpu(), z.real * w.conj().imag)

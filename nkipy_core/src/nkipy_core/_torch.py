@@ -163,6 +163,11 @@ def swap_storage_memory(a: torch.UntypedStorage, b: torch.UntypedStorage) -> Non
     a._swap_data_ptr_(b)  # type: ignore[attr-defined]  # not in torch's stubs
 
 
+#: a view with the negative bit flipped, as ``x.conj().imag`` is one (no public function makes
+#: one): a fake stand-in for such a graph input carries the bit as the input does
+neg_view: Callable[[torch.Tensor], torch.Tensor] = torch._neg_view
+
+
 def untraced(fn: Any) -> Any:
     """Keep dynamo out of ``fn``, as it keeps out of ``torch.cuda``: a compiled function that
     calls it breaks the graph and calls it as is (``torch.compiler.disable``'s mark, without
@@ -300,6 +305,7 @@ __all__ = [
     "graph_codegen",
     "is_any_autocast_enabled",
     "is_traceable_wrapper_subclass",
+    "neg_view",
     "overload_name",
     "privateuse1_backend_name",
     "profiler_enabled",

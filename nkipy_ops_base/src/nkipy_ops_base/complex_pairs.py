@@ -23,16 +23,17 @@ from nkipy_core.ir import DType
 REAL, IMAG = 0, 1
 
 
-def is_complex(ctx, position: int = 0) -> bool:
+def arg_is_complex(ctx, position: int = 0) -> bool:
     """Whether positional argument ``position`` of the node is a complex tensor."""
-    return ctx.complex and bool(ctx.complex_args[position])
+    return ctx.complex and position < len(ctx.complex_args) and bool(ctx.complex_args[position])
 
 
 def dim(ctx, x, d: int, new: int = 0) -> int:
-    """Dim ``d`` of torch's for positional argument 0 (``x``), made non-negative when ``x`` is
-    complex: counted from the end, torch's dims skip the pair dimension (``new`` more dims for
-    an op that adds some, as ``unsqueeze``). A real ``x``'s dims are its own: unchanged."""
-    return d % (x.ndim - 1 + new) if is_complex(ctx) else d
+    """Torch's dim ``d`` of positional argument 0 (``x``) as an axis of its traced array. For a
+    complex ``x`` a negative dim counts from torch's last dim, not from the pair dimension, so
+    it is made non-negative (``new``: the dims the op adds, 1 for ``unsqueeze``); a real
+    ``x``'s dims are unchanged."""
+    return d % (x.ndim - 1 + new) if arg_is_complex(ctx) else d
 
 
 def pair(value: Any, is_complex: bool, dtype: DType):
@@ -51,8 +52,7 @@ def pair(value: Any, is_complex: bool, dtype: DType):
 def operand(ctx, value: Any, position: int):
     """Positional argument ``position`` of a complex node (``value``) as pairs of the result's
     part dtype (``ctx.out_dtype``: a complex result's type is its real view's)."""
-    is_complex = position < len(ctx.complex_args) and ctx.complex_args[position]
-    return pair(value, is_complex, ctx.out_dtype)
+    return pair(value, arg_is_complex(ctx, position), ctx.out_dtype)
 
 
 def join(real, imag):

@@ -101,7 +101,7 @@ def _converted(ctx, value, position: int):
     warns there, eagerly)."""
     if ctx.complex_out:
         return complex_pairs.operand(ctx, value, position)
-    if ctx.complex and ctx.complex_args[position]:
+    if complex_pairs.arg_is_complex(ctx, position):
         value = value[..., complex_pairs.REAL]
     return knp.astype(value, ctx.out_dtype)
 

@@ -50,7 +50,7 @@ def expand(ctx, x, size, *, implicit=False):
 
 @RULES.register(aten.permute.default, complex=True)
 def permute(ctx, x, dims):
-    if complex_pairs.is_complex(ctx):  # the pair dimension stays last
+    if complex_pairs.arg_is_complex(ctx):  # the pair dimension stays last
         dims = [*(complex_pairs.dim(ctx, x, d) for d in dims), x.ndim - 1]
     return knp.transpose(x, dims)
 
@@ -62,7 +62,7 @@ def unsqueeze(ctx, x, dim):
 
 @RULES.register(aten.squeeze.dim, aten.squeeze.dims, complex=True)
 def squeeze(ctx, x, dim=None):
-    if complex_pairs.is_complex(ctx):
+    if complex_pairs.arg_is_complex(ctx):
         dim = [complex_pairs.dim(ctx, x, d) for d in ([dim] if isinstance(dim, int) else dim)]
     return knp.squeeze(x, dim)
 

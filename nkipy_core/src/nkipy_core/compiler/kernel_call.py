@@ -5,9 +5,11 @@ tensors as the device arrays they are (through ``memory``, the buffer layer), CP
 arrays or staged buffers. ``entry`` is what AOTAutograd calls for a compiled graph. It sits below
 the device: the device's eager ops run their single-op kernels through it.
 
+Kernels compute on plain arrays; ``Boundary`` says where a call's torch values differ from them.
 Kernels know no complex numbers: a complex tensor goes in as its real view (``memory.array``,
 ``torch_to_numpy``) and a complex result comes back as one, which the call views as complex again
-(``torch.view_as_complex``, no copy).
+(``torch.view_as_complex``, no copy). A tensor with torch's conjugate or negative bit set is a
+view whose buffer holds other values than it reads; such an input is resolved before the call.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 import torch
 import torch.fx
@@ -25,6 +28,24 @@ from nkipy_core.errors import ConfigurationError
 from nkipy_core.ir.types import numpy_to_torch, torch_to_numpy
 from nkipy_core.observe import profiling
 from nkipy_core.runtime.base import DeviceArray
+
+
+@attrs.frozen
+class Boundary:
+    """Where a kernel's torch values are not its arrays, from its subgraph's example values."""
+
+    #: whether some input is complex (``torch_to_numpy`` gives its real view, ``numpy()`` its
+    #: complex one: no remembered NumPy views then)
+    complex_inputs: bool = False
+    #: per output: whether it is complex (the kernel returns its real view); ``()``: none is
+    complex_outputs: tuple[bool, ...] = ()
+    #: the inputs with the conjugate or negative bit set: resolved before the call (dynamo
+    #: guards the bits, so the inputs at these positions have them at every call)
+    resolved_inputs: tuple[int, ...] = ()
+
+
+#: a kernel whose torch values are its arrays (real tensors without math bits)
+PLAIN = Boundary()
 
 
 def inverse_permutation(order: Sequence[int]) -> tuple[int, ...]:
@@ -57,8 +78,7 @@ class KernelCall(torch.nn.Module):
         on_device: Sequence[bool],
         orders: Sequence[tuple[int, ...] | None],
         stats: profiling.KernelRecord,
-        complex_inputs: bool = False,
-        complex_outputs: Sequence[bool] = (),
+        boundary: Boundary = PLAIN,
     ):
         super().__init__()
         #: this kernel's counters (``nkipy_core.kernel_stats()``), shared by its other calls
@@ -74,13 +94,14 @@ class KernelCall(torch.nn.Module):
         #: a call whose inputs are all CPU tensors runs on host arrays, without staging
         self.run_host: Any = getattr(runtime, "run_host", None)  # set when host_path is
         self.host_path = not any(self.on_device) and self.run_host is not None
-        #: whether some input is complex (``torch_to_numpy`` gives its real view, ``numpy()``
-        #: its complex one: no remembered NumPy views then)
-        self.complex_inputs = complex_inputs
-        self.host_views = None if complex_inputs else HostViews(len(executable.signature.inputs))
+        self.boundary = boundary
+        self.host_views = (
+            None if boundary.complex_inputs else HostViews(len(executable.signature.inputs))
+        )
         #: per output: whether it is complex, returned by the kernel as its real view
-        self.complex_outputs = tuple(complex_outputs) or (False,) * len(self.on_device)
+        self.complex_outputs = boundary.complex_outputs or (False,) * len(self.on_device)
         self._viewed_complex = any(self.complex_outputs)
+        self._resolved_inputs = boundary.resolved_inputs
         #: the one output, returned as the kernel gives it (no tuple, no permutation, real)
         self.single = (
             not tuple_output and self.inverse_orders == (None,) and not self._viewed_complex
@@ -95,6 +116,8 @@ class KernelCall(torch.nn.Module):
         return results
 
     def forward(self, *args: torch.Tensor):
+        if self._resolved_inputs:
+            args = self._resolved(args)
         if self.host_path:
             arrays: list[np.ndarray] | None = None
             if self.host_views is not None:
@@ -152,6 +175,13 @@ class KernelCall(torch.nn.Module):
                 runtime.copy(result, target)
                 runtime.free(result.buffer)
         self._free(runtime, staged)
+
+    def _resolved(self, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """``args`` with the conjugate and negative bits of ``resolved_inputs`` applied."""
+        resolved = list(args)
+        for i in self._resolved_inputs:
+            resolved[i] = resolved[i].resolve_conj().resolve_neg()
+        return tuple(resolved)
 
     def _device_inputs(self, args: Sequence[torch.Tensor]):
         """The runtime that owns the buffers, the kernel's inputs as its device arrays, and

@@ -20,7 +20,7 @@ from nkipy_core.buffers import memory
 from nkipy_core.cache import keys
 from nkipy_core.cache.kernel_cache import STATS, KernelCache
 from nkipy_core.compiler import precompile
-from nkipy_core.compiler.kernel_call import KernelCall
+from nkipy_core.compiler.kernel_call import PLAIN, Boundary, KernelCall
 from nkipy_core.compiler.key_parts import core_version, placeholder_key, runtime_tag, versions_key
 from nkipy_core.compiler.lower import lower_subgraph, output_orders
 from nkipy_core.compiler.lowering import tensor_type
@@ -59,22 +59,27 @@ class _Lowered:
     tuple_output: bool
     devices: list[bool]
     orders: tuple[tuple[int, ...] | None, ...]
-    complex_inputs: bool
-    complex_outputs: tuple[bool, ...]
+    boundary: Boundary
 
 
-def _is_complex(node: Any) -> bool:
+def _val(node: Any) -> Any:
     val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return isinstance(val, torch.Tensor) and val.is_complex()
+    return val if isinstance(val, torch.Tensor) else None
 
 
-def complex_io(sub: torch.fx.GraphModule) -> tuple[bool, tuple[bool, ...]]:
-    """Whether any input of a subgraph is complex, and per output whether it is: the kernel
-    takes and gives those as real views (``KernelCall``)."""
+def boundary_of(sub: torch.fx.GraphModule) -> Boundary:
+    """Where the torch values of a subgraph's inputs and outputs are not the kernel's arrays
+    (complex tensors, math bits), from their example values."""
     result = next(iter(sub.graph.find_nodes(op="output"))).args[0]
     results = result if isinstance(result, (tuple, list)) else [result]
-    inputs = any(_is_complex(n) for n in sub.graph.find_nodes(op="placeholder"))
-    return inputs, tuple(_is_complex(n) for n in results)
+    inputs = [_val(n) for n in sub.graph.find_nodes(op="placeholder")]
+    return Boundary(
+        complex_inputs=any(v is not None and v.is_complex() for v in inputs),
+        complex_outputs=tuple((v := _val(n)) is not None and v.is_complex() for n in results),
+        resolved_inputs=tuple(
+            i for i, v in enumerate(inputs) if v is not None and (v.is_conj() or v.is_neg())
+        ),
+    )
 
 
 def _find_or_lower(
@@ -96,7 +101,7 @@ def _find_or_lower(
     tuple_output = isinstance(result, (tuple, list))
     results = result if tuple_output else [result]
     orders = output_orders(sub)
-    complex_inputs, complex_outputs = complex_io(sub)
+    boundary = boundary_of(sub)
     if on_device is None:
         devices = [memory.is_nkipy(n.meta.get("val")) for n in results]
     else:
@@ -112,8 +117,7 @@ def _find_or_lower(
             tuple_output,
             devices,
             orders,
-            complex_inputs=complex_inputs,
-            complex_outputs=complex_outputs,
+            boundary=boundary,
         )
         if call is not None:
             return call
@@ -132,8 +136,7 @@ def _find_or_lower(
             tuple_output,
             devices,
             orders,
-            complex_inputs,
-            complex_outputs,
+            boundary,
         )
     executable = runtime.load(loaded[1], Signature.of(kernel), options)
     cache.put_index(fx_key, {"kernel": kernel_key})
@@ -150,8 +153,7 @@ def _find_or_lower(
         devices,
         orders,
         stats,
-        complex_inputs,
-        complex_outputs,
+        boundary,
     )
 
 
@@ -165,14 +167,13 @@ def load_kernel(
     devices: Sequence[bool],
     orders: Sequence[tuple[int, ...] | None],
     count_miss: bool = True,
-    complex_inputs: bool = False,
-    complex_outputs: Sequence[bool] = (),
+    boundary: Boundary = PLAIN,
 ) -> KernelCall | None:
     """The call of kernel ``key`` (named ``name``) made from its cache entry, without lowering;
     ``None`` when the entry is missing or corrupt (``KernelCache.load``; ``count_miss`` as there).
     The entry's metadata gives the signature, so only how the call places its outputs
-    (``tuple_output``, ``devices``, ``orders``) and which of its real arrays stand for complex
-    tensors (``complex_io``) must come from the caller."""
+    (``tuple_output``, ``devices``, ``orders``) and where its torch values are not its arrays
+    (``boundary``) must come from the caller."""
     loaded = cache.load(key, count_miss=count_miss)
     if loaded is None:
         return None
@@ -192,8 +193,7 @@ def load_kernel(
         devices,
         orders,
         stats,
-        complex_inputs,
-        complex_outputs,
+        boundary,
     )
 
 
@@ -244,8 +244,7 @@ def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall
         job.devices,
         job.orders,
         stats,
-        job.complex_inputs,
-        job.complex_outputs,
+        job.boundary,
     )
     return call, seconds
 

@@ -133,8 +133,11 @@ def specialize(
                 spec, example = next(examples)
                 if isinstance(example, torch.Tensor):
                     shape, stride = spec
-                    value = torch.empty_strided(
-                        shape, stride, dtype=example.dtype, device=example.device
+                    value = _with_math_bits(
+                        torch.empty_strided(
+                            shape, stride, dtype=example.dtype, device=example.device
+                        ),
+                        example,
                     )
                 else:
                     value = spec
@@ -166,6 +169,16 @@ def specialize(
     graph.lint()
     inputs = [env[n] for n in graph.find_nodes(op="placeholder")]
     return torch.fx.GraphModule(gm, graph), inputs
+
+
+def _with_math_bits(value: torch.Tensor, example: torch.Tensor) -> torch.Tensor:
+    """``value`` with ``example``'s conjugate and negative bits (dynamo guards them): a kernel
+    taking such an input resolves it (``KernelCall``'s ``Boundary``)."""
+    if example.is_conj():
+        value = value.conj()
+    if example.is_neg():
+        value = _torch.neg_view(value)
+    return value
 
 
 class SpecializedGraph:

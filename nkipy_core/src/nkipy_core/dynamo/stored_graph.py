@@ -38,7 +38,7 @@ import torch.fx
 from nkipy_core import _torch
 from nkipy_core.cache.kernel_cache import KernelCache
 from nkipy_core.compiler.fallback import FALLBACKS, report_fallbacks
-from nkipy_core.compiler.kernel_call import KernelCall, inverse_permutation
+from nkipy_core.compiler.kernel_call import Boundary, KernelCall, inverse_permutation
 from nkipy_core.compiler.kernels import load_kernel
 from nkipy_core.config.settings import Config, select_runtime
 from nkipy_core.plugin.registry import op_name, resolve_op
@@ -72,8 +72,7 @@ class _Kernel:
     tuple_output: bool
     on_device: tuple[bool, ...]
     orders: tuple[tuple[int, ...] | None, ...]
-    complex_inputs: bool
-    complex_outputs: tuple[bool, ...]
+    boundary: Boundary
 
 
 @attrs.frozen
@@ -112,8 +111,7 @@ def dumps(gm: torch.fx.GraphModule) -> tuple[bytes | None, str | None]:
                     call.tuple_output,
                     call.on_device,
                     orders,
-                    call.complex_inputs,
-                    call.complex_outputs,
+                    call.boundary,
                 )
             )
         elif node.op == "get_attr":
@@ -160,8 +158,7 @@ def loads(data: bytes, config: Config) -> torch.fx.GraphModule | None:
             k.on_device,
             k.orders,
             count_miss=False,
-            complex_inputs=k.complex_inputs,
-            complex_outputs=k.complex_outputs,
+            boundary=k.boundary,
         )
         if call is None:
             log.info(

@@ -185,12 +185,15 @@ def value_type(shape: Iterable[int], dtype: _TorchDType) -> TensorType:
 
 def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
     """A NumPy view of a CPU tensor, bf16 included (torch cannot export bf16 to NumPy itself);
-    of a complex tensor, its real view (``value_type``), conjugation resolved.
+    of a complex tensor, its real view (``value_type``); a copy where torch's conjugate or
+    negative bit says the values are not the memory's.
 
     Called on every kernel input of a CPU graph, so it detaches only a tensor that needs it
     (``detach`` costs as much as ``numpy`` itself)."""
     if t.requires_grad:
         t = t.detach()
+    if t.is_neg():
+        t = t.resolve_neg()
     if t.dtype is torch.bfloat16:
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     if t.is_complex():
