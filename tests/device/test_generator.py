@@ -52,15 +52,33 @@ def test_eager_random_ops_draw_from_it_and_move_the_offset_on():
     assert torch.equal(torch.rand(5, device="nkipy").cpu(), a.cpu())
 
 
+def test_normal__draws_from_it_not_from_torchs_cpu_generator():
+    """``normal_`` (``nn.init.normal_``, ``trunc_normal_``) runs ``normal_functional`` on the
+    device. DTensor's tracker wraps each random op in ``fork_rng``, which restores the CPU
+    generator: drawn from it, every draw of ``trunc_normal_``'s rejection loop would be the same
+    and the loop would never end."""
+    torch.manual_seed(0)
+    draws = []
+    for _ in range(2):
+        with torch.random.fork_rng(devices=[]):  # restores torch's CPU generator only
+            draws.append(torch.empty(64, device="nkipy").normal_(0, 1).cpu())
+    assert seed_and_offset(nkipy.get_rng_state()) == (0, 2 * PER_OP)
+    assert not torch.equal(draws[0], draws[1])
+    with torch.random.fork_rng(devices=[]):
+        cut = torch.nn.init.trunc_normal_(torch.empty(256, device="nkipy"), std=1.0, a=-1, b=1)
+    assert cut.abs().max() <= 1
+
+
 @pytest.mark.parametrize(
     "make",
     [
         lambda: torch.randn(3, 4, device="nkipy"),
         lambda: torch.empty(6, device="nkipy").uniform_(-2, 2),
+        lambda: torch.empty(6, device="nkipy").normal_(1, 2),
         lambda: F.dropout(torch.ones(16, device="nkipy"), 0.5, training=True),
         lambda: torch.nn.Linear(4, 3, device="nkipy").weight.detach(),
     ],
-    ids=["randn", "uniform_", "dropout", "Linear"],
+    ids=["randn", "uniform_", "normal_", "dropout", "Linear"],
 )
 def test_setting_a_saved_state_replays_the_devices_numbers(make):
     make()

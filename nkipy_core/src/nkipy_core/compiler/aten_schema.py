@@ -25,7 +25,7 @@ _functionals: dict[_torch.OpOverload, _torch.OpOverload | None] = {}
 
 def functional_form(op: _torch.OpOverload) -> _torch.OpOverload | None:
     """The functional op a mutating op computes (``add_.Tensor`` -> ``add.Tensor``, ``add.out``
-    -> ``add.Tensor``), or ``None``."""
+    -> ``add.Tensor``, ``normal_`` -> ``normal_functional``), or ``None``."""
     if op in _functionals:
         return _functionals[op]
     schema = _torch.schema(op)
@@ -34,7 +34,11 @@ def functional_form(op: _torch.OpOverload) -> _torch.OpOverload | None:
         a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write
     }
     if base.endswith("_") and written == {"self"}:
-        packet, wanted = getattr(torch.ops.aten, base[:-1], None), schema.arguments
+        # ``normal_``'s functional form is ``normal_functional`` (``aten.normal`` takes tensors)
+        packet = getattr(torch.ops.aten, base[:-1] + "_functional", None) or getattr(
+            torch.ops.aten, base[:-1], None
+        )
+        wanted = schema.arguments
     elif written and all(a.kwarg_only for a in schema.arguments if a.name in written):
         packet = getattr(torch.ops.aten, base, None)
         wanted = [a for a in schema.arguments if a.name not in written]
