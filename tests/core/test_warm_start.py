@@ -59,6 +59,7 @@ PROGRAM = textwrap.dedent("""
             fn = lambda a: torch.exp(a) * a + 1
             report["ok"] = close(compiled(fn, dynamic=True)(x), fn(x))
         elif case == "on_device":
+            nkipy_core.register_device()
             fn = lambda a: torch.exp(a) * a + 1
             out = compiled(fn)(x.to("nkipy"))
             report["ok"] = out.device.type == "nkipy" and close(out.cpu(), fn(x))

@@ -126,3 +126,10 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(target[0]), target[1])
     globals()[name] = value
     return value
+
+
+# torch before any module of ours, and after this package's names (the autoload uses them):
+# importing torch runs its device autoload, which imports parts of this package; were torch first
+# imported from inside one of our modules (``errors`` subclasses ``torch.OutOfMemoryError``), the
+# autoload would find that module half-initialised. Inside torch's own autoload this is a no-op.
+import torch  # noqa: E402, F401

@@ -14,8 +14,12 @@ import logging
 
 def autoload() -> None:
     try:
-        from nkipy_runtime.nrt.probe import hardware_present
-
+        try:
+            from nkipy_runtime.nrt.probe import hardware_present
+        except ImportError:
+            # the probe itself is being imported (it imports nkipy_core, which imports torch,
+            # which calls this): nkipy asking it after torch is up, not a Neuron host's start
+            return
         if hardware_present():
             import nkipy_core
 
