@@ -2,11 +2,8 @@
 Philox seed and offset laid out as CUDA's, which the device's kernels, eager and compiled, draw
 from; saving and restoring it replays them, and DTensor's RNG tracker moves it as on CUDA."""
 
-import tempfile
-
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 import torch.utils.checkpoint as checkpoint
 
@@ -164,23 +161,3 @@ def test_a_state_of_another_layout_is_a_typed_error():
         nkipy.set_rng_state(bad)
     with pytest.raises(DeviceError, match="cpu is not an nkipy device"):
         nkipy.get_rng_state("cpu")
-
-
-def test_dtensor_random_ops_on_a_device_mesh(tmp_path):
-    """A one-rank mesh: DTensor makes its ``OffsetBasedRNGTracker`` over the device's generator,
-    runs the op at the shard's offset and leaves the offset past the whole tensor."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Shard, rand
-
-    dist.init_process_group(
-        "nkipy", init_method=f"file://{tempfile.mktemp(dir=tmp_path)}", rank=0, world_size=1
-    )
-    try:
-        mesh = init_device_mesh("nkipy", (1,))
-        torch.manual_seed(4)
-        sharded = rand((8, 4), device_mesh=mesh, placements=[Shard(0)])
-        assert seed_and_offset(nkipy.get_rng_state()) == (4, 32)  # DTensor's: past 32 values
-        torch.manual_seed(4)
-        assert torch.equal(sharded.to_local().cpu(), torch.rand(8, 4, device="nkipy").cpu())
-    finally:
-        dist.destroy_process_group()
