@@ -119,6 +119,8 @@ class NkipyProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         torch.nkipy.init()  # more ranks on this host than devices: the runtime's error, here
         self._timeout = timeout
+        # ``rank()``/``size()`` go through torch's C++ trampoline: every collective reads these
+        self._rank, self._size = rank, size
         # own key prefix: in "cpu:gloo,nkipy:nkipy" torch's gloo rendezvouses in the same store
         self._gloo: dist.ProcessGroup | None = dist.ProcessGroupGloo(
             dist.PrefixStore(NAME, store), rank, size, timeout
@@ -181,7 +183,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
         local (copies, checks) happens before the ranks agree."""
         gloo = self._inner()
         plan = self._agreement.plan(what, signature, frame)
-        size = self.size()
+        size = self._size
         message = frame.message(size)
         for region, t in pack(message.data):
             (region if region.shape == t.shape else region.view(t.shape)).copy_(t)
@@ -237,7 +239,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
         return self._all_reduce("all_reduce_coalesced", tensors, opts.reduceOp)
 
     def _all_reduce(self, what: str, tensors: list[torch.Tensor], op) -> Work:
-        reduction = _Reduction(op, tensors, self.size())
+        reduction = _Reduction(op, tensors, self._size)
         dtype = _one_dtype(what, tensors)
         signature = (reduction.name, _shapes(tensors))
         if dtype not in REDUCIBLE:  # bool: gloo's own all_reduce on host copies
@@ -267,8 +269,8 @@ class NkipyProcessGroup(dist.ProcessGroup):
         opts: dist.ReduceScatterOptions,
     ) -> Work:
         _check(
-            len(outputs) == 1 and len(input_lists) == 1 and len(input_lists[0]) == self.size(),
-            f"nkipy reduce_scatter takes one output and a list of {self.size()} inputs (one per "
+            len(outputs) == 1 and len(input_lists) == 1 and len(input_lists[0]) == self._size,
+            f"nkipy reduce_scatter takes one output and a list of {self._size} inputs (one per "
             f"rank), got {len(outputs)} outputs and {[len(ts) for ts in input_lists]} inputs.",
         )
         output, inputs = outputs[0], input_lists[0]
@@ -292,15 +294,15 @@ class NkipyProcessGroup(dist.ProcessGroup):
     ) -> Work:
         """``dist.reduce_scatter_tensor``: FSDP's gradient reduction (AVG, PREMUL_SUM or SUM)."""
         _check(
-            input.numel() == self.size() * output.numel() and input.dtype == output.dtype,
-            f"nkipy reduce_scatter_tensor: the input must hold {self.size()} times the output's "
+            input.numel() == self._size * output.numel() and input.dtype == output.dtype,
+            f"nkipy reduce_scatter_tensor: the input must hold {self._size} times the output's "
             f"elements in its dtype, got input {input.dtype} {tuple(input.shape)}, "
             f"output {output.dtype} {tuple(output.shape)}.",
         )
         return self._reduce_scatter(
             "reduce_scatter_tensor",
             [output],
-            lambda chunks: [(chunks, input.reshape(self.size(), -1))],
+            lambda chunks: [(chunks, input.reshape(self._size, -1))],
             opts,
             input,
         )
@@ -316,8 +318,8 @@ class NkipyProcessGroup(dist.ProcessGroup):
         every input."""
         for out, inp in zip(outputs, inputs, strict=True):
             _check(
-                inp.numel() == self.size() * out.numel() and inp.dtype == out.dtype,
-                f"nkipy reduce_scatter_tensor_coalesced: each input must hold {self.size()} "
+                inp.numel() == self._size * out.numel() and inp.dtype == out.dtype,
+                f"nkipy reduce_scatter_tensor_coalesced: each input must hold {self._size} "
                 f"times its output's elements in its dtype, got {_shapes([inp, out])}.",
             )
         offsets = [0]
@@ -327,7 +329,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
             "reduce_scatter_tensor_coalesced",
             outputs,
             lambda chunks: [
-                (chunks[:, o : o + out.numel()], inp.reshape(self.size(), -1))
+                (chunks[:, o : o + out.numel()], inp.reshape(self._size, -1))
                 for o, out, inp in zip(offsets, outputs, inputs)
             ],
             opts,
@@ -345,7 +347,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
         offsets: Sequence[int] = (0,),
     ) -> Work:
         """A reduce-scatter frame: ``pack`` fills the message's chunks (one row per rank)."""
-        reduction = _Reduction(opts.reduceOp, outputs, self.size())
+        reduction = _Reduction(opts.reduceOp, outputs, self._size)
         dtype = _one_dtype(what, outputs)
         _check(
             dtype in REDUCIBLE,
@@ -365,8 +367,8 @@ class NkipyProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors: list[torch.Tensor], opts: dist.ReduceOptions) -> Work:
         """Only the root's tensor receives the result (the others' keep their values)."""
-        reduction = _Reduction(opts.reduceOp, tensors, self.size())
-        root = self.rank() == opts.rootRank
+        reduction = _Reduction(opts.reduceOp, tensors, self._size)
+        root = self._rank == opts.rootRank
         staging = Staging()
         # gloo leaves partial sums in the non-roots' buffers: never the caller's tensors
         host = [
@@ -429,7 +431,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
             lambda views: [
                 (view[r], outs[r])
                 for view, outs in zip(views, output_lists)
-                for r in range(self.size())
+                for r in range(self._size)
             ],
             [t for ts in output_lists for t in ts],
         )
@@ -448,9 +450,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
             "all_gather_coalesced",
             inputs,
             lambda views: [
-                (view[r], outs[r])
-                for view, outs in zip(views, by_input)
-                for r in range(self.size())
+                (view[r], outs[r]) for view, outs in zip(views, by_input) for r in range(self._size)
             ],
             [t for ts in output_lists for t in ts],
         )
@@ -459,11 +459,11 @@ class NkipyProcessGroup(dist.ProcessGroup):
         _check(
             len(by_input) == len(inputs)
             and all(
-                len(outs) == self.size()
+                len(outs) == self._size
                 and all(o.dtype == t.dtype and o.numel() == t.numel() for o in outs)
                 for t, outs in zip(inputs, by_input)
             ),
-            f"nkipy {what}: each input needs {self.size()} outputs (one per rank) of its dtype "
+            f"nkipy {what}: each input needs {self._size} outputs (one per rank) of its dtype "
             f"and size; got inputs {_shapes(inputs)} and outputs "
             f"{[_shapes(outs) for outs in by_input]}.",
         )
@@ -493,14 +493,14 @@ class NkipyProcessGroup(dist.ProcessGroup):
     ) -> Work:
         for out, inp in zip(outputs, inputs, strict=True):
             _check(
-                out.numel() == self.size() * inp.numel() and out.dtype == inp.dtype,
-                f"nkipy {what}: each output must hold {self.size()} times its input's elements "
+                out.numel() == self._size * inp.numel() and out.dtype == inp.dtype,
+                f"nkipy {what}: each output must hold {self._size} times its input's elements "
                 f"in its dtype, got {_shapes([inp, out])}.",
             )
         return self._gather(
             what,
             inputs,
-            lambda views: [(view, out.view(self.size(), -1)) for view, out in zip(views, outputs)],
+            lambda views: [(view, out.view(self._size, -1)) for view, out in zip(views, outputs)],
             outputs,
         )
 
@@ -511,7 +511,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
         opts: dist.GatherOptions,
     ) -> Work:
         """Only the root passes outputs (one per rank, shaped as the inputs)."""
-        root = self.rank() == opts.rootRank
+        root = self._rank == opts.rootRank
         if root:
             self._check_lists("gather", inputs, output_lists)
         staging = Staging()
@@ -529,7 +529,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors: list[torch.Tensor], opts: dist.BroadcastOptions) -> Work:
         staging = Staging()
         # the root's tensors are only read, the others' only written: no needless transfer
-        root = self.rank() == opts.rootRank
+        root = self._rank == opts.rootRank
         host = [(staging.read if root else staging.output)(t) for t in tensors]
         return self._unframed(
             Call("broadcast", (_shapes(tensors), opts.rootRank)),
@@ -545,7 +545,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
         opts: dist.ScatterOptions,
     ) -> Work:
         """DTensor's ``distribute_tensor`` shards a full tensor with this (from ``src_data_rank``)."""
-        if self.rank() == opts.rootRank:
+        if self._rank == opts.rootRank:
             self._check_lists("scatter", outputs, input_lists)
         staging = Staging()
         host_out = [staging.output(t) for t in outputs]
@@ -566,7 +566,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
         opts: dist.AllToAllOptions,
     ) -> Work:
         """Rows may differ per rank; the exchange checks every pair's split sizes first."""
-        size = self.size()
+        size = self._size
         ins = (list(input_splits) or [input.shape[0] // size] * size) if input.dim() else []
         outs = (list(output_splits) or [output.shape[0] // size] * size) if output.dim() else []
         _check(
@@ -606,9 +606,9 @@ class NkipyProcessGroup(dist.ProcessGroup):
         The sizes may differ per pair (gloo's list form takes one size only, so the tensors
         travel flat through its split form; the exchange checks that the sizes pair up)."""
         _check(
-            len(inputs) == len(outputs) == self.size()
+            len(inputs) == len(outputs) == self._size
             and len({t.dtype for t in [*inputs, *outputs]}) == 1,
-            f"nkipy all_to_all takes {self.size()} inputs and outputs (one per rank) of one "
+            f"nkipy all_to_all takes {self._size} inputs and outputs (one per rank) of one "
             f"dtype, got {_shapes(inputs)} and {_shapes(outputs)}.",
         )
         sends, receives = [t.numel() for t in inputs], [t.numel() for t in outputs]
