@@ -52,6 +52,7 @@ REDUCIBLE = frozenset(
 
 
 def aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to a multiple of ``ALIGN``."""
     return -(-nbytes // ALIGN) * ALIGN
 
 
