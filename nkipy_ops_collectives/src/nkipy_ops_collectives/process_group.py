@@ -36,7 +36,7 @@ from nkipy_core.errors import CollectiveError
 
 from . import NAME
 from .agreement import Agreement, Call
-from .framing import GATHER, REDUCE, REDUCE_SCATTER, REDUCIBLE, Frame, aligned
+from .framing import GATHER, REDUCE, REDUCE_SCATTER, REDUCIBLE, Buffers, Frame, aligned
 from .p2p import PointToPoint
 from .staging import Staging
 from .work import Work
@@ -126,6 +126,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
             dist.PrefixStore(NAME, store), rank, size, timeout
         )
         self._agreement = Agreement(rank, size, timeout)
+        self._buffers = Buffers()
         self._p2p = PointToPoint(timeout)
         #: works started between ``_start_coalescing`` and ``_end_coalescing``
         self._window: list[Work] | None = None
@@ -146,8 +147,9 @@ class NkipyProcessGroup(dist.ProcessGroup):
     def stats(self) -> dict[str, int]:
         """How this group's collectives were agreed on (``agreement.py``): ``predicted`` (one
         gloo operation), ``probed`` and ``exchanged`` (two); ``mismatched`` calls; entries of its
-        bounded state ``forgotten`` and ``plans_forgotten``."""
-        return dict(self._agreement.stats)
+        bounded state ``forgotten`` and ``plans_forgotten``; kept host buffers
+        ``buffers_dropped`` (``framing.Buffers``)."""
+        return {**self._agreement.stats, "buffers_dropped": self._buffers.dropped}
 
     # -- running collectives ------------------------------------------------------------------
 
@@ -184,7 +186,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
         gloo = self._inner()
         plan = self._agreement.plan(what, signature, frame)
         size = self._size
-        message = frame.message(size)
+        message = self._buffers.take(frame, size)
         for region, t in pack(message.data):
             (region if region.shape == t.shape else region.view(t.shape)).copy_(t)
         if reduction is not None:
@@ -202,6 +204,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
                 reduction.after(message.results)
             for region, t in unpack(message.results):
                 t.copy_(region if region.shape == t.shape else region.reshape(t.shape))
+            self._buffers.give(frame, message)
 
         return self._work(what, [inner], finish, outputs)
 
