@@ -36,7 +36,7 @@ from nkipy_core.errors import CollectiveError
 
 from . import NAME
 from .agreement import Agreement, Call
-from .framing import GATHER, REDUCE, REDUCE_SCATTER, REDUCIBLE, Frame, aligned
+from .framing import GATHER, REDUCE, REDUCE_SCATTER, REDUCIBLE, Buffers, Frame, aligned
 from .p2p import PointToPoint
 from .staging import Staging
 from .work import Work
@@ -120,11 +120,14 @@ class NkipyProcessGroup(dist.ProcessGroup):
         nkipy_core.register_device()  # a group for nkipy tensors asks for the device
         torch.nkipy.init()  # more ranks on this host than devices: the runtime's error, here
         self._timeout = timeout
+        # ``rank()``/``size()`` go through torch's C++ trampoline: every collective reads these
+        self._rank, self._size = rank, size
         # own key prefix: in "cpu:gloo,nkipy:nkipy" torch's gloo rendezvouses in the same store
         self._gloo: dist.ProcessGroup | None = dist.ProcessGroupGloo(
             dist.PrefixStore(NAME, store), rank, size, timeout
         )
         self._agreement = Agreement(rank, size, timeout)
+        self._buffers = Buffers()
         self._p2p = PointToPoint(timeout)
         #: works started between ``_start_coalescing`` and ``_end_coalescing``
         self._window: list[Work] | None = None
@@ -145,8 +148,9 @@ class NkipyProcessGroup(dist.ProcessGroup):
     def stats(self) -> dict[str, int]:
         """How this group's collectives were agreed on (``agreement.py``): ``predicted`` (one
         gloo operation), ``probed`` and ``exchanged`` (two); ``mismatched`` calls; entries of its
-        bounded state ``forgotten`` and ``plans_forgotten``."""
-        return dict(self._agreement.stats)
+        bounded state ``forgotten`` and ``plans_forgotten``; kept host buffers
+        ``buffers_dropped`` (``framing.Buffers``)."""
+        return {**self._agreement.stats, "buffers_dropped": self._buffers.dropped}
 
     # -- running collectives ------------------------------------------------------------------
 
@@ -182,8 +186,8 @@ class NkipyProcessGroup(dist.ProcessGroup):
         local (copies, checks) happens before the ranks agree."""
         gloo = self._inner()
         plan = self._agreement.plan(what, signature, frame)
-        size = self.size()
-        message = frame.message(size)
+        size = self._size
+        message = self._buffers.take(frame, size)
         for region, t in pack(message.data):
             (region if region.shape == t.shape else region.view(t.shape)).copy_(t)
         if reduction is not None:
@@ -201,6 +205,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
                 reduction.after(message.results)
             for region, t in unpack(message.results):
                 t.copy_(region if region.shape == t.shape else region.reshape(t.shape))
+            self._buffers.give(frame, message)
 
         return self._work(what, [inner], finish, outputs)
 
@@ -238,7 +243,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
         return self._all_reduce("all_reduce_coalesced", tensors, opts.reduceOp)
 
     def _all_reduce(self, what: str, tensors: list[torch.Tensor], op) -> Work:
-        reduction = _Reduction(op, tensors, self.size())
+        reduction = _Reduction(op, tensors, self._size)
         dtype = _one_dtype(what, tensors)
         signature = (reduction.name, _shapes(tensors))
         if dtype not in REDUCIBLE:  # bool: gloo's own all_reduce on host copies
@@ -268,8 +273,8 @@ class NkipyProcessGroup(dist.ProcessGroup):
         opts: dist.ReduceScatterOptions,
     ) -> Work:
         _check(
-            len(outputs) == 1 and len(input_lists) == 1 and len(input_lists[0]) == self.size(),
-            f"nkipy reduce_scatter takes one output and a list of {self.size()} inputs (one per "
+            len(outputs) == 1 and len(input_lists) == 1 and len(input_lists[0]) == self._size,
+            f"nkipy reduce_scatter takes one output and a list of {self._size} inputs (one per "
             f"rank), got {len(outputs)} outputs and {[len(ts) for ts in input_lists]} inputs.",
         )
         output, inputs = outputs[0], input_lists[0]
@@ -293,15 +298,15 @@ class NkipyProcessGroup(dist.ProcessGroup):
     ) -> Work:
         """``dist.reduce_scatter_tensor``: FSDP's gradient reduction (AVG, PREMUL_SUM or SUM)."""
         _check(
-            input.numel() == self.size() * output.numel() and input.dtype == output.dtype,
-            f"nkipy reduce_scatter_tensor: the input must hold {self.size()} times the output's "
+            input.numel() == self._size * output.numel() and input.dtype == output.dtype,
+            f"nkipy reduce_scatter_tensor: the input must hold {self._size} times the output's "
             f"elements in its dtype, got input {input.dtype} {tuple(input.shape)}, "
             f"output {output.dtype} {tuple(output.shape)}.",
         )
         return self._reduce_scatter(
             "reduce_scatter_tensor",
             [output],
-            lambda chunks: [(chunks, input.reshape(self.size(), -1))],
+            lambda chunks: [(chunks, input.reshape(self._size, -1))],
             opts,
             input,
         )
@@ -317,8 +322,8 @@ class NkipyProcessGroup(dist.ProcessGroup):
         every input."""
         for out, inp in zip(outputs, inputs, strict=True):
             _check(
-                inp.numel() == self.size() * out.numel() and inp.dtype == out.dtype,
-                f"nkipy reduce_scatter_tensor_coalesced: each input must hold {self.size()} "
+                inp.numel() == self._size * out.numel() and inp.dtype == out.dtype,
+                f"nkipy reduce_scatter_tensor_coalesced: each input must hold {self._size} "
                 f"times its output's elements in its dtype, got {_shapes([inp, out])}.",
             )
         offsets = [0]
@@ -328,7 +333,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
             "reduce_scatter_tensor_coalesced",
             outputs,
             lambda chunks: [
-                (chunks[:, o : o + out.numel()], inp.reshape(self.size(), -1))
+                (chunks[:, o : o + out.numel()], inp.reshape(self._size, -1))
                 for o, out, inp in zip(offsets, outputs, inputs)
             ],
             opts,
@@ -346,7 +351,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
         offsets: Sequence[int] = (0,),
     ) -> Work:
         """A reduce-scatter frame: ``pack`` fills the message's chunks (one row per rank)."""
-        reduction = _Reduction(opts.reduceOp, outputs, self.size())
+        reduction = _Reduction(opts.reduceOp, outputs, self._size)
         dtype = _one_dtype(what, outputs)
         _check(
             dtype in REDUCIBLE,
@@ -366,8 +371,8 @@ class NkipyProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors: list[torch.Tensor], opts: dist.ReduceOptions) -> Work:
         """Only the root's tensor receives the result (the others' keep their values)."""
-        reduction = _Reduction(opts.reduceOp, tensors, self.size())
-        root = self.rank() == opts.rootRank
+        reduction = _Reduction(opts.reduceOp, tensors, self._size)
+        root = self._rank == opts.rootRank
         staging = Staging()
         # gloo leaves partial sums in the non-roots' buffers: never the caller's tensors
         host = [
@@ -430,7 +435,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
             lambda views: [
                 (view[r], outs[r])
                 for view, outs in zip(views, output_lists)
-                for r in range(self.size())
+                for r in range(self._size)
             ],
             [t for ts in output_lists for t in ts],
         )
@@ -449,9 +454,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
             "all_gather_coalesced",
             inputs,
             lambda views: [
-                (view[r], outs[r])
-                for view, outs in zip(views, by_input)
-                for r in range(self.size())
+                (view[r], outs[r]) for view, outs in zip(views, by_input) for r in range(self._size)
             ],
             [t for ts in output_lists for t in ts],
         )
@@ -460,11 +463,11 @@ class NkipyProcessGroup(dist.ProcessGroup):
         _check(
             len(by_input) == len(inputs)
             and all(
-                len(outs) == self.size()
+                len(outs) == self._size
                 and all(o.dtype == t.dtype and o.numel() == t.numel() for o in outs)
                 for t, outs in zip(inputs, by_input)
             ),
-            f"nkipy {what}: each input needs {self.size()} outputs (one per rank) of its dtype "
+            f"nkipy {what}: each input needs {self._size} outputs (one per rank) of its dtype "
             f"and size; got inputs {_shapes(inputs)} and outputs "
             f"{[_shapes(outs) for outs in by_input]}.",
         )
@@ -494,14 +497,14 @@ class NkipyProcessGroup(dist.ProcessGroup):
     ) -> Work:
         for out, inp in zip(outputs, inputs, strict=True):
             _check(
-                out.numel() == self.size() * inp.numel() and out.dtype == inp.dtype,
-                f"nkipy {what}: each output must hold {self.size()} times its input's elements "
+                out.numel() == self._size * inp.numel() and out.dtype == inp.dtype,
+                f"nkipy {what}: each output must hold {self._size} times its input's elements "
                 f"in its dtype, got {_shapes([inp, out])}.",
             )
         return self._gather(
             what,
             inputs,
-            lambda views: [(view, out.view(self.size(), -1)) for view, out in zip(views, outputs)],
+            lambda views: [(view, out.view(self._size, -1)) for view, out in zip(views, outputs)],
             outputs,
         )
 
@@ -512,7 +515,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
         opts: dist.GatherOptions,
     ) -> Work:
         """Only the root passes outputs (one per rank, shaped as the inputs)."""
-        root = self.rank() == opts.rootRank
+        root = self._rank == opts.rootRank
         if root:
             self._check_lists("gather", inputs, output_lists)
         staging = Staging()
@@ -530,7 +533,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors: list[torch.Tensor], opts: dist.BroadcastOptions) -> Work:
         staging = Staging()
         # the root's tensors are only read, the others' only written: no needless transfer
-        root = self.rank() == opts.rootRank
+        root = self._rank == opts.rootRank
         host = [(staging.read if root else staging.output)(t) for t in tensors]
         return self._unframed(
             Call("broadcast", (_shapes(tensors), opts.rootRank)),
@@ -546,7 +549,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
         opts: dist.ScatterOptions,
     ) -> Work:
         """DTensor's ``distribute_tensor`` shards a full tensor with this (from ``src_data_rank``)."""
-        if self.rank() == opts.rootRank:
+        if self._rank == opts.rootRank:
             self._check_lists("scatter", outputs, input_lists)
         staging = Staging()
         host_out = [staging.output(t) for t in outputs]
@@ -567,7 +570,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
         opts: dist.AllToAllOptions,
     ) -> Work:
         """Rows may differ per rank; the exchange checks every pair's split sizes first."""
-        size = self.size()
+        size = self._size
         ins = (list(input_splits) or [input.shape[0] // size] * size) if input.dim() else []
         outs = (list(output_splits) or [output.shape[0] // size] * size) if output.dim() else []
         _check(
@@ -607,9 +610,9 @@ class NkipyProcessGroup(dist.ProcessGroup):
         The sizes may differ per pair (gloo's list form takes one size only, so the tensors
         travel flat through its split form; the exchange checks that the sizes pair up)."""
         _check(
-            len(inputs) == len(outputs) == self.size()
+            len(inputs) == len(outputs) == self._size
             and len({t.dtype for t in [*inputs, *outputs]}) == 1,
-            f"nkipy all_to_all takes {self.size()} inputs and outputs (one per rank) of one "
+            f"nkipy all_to_all takes {self._size} inputs and outputs (one per rank) of one "
             f"dtype, got {_shapes(inputs)} and {_shapes(outputs)}.",
         )
         sends, receives = [t.numel() for t in inputs], [t.numel() for t in outputs]
