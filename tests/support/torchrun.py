@@ -15,24 +15,30 @@ RANKS = 2
 
 
 def torchrun(
-    *args: str, timeout: float = 120, env: dict[str, str] | None = None
+    *args: str,
+    timeout: float = 120,
+    env: dict[str, str | None] | None = None,
+    ranks: int = RANKS,
 ) -> subprocess.CompletedProcess:
-    """``torchrun --standalone --nproc-per-node 2 ARGS``, output captured; ``env`` adds to (or
-    overrides) this process's environment for the ranks."""
+    """``torchrun --standalone --nproc-per-node RANKS ARGS``, output captured; ``env`` adds to (or
+    overrides) this process's environment for the ranks, a ``None`` value removes a variable."""
     command = [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--standalone",
         "--nproc-per-node",
-        str(RANKS),
+        str(ranks),
         *args,
     ]
-    environment = {**os.environ, **env} if env else None
+    environment = None
+    if env:
+        merged = {**os.environ, **env}
+        environment = {name: value for name, value in merged.items() if value is not None}
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
 
 
-def rank_results(*args: str, out: Path, env: dict[str, str] | None = None) -> list:
+def rank_results(*args: str, out: Path, env: dict[str, str | None] | None = None) -> list:
     """Run a worker that writes ``<out>/rank<N>.json``; the ranks' results, or the test fails
     with torchrun's output."""
     done = torchrun(*args, env=env)

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 import pytest
+from torchrun import torchrun
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "torchtitan"
 STEPS = 5
@@ -53,23 +54,17 @@ _STEP = re.compile(r"step:\s*(\d+)\s+loss:\s*([-\d.]+)\s+grad_norm:\s*([-\d.]+)"
 _COLOR = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "NKIPY_RUNTIME"}
-    env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLE), *filter(None, [env.get("PYTHONPATH")])])
-    env.update(extra)
-    return env
+def _env(**extra: str) -> dict[str, str | None]:
+    """The ranks' environment: the example's modules importable, no runtime named unless asked."""
+    path = os.pathsep.join([str(EXAMPLE), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return {"NKIPY_RUNTIME": None, "PYTHONPATH": path, **extra}
 
 
 def _launch(
-    ranks: int, args: list[str], env: dict[str, str], device: str | None = None
+    ranks: int, args: list[str], env: dict[str, str | None], device: str | None = None
 ) -> tuple[subprocess.CompletedProcess, float]:
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(ranks),
+    start = time.monotonic()
+    done = torchrun(
         str(EXAMPLE / "run.py"),
         *(["--device", device] if device else []),
         "--",
@@ -81,9 +76,10 @@ def _launch(
         "partial_dtensor",
         "--metrics.disable_color_printing",
         *args,
-    ]
-    start = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+        timeout=TIMEOUT,
+        env=env,
+        ranks=ranks,
+    )
     return done, time.monotonic() - start
 
 
