@@ -1,5 +1,5 @@
-"""Training code written for "the accelerator" runs unchanged on ``nkipy``: DDP, FSDP2 (eager,
-compiled, mixed precision, activation checkpointing), distributed checkpointing, pipeline
+"""Training code written for "the accelerator" runs unchanged on ``nkipy``: DDP (eager and
+compiled), FSDP2 (eager, compiled, mixed precision, activation checkpointing), distributed checkpointing, pipeline
 parallelism and expert-parallel MoE, each the same training as on CPU/gloo.
 
 ``training_worker.py`` names neither device nor backend; it is launched twice with torchrun
@@ -21,6 +21,7 @@ WORKER = Path(__file__).with_name("training_worker.py")
 
 CASES = [
     "ddp",
+    "ddp_compiled",
     "ddp_fp16_hook",
     "fsdp2",
     "fsdp2_no_reshard",
@@ -40,12 +41,7 @@ BF16_TOLERANCE = {"rtol": 2e-2, "atol": 2e-3}
 
 
 def _launch(out: Path, runtime: str | None) -> list[dict]:
-    with pytest.MonkeyPatch.context() as env:
-        if runtime is None:
-            env.delenv("NKIPY_RUNTIME", raising=False)
-        else:
-            env.setenv("NKIPY_RUNTIME", runtime)
-        done = torchrun(str(WORKER), str(out), *CASES, timeout=900)
+    done = torchrun(str(WORKER), str(out), *CASES, timeout=900, env={"NKIPY_RUNTIME": runtime})
     paths = [out / f"rank{rank}.json" for rank in range(RANKS)]
     if not all(p.exists() for p in paths):
         pytest.fail(f"torchrun exited {done.returncode} without results:\n{done.stderr[-4000:]}")

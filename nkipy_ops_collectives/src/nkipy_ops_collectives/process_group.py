@@ -39,6 +39,7 @@ from .agreement import Agreement, Call
 from .framing import GATHER, REDUCE, REDUCE_SCATTER, REDUCIBLE, Buffers, Frame, aligned
 from .p2p import PointToPoint
 from .staging import Staging
+from .untraced import untraced
 from .work import Work
 
 #: the host regions of a framed message and the tensors they are copied from (into the
@@ -112,6 +113,7 @@ def _check(ok: bool, message: str) -> None:
         raise CollectiveError(message)
 
 
+@untraced
 class NkipyProcessGroup(dist.ProcessGroup):
     """``init_process_group("nkipy")``: collectives for ``nkipy`` (and CPU) tensors."""
 

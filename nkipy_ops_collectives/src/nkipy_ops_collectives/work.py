@@ -23,7 +23,10 @@ import torch.distributed as dist
 
 from nkipy_core.errors import CollectiveError
 
+from .untraced import untraced
 
+
+@untraced
 class Work(dist.Work):
     """Waits for ``inner`` (gloo works, possibly none), then runs ``finish`` once."""
 
