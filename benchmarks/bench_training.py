@@ -13,6 +13,9 @@ of a 4-block residual MLP (dim 256, hidden 1024, batch 32 per rank). Rows:
 On the ``cpu`` runtime the device's kernels are NumPy code, so the ratios measure nkipy's own
 overhead on this machine (dispatch, kernel calls, staging of collectives), not Trainium.
 
+Two single-process tables come first: the same step without data parallelism, and AdamW's step
+alone, on CPU and on the device, to tell the device's eager-op cost from the collectives'.
+
 Run: python benchmarks/bench_training.py   (it starts itself under torchrun, 2 processes)
 """
 
@@ -129,7 +132,36 @@ def _worker() -> None:
     dist.destroy_process_group()
 
 
+def _one_process() -> None:
+    """The same step without data parallelism, and AdamW's step alone, on CPU and on the
+    device: how much of the distributed ratio is the device's eager ops, not the collectives."""
+    import torch
+
+    import nkipy_core
+
+    nkipy_core.register_device()
+    x = torch.randn(BATCH, DIM)
+    steps, updates = {}, {}
+    for name, device in (("cpu eager", "cpu"), ("nkipy eager", "nkipy")):
+        model = _model().to(device)
+        steps[name] = _step(model, model.parameters(), x.to(device))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        model(x.to(device)).pow(2).mean().backward()
+        updates[name] = opt.step
+    print(_timing.machine())
+    for title, rows in (
+        (f"one process: the training step without data parallelism, batch {BATCH}", steps),
+        (f"one process: AdamW's step alone ({LAYERS} blocks' parameters)", updates),
+    ):
+        times = _timing.median_times(rows, warmup=3, repeat=5, number=3)
+        _timing.print_table(title, list(times.items()), unit="ms/call", baselines=("cpu eager",))
+
+
 def main() -> None:
+    import os
+
+    if "RANK" not in os.environ:  # started by hand: first the single-process rows, here
+        _one_process()
     _timing.run_ranks(__file__, _worker)
 
 
