@@ -217,6 +217,8 @@ def _fast_key(op: _torch.OpOverload, args: tuple, kwargs: dict) -> tuple | None:
     key: list[Any] = [op]
     for value in args:
         if isinstance(value, torch.Tensor):
+            if not _plain(value):
+                return None  # the full path keys its layout
             key += (value.shape, value.dtype, value.is_cpu)
         elif type(value) in _BY_VALUE:
             key += (type(value), value)
@@ -226,12 +228,28 @@ def _fast_key(op: _torch.OpOverload, args: tuple, kwargs: dict) -> tuple | None:
             return None
     for name, value in kwargs.items():
         if isinstance(value, torch.Tensor):
+            if not _plain(value):
+                return None
             key += (name, value.shape, value.dtype, value.is_cpu)
         elif type(value) in _BY_VALUE:
             key += (name, type(value), value)
         else:
             return None
     return tuple(key)
+
+
+def _plain(t: torch.Tensor) -> bool:
+    """Whether ``t`` lies in its storage as a new tensor would (row-major, from the start)."""
+    return t.is_contiguous() and t.storage_offset() == 0
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    """What a key holds of ``t``'s layout: nothing for a plain tensor, else strides and offset.
+
+    Kernels compute on values, so most rules give one kernel for every layout; the few that
+    address storage (``as_strided``, ``as_strided_scatter``) read the placeholder's layout, so
+    the key must tell layouts apart. A plain tensor, the common case, costs nothing more."""
+    return () if _plain(t) else (t.stride(), t.storage_offset())
 
 
 def run(op: _torch.OpOverload, args: tuple, kwargs: dict) -> Any:
@@ -306,12 +324,12 @@ def _base_name(op: _torch.OpOverload) -> str:
 
 
 def _signature(value: Any, tensors: list[torch.Tensor], floats: list[float]) -> Any:
-    """A hashable key of ATen arguments: tensors by shape, dtype and device, Python floats by
-    type only (they become kernel inputs, see ``scalars``), anything else by value. Collects
-    the tensors and the floats."""
+    """A hashable key of ATen arguments: tensors by shape, dtype, device and layout, Python
+    floats by type only (they become kernel inputs, see ``scalars``), anything else by value.
+    Collects the tensors and the floats."""
     if isinstance(value, torch.Tensor):
         tensors.append(value)
-        return (tuple(value.shape), value.dtype, value.device.type)
+        return (tuple(value.shape), value.dtype, value.device.type, _layout(value))
     if scalars.liftable(value):
         floats.append(value)
         return float
@@ -452,6 +470,16 @@ class _Seeded:
         return self.call(*tensors, rng.key_tensor(*rng.draw(1, _DEVICE)))
 
 
+def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    """A meta tensor with ``t``'s shape, dtype, strides and storage offset: rules that address
+    storage read the layout from it (``_layout`` keys it)."""
+    if _plain(t):
+        return torch.empty(t.shape, dtype=t.dtype, device="meta")
+    storage = t.untyped_storage().nbytes() // t.element_size()
+    base = torch.empty(storage, dtype=t.dtype, device="meta")
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
 def _graph(
     op: _torch.OpOverload, args: tuple, kwargs: dict
 ) -> tuple[torch.fx.GraphModule, torch.fx.Node] | str:
@@ -463,7 +491,7 @@ def _graph(
     def placeholder(x):
         if isinstance(x, torch.Tensor):
             node = graph.placeholder(f"arg{next(count)}")
-            node.meta["val"] = torch.empty(x.shape, dtype=x.dtype, device="meta")
+            node.meta["val"] = _meta_like(x)
             return node
         return torch.device("meta") if isinstance(x, torch.device) else x
 
@@ -563,6 +591,13 @@ class _InPlace:
 
     def __call__(self, args: tuple, kwargs: dict) -> torch.Tensor:
         target = args[0] if self.out is None else kwargs[self.out]
+        # every tensor here is plain (``_fast_key``): two share memory iff they start together,
+        # and then only the same shape is the same memory (torch allows that, not a part of it)
+        start = target.data_ptr()
+        for t in args:
+            if t is not target and t.data_ptr() == start and t.shape != target.shape:
+                if t.numel() and target.numel():
+                    raise RuntimeError(_PARTIAL_OVERLAP)
         self.call.run_into((target,), *args)
         return target
 
@@ -596,6 +631,52 @@ def _in_place(
     return _InPlace(call, out)
 
 
+_INTERNAL_OVERLAP = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single "
+    "memory location. Please clone() the tensor before performing the operation."
+)
+_PARTIAL_OVERLAP = (
+    "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
+    "a single memory location. Please clone() the tensor before performing the operation."
+)
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether ``t``'s elements fill a block of its storage, each once (in some dim order)."""
+    expected = 1
+    for stride, size in sorted((st, n) for n, st in zip(t.shape, t.stride()) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _partially_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """torch's rule (``get_overlap_status``): two dense tensors whose memory intersects without
+    being the very same elements in the same order. Non-dense ones are not judged, as torch."""
+    if a.numel() == 0 or b.numel() == 0 or not (_dense(a) and _dense(b)):
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    a1, b1 = a0 + a.numel() * a.element_size(), b0 + b.numel() * b.element_size()
+    if (a0, a1) == (b0, b1):
+        return a.stride() != b.stride()
+    return a0 < b1 and b0 < a1
+
+
+def _check_writes(written: list[torch.Tensor], args: tuple, kwargs: dict) -> None:
+    """Refuse what torch refuses before an op writes: a target whose elements share memory
+    (an expanded tensor), or one that partly overlaps an input. The result would depend on the
+    order of the writes, which a kernel does not have."""
+    inputs = [t for t in _torch.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    for w in written:
+        if any(stride == 0 and n > 1 for n, stride in zip(w.shape, w.stride())):
+            raise RuntimeError(_INTERNAL_OVERLAP)
+        if any(t is not w and _partially_overlap(w, t) for t in inputs):
+            raise RuntimeError(_PARTIAL_OVERLAP)
+
+
 def _mutating(
     op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels, fast_key: tuple | None
 ) -> Any:
@@ -604,6 +685,8 @@ def _mutating(
         args, kwargs = args[:4], {k: v for k, v in kwargs.items() if k != "unsafe"}
         op = torch.ops.aten.index_put_.default
     functional = None if _host_reason(op, state.config) else functional_form(op)
+    if functional is not None:
+        _check_writes(_written(op, args, kwargs), args, kwargs)
     if functional is None:
         return _on_cpu(op, args, kwargs, "no functional form of it is known", state)
     # the dispatcher drops arguments equal to their default; the functional form may lack it
@@ -727,15 +810,18 @@ def _on_cpu(op: _torch.OpOverload, args: tuple, kwargs: dict, why: str, state: _
 
 
 def _same_layout(t: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
-    """``host`` (contiguous) laid out as ``t`` when ``t`` is a dense permutation (a transpose):
-    some CPU kernels accept a layout but not its contiguous copy (``_grouped_mm`` needs 16-byte
-    aligned strides, which a transposed operand has and its copy may not)."""
-    if t.is_contiguous():
+    """``host`` (contiguous) laid out as ``t`` in a storage of its own: the same strides and
+    storage offset, as torch's ``clone_preserve_strides`` keeps them. Ops that address storage
+    (``as_strided_scatter``) give torch's result only on that layout, and some CPU kernels accept
+    a layout but not its contiguous copy (``_grouped_mm`` needs 16-byte aligned strides, which a
+    transposed operand has and its copy may not). Elements in the gaps are never read back."""
+    if _plain(t) or t.numel() == 0:
         return host
-    strided = torch.empty_strided(t.shape, t.stride(), dtype=host.dtype)
-    if strided.untyped_storage().nbytes() != t.numel() * t.element_size():
-        return host  # overlapping (expanded) or with gaps: the contiguous copy it is
-    return strided.copy_(host)
+    if any(stride == 0 and n > 1 for n, stride in zip(t.shape, t.stride())):
+        return host  # expanded: torch clones such a tensor contiguous as well
+    extent = t.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    storage = torch.empty(extent, dtype=host.dtype)
+    return storage.as_strided(t.shape, t.stride(), t.storage_offset()).copy_(host)
 
 
 def _written(op: _torch.OpOverload, args: tuple, kwargs: dict) -> list[torch.Tensor]:

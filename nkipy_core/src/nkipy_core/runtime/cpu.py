@@ -259,9 +259,16 @@ def _view(array: DeviceArray) -> np.ndarray:
     and a list are what ``np.ndarray`` parses fastest)."""
     dtype = array.dtype.numpy
     size = dtype.itemsize
-    return np.ndarray(
-        array.shape, dtype, array.buffer, array.offset * size, [s * size for s in array.strides]
-    )
+    try:
+        return np.ndarray(
+            array.shape, dtype, array.buffer, array.offset * size, [s * size for s in array.strides]
+        )
+    except ValueError:
+        if 0 not in array.shape:
+            raise
+        # an empty view may sit past its storage's end (an offset or a permuted size-0 tensor),
+        # which NumPy refuses; it has no elements to read or write
+        return np.empty(array.shape, dtype)
 
 
 @hookimpl
