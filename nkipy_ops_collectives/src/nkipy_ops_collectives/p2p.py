@@ -30,7 +30,7 @@ import torch.distributed as dist
 from nkipy_core.errors import CollectiveError
 
 from .staging import Staging
-from .work import Work, failed
+from .work import Wait, Work
 
 #: gloo tags are 32-bit; a user's tag t travels as data tag 2t and header tag 2t + 1
 MAX_TAG = (1 << 30) - 1
@@ -107,7 +107,7 @@ class PointToPoint:
             gloo.send([_header(t)], dst, header_tag),
             gloo.send([_bytes(host)], dst, data_tag),
         ]
-        return Work("send", self._timeout, works, outputs=[t])
+        return Work(Wait("send", (dst,), self._timeout), works, outputs=[t])
 
     def irecv(self, gloo, t: torch.Tensor, src: int, tag: int) -> Work:
         tags = _tags(tag)
@@ -125,6 +125,8 @@ class PointToPoint:
                 )
                 peer.thread.start()
 
+        wait = Wait("recv", (src,), self._timeout)
+
         def finish() -> None:
             if not receive.posted.wait(self._timeout.total_seconds()):
                 raise CollectiveError(
@@ -132,7 +134,7 @@ class PointToPoint:
                     f"({self._timeout}); check that rank {src} sends to this rank with tag {tag}."
                 )
             if receive.error is not None:
-                raise failed("recv", receive.error, self._timeout)
+                raise wait.failed(receive.error)
             assert receive.data_work is not None
             receive.data_work.wait()
             if receive.mismatch:
@@ -145,7 +147,7 @@ class PointToPoint:
             if host is not t:
                 t.copy_(host)
 
-        return Work("recv", self._timeout, (), finish, outputs=[t])
+        return Work(wait, (), finish, outputs=[t])
 
     def _post(self, peer: _Peer) -> None:
         while True:
