@@ -103,17 +103,25 @@ class PointToPoint:
     def isend(self, gloo, t: torch.Tensor, dst: int, tag: int) -> Work:
         data_tag, header_tag = _tags(tag)
         host = Staging.read(t)
-        works = [
-            gloo.send([_header(t)], dst, header_tag),
-            gloo.send([_bytes(host)], dst, data_tag),
-        ]
-        return Work(Wait("send", (dst,), self._timeout), works, outputs=[t])
+        wait = Wait("send", (dst,), self._timeout)
+        try:  # gloo sends at once: a lost peer raises here, not in ``wait``
+            works = [
+                gloo.send([_header(t)], dst, header_tag),
+                gloo.send([_bytes(host)], dst, data_tag),
+            ]
+        except RuntimeError as exc:
+            raise wait.failed(exc) from exc
+        return Work(wait, works, outputs=[t])
 
     def irecv(self, gloo, t: torch.Tensor, src: int, tag: int) -> Work:
         tags = _tags(tag)
         direct = t.device.type == "cpu" and t.is_contiguous()
         host = t if direct else torch.empty(t.shape, dtype=t.dtype)
-        receive = _Receive(gloo, src, tags, _header(t), host)
+        wait = Wait("recv", (src,), self._timeout)
+        try:  # the header's receive is posted at once: a lost peer raises here
+            receive = _Receive(gloo, src, tags, _header(t), host)
+        except RuntimeError as exc:
+            raise wait.failed(exc) from exc
         with self._lock:
             peer = self._peers.setdefault(src, _Peer())
             peer.pending.append(receive)
@@ -124,8 +132,6 @@ class PointToPoint:
                     target=self._post, args=(peer,), name=f"nkipy-recv-{src}"
                 )
                 peer.thread.start()
-
-        wait = Wait("recv", (src,), self._timeout)
 
         def finish() -> None:
             if not receive.posted.wait(self._timeout.total_seconds()):
