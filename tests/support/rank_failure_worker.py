@@ -3,11 +3,12 @@ rank 0, the survivor, must raise a typed error within the group's timeout instea
 (``tests/collectives/test_rank_failure.py``).
 
 Rank 1 writes ``<out>/killed.json`` (the wall-clock time) just before it kills itself. Rank 0
-writes ``<out>/survivor.json`` as soon as it raises (the error's type, message and wall-clock time),
-then destroys the process group, records how long that took, and re-raises: it exits as a program
-that does not catch the error would.
+writes ``<out>/survivor.json`` as soon as it raises (the error's type, message and wall-clock time)
+and re-raises, as a program that does not catch the error would. With ``TEARDOWN`` ``destroy`` it
+first destroys the process group and records how long that took; with ``exit`` the group is left
+to the interpreter's exit.
 
-usage: rank_failure_worker.py CASE BACKEND OUT_DIR
+usage: rank_failure_worker.py CASE BACKEND TEARDOWN OUT_DIR
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ CASES = {f.__name__: f for f in (eager_mid_loop, eager_never_enters, kernel, com
 
 
 def main() -> None:
-    case, backend, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    case, backend, teardown, out = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4])
     dist.init_process_group(backend, timeout=TIMEOUT)
     rank = dist.get_rank()
     init_nkipy_backend(runtime="cpu", nkipy_cache=str(out / "cache"))
@@ -143,13 +144,14 @@ def main() -> None:
         CASES[case](rank, out)
     except Exception as exc:
         if rank == 0:
-            survived(exc, out)
+            survived(exc, out, destroy=teardown == "destroy")
         raise
     sys.exit(f"rank {rank}: {case} finished without an error")
 
 
-def survived(exc: Exception, out: Path) -> None:
-    """Record the survivor's error at once, then how long destroying the group takes."""
+def survived(exc: Exception, out: Path, destroy: bool) -> None:
+    """Record the survivor's error at once, then (``destroy``) how long destroying the group
+    takes; else the group is left to the interpreter's exit."""
     result = {
         "raised_at": time.time(),
         "type": [c.__name__ for c in type(exc).__mro__],
@@ -158,10 +160,11 @@ def survived(exc: Exception, out: Path) -> None:
         "stats": dict(nkipy_core.cache_stats),
     }
     (out / "survivor.json").write_text(json.dumps(result))
-    start = time.monotonic()
-    dist.destroy_process_group()
-    result["destroy_seconds"] = time.monotonic() - start
-    (out / "survivor.json").write_text(json.dumps(result))
+    if destroy:
+        start = time.monotonic()
+        dist.destroy_process_group()
+        result["destroy_seconds"] = time.monotonic() - start
+        (out / "survivor.json").write_text(json.dumps(result))
 
 
 if __name__ == "__main__":
