@@ -12,7 +12,9 @@ cannot be subclassed from Python).
 Gloo aborts the process when ranks pass different sizes; this group turns every such mismatch
 into a ``CollectiveError`` on every rank. How, without a second round trip per collective, is
 ``agreement.py`` (collectives) and ``p2p.py`` (send/recv). A rank that calls a different
-collective, or none, is caught the same way or by the group's timeout.
+collective, or none, is caught the same way or by the group's timeout. A rank that dies is found
+at once, as gloo sees its connection close: the others' waits raise ``CollectiveError`` naming
+the collective and the ranks they waited for (``work.Wait``).
 
 Reduce ops gloo lacks are computed here: ``AVG`` as SUM divided by the group size (floating
 tensors only, as NCCL's), ``PREMUL_SUM`` (``dist._make_nccl_premul_sum(factor)``, FSDP's
