@@ -196,12 +196,17 @@ class Cases:
         _raises_collective_error(lambda: dist.all_reduce(device, group=group), "same shape")
 
     def missed_collective(self) -> None:
-        """A rank waiting for a peer that never joins gets a typed error after the timeout."""
-        group = dist.new_group(backend="nkipy", timeout=timedelta(seconds=2))
+        """A rank waiting for a peer that never joins gets a typed error after the timeout.
+        The peer stays alive past the timeout: one that exits is found sooner, as a lost
+        connection (test_rank_failure.py)."""
+        timeout = timedelta(seconds=2)
+        group = dist.new_group(backend="nkipy", timeout=timeout)
         if dist.get_rank() == 1:
+            time.sleep(1.5 * timeout.total_seconds())
             return
         _raises_collective_error(
-            lambda: dist.all_reduce(torch.ones(2, device="nkipy"), group=group), "timeout"
+            lambda: dist.all_reduce(torch.ones(2, device="nkipy"), group=group),
+            "did not take part within the group's timeout",
         )
 
     def all_gather_coalesced_mixed_dtypes(self) -> None:

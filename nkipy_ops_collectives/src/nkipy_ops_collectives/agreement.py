@@ -48,7 +48,7 @@ from nkipy_core import _torch
 from nkipy_core.errors import CollectiveError
 
 from .framing import DIGEST_WORDS, Frame
-from .work import wait_all
+from .work import Wait, wait_all
 
 #: calls remembered per group (a model's collectives per step are far fewer)
 MAX_CALLS = 4096
@@ -96,6 +96,7 @@ class Agreement:
 
     def __init__(self, rank: int, size: int, timeout: timedelta):
         self._rank, self._size, self._timeout = rank, size, timeout
+        self._peers = tuple(r for r in range(size) if r != rank)
         #: the calls agreed on (or assumed, see the module docstring) by position, the last
         #: ``MAX_CALLS`` of them, and how many there were
         self._calls: dict[int, Call] = {}
@@ -180,7 +181,7 @@ class Agreement:
         message = frame.message(self._size)
         message.data.zero_()
         message.header.copy_(frame.headers(self._rank, self._size, call.digest)[0])
-        wait_all([frame.start(gloo, message, frame.options())], call.what, self._timeout)
+        wait_all([frame.start(gloo, message, frame.options())], self._wait(call))
         return frame.digests(message.received, self._size)
 
     def _exchange(self, call: Call, gloo: dist.ProcessGroup) -> None:
@@ -192,7 +193,7 @@ class Agreement:
             mine[DIGEST_WORDS:] = torch.tensor([*call.sends, *call.receives])
         everyone = torch.empty(size * mine.numel(), dtype=torch.int64)
         work = _torch.allgather_base(gloo, everyone, mine)
-        wait_all([work], call.what, self._timeout)
+        wait_all([work], self._wait(call))
         self.stats["exchanged"] += 1
         rows = everyone.view(size, -1).tolist()
         digests = [tuple(row[:DIGEST_WORDS]) for row in rows]
@@ -211,6 +212,9 @@ class Agreement:
                             "must match between every pair of ranks (rank a's input split for b "
                             "is rank b's output split for a); nothing was exchanged."
                         )
+
+    def _wait(self, call: Call) -> Wait:
+        return Wait(call.what, self._peers, self._timeout)
 
     def _mismatch(self, call: Call, digests: list[tuple[int, ...]]) -> CollectiveError:
         self.stats["mismatched"] += 1

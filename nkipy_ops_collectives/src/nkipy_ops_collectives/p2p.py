@@ -30,7 +30,7 @@ import torch.distributed as dist
 from nkipy_core.errors import CollectiveError
 
 from .staging import Staging
-from .work import Work, failed
+from .work import Wait, Work
 
 #: gloo tags are 32-bit; a user's tag t travels as data tag 2t and header tag 2t + 1
 MAX_TAG = (1 << 30) - 1
@@ -103,17 +103,25 @@ class PointToPoint:
     def isend(self, gloo, t: torch.Tensor, dst: int, tag: int) -> Work:
         data_tag, header_tag = _tags(tag)
         host = Staging.read(t)
-        works = [
-            gloo.send([_header(t)], dst, header_tag),
-            gloo.send([_bytes(host)], dst, data_tag),
-        ]
-        return Work("send", self._timeout, works, outputs=[t])
+        wait = Wait("send", (dst,), self._timeout)
+        try:  # gloo sends at once: a lost peer raises here, not in ``wait``
+            works = [
+                gloo.send([_header(t)], dst, header_tag),
+                gloo.send([_bytes(host)], dst, data_tag),
+            ]
+        except RuntimeError as exc:
+            raise wait.failed(exc) from exc
+        return Work(wait, works, outputs=[t])
 
     def irecv(self, gloo, t: torch.Tensor, src: int, tag: int) -> Work:
         tags = _tags(tag)
         direct = t.device.type == "cpu" and t.is_contiguous()
         host = t if direct else torch.empty(t.shape, dtype=t.dtype)
-        receive = _Receive(gloo, src, tags, _header(t), host)
+        wait = Wait("recv", (src,), self._timeout)
+        try:  # the header's receive is posted at once: a lost peer raises here
+            receive = _Receive(gloo, src, tags, _header(t), host)
+        except RuntimeError as exc:
+            raise wait.failed(exc) from exc
         with self._lock:
             peer = self._peers.setdefault(src, _Peer())
             peer.pending.append(receive)
@@ -132,7 +140,7 @@ class PointToPoint:
                     f"({self._timeout}); check that rank {src} sends to this rank with tag {tag}."
                 )
             if receive.error is not None:
-                raise failed("recv", receive.error, self._timeout)
+                raise wait.failed(receive.error)
             assert receive.data_work is not None
             receive.data_work.wait()
             if receive.mismatch:
@@ -145,7 +153,7 @@ class PointToPoint:
             if host is not t:
                 t.copy_(host)
 
-        return Work("recv", self._timeout, (), finish, outputs=[t])
+        return Work(wait, (), finish, outputs=[t])
 
     def _post(self, peer: _Peer) -> None:
         while True:

@@ -12,7 +12,9 @@ cannot be subclassed from Python).
 Gloo aborts the process when ranks pass different sizes; this group turns every such mismatch
 into a ``CollectiveError`` on every rank. How, without a second round trip per collective, is
 ``agreement.py`` (collectives) and ``p2p.py`` (send/recv). A rank that calls a different
-collective, or none, is caught the same way or by the group's timeout.
+collective, or none, is caught the same way or by the group's timeout. A rank that dies is found
+at once, as gloo sees its connection close: the others' waits raise ``CollectiveError`` naming
+the collective and the ranks they waited for (``work.Wait``).
 
 Reduce ops gloo lacks are computed here: ``AVG`` as SUM divided by the group size (floating
 tensors only, as NCCL's), ``PREMUL_SUM`` (``dist._make_nccl_premul_sum(factor)``, FSDP's
@@ -40,7 +42,7 @@ from .framing import GATHER, REDUCE, REDUCE_SCATTER, REDUCIBLE, Buffers, Frame, 
 from .p2p import PointToPoint
 from .staging import Staging
 from .untraced import untraced
-from .work import Work
+from .work import Wait, Work
 
 #: the host regions of a framed message and the tensors they are copied from (into the
 #: message) or to (out of it): ``(host view, tensor)`` pairs, given the message's data part
@@ -124,6 +126,8 @@ class NkipyProcessGroup(dist.ProcessGroup):
         self._timeout = timeout
         # ``rank()``/``size()`` go through torch's C++ trampoline: every collective reads these
         self._rank, self._size = rank, size
+        #: the ranks every collective of this group waits for
+        self._peers = tuple(r for r in range(size) if r != rank)
         # own key prefix: in "cpu:gloo,nkipy:nkipy" torch's gloo rendezvouses in the same store
         self._gloo: dist.ProcessGroup | None = dist.ProcessGroupGloo(
             dist.PrefixStore(NAME, store), rank, size, timeout
@@ -165,7 +169,10 @@ class NkipyProcessGroup(dist.ProcessGroup):
         return self._gloo
 
     def _work(self, what: str, inner, finish, outputs: Sequence[torch.Tensor]) -> Work:
-        return self._track(Work(what, self._timeout, inner, finish, outputs))
+        return self._track(Work(self._wait(what), inner, finish, outputs))
+
+    def _wait(self, what: str) -> Wait:
+        return Wait(what, self._peers, self._timeout)
 
     def _track(self, work: Work) -> Work:
         """``work``, which a coalescing window (``_start_coalescing``) waits for if one is open."""
@@ -668,7 +675,7 @@ class NkipyProcessGroup(dist.ProcessGroup):
                 work.wait()
 
         outputs = [t for work in works for t in work.outputs]
-        return Work("coalesced collectives", self._timeout, (), finish, outputs)
+        return Work(self._wait("coalesced collectives"), (), finish, outputs)
 
     def shutdown(self) -> None:
         """``destroy_process_group`` calls this: the inner gloo group is released here (its

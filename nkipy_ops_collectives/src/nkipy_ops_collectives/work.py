@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
+import attrs
 import torch
 import torch.distributed as dist
 
@@ -26,20 +27,64 @@ from nkipy_core.errors import CollectiveError
 from .untraced import untraced
 
 
+@attrs.frozen
+class Wait:
+    """What a rank waits for in one operation: the collective and the group ranks it needs, and
+    the group's timeout. A failure while waiting becomes a ``CollectiveError`` that names them."""
+
+    what: str
+    peers: tuple[int, ...]
+    timeout: timedelta
+
+    def failed(self, exc: BaseException) -> CollectiveError:
+        """The error for a gloo operation that failed or timed out on this rank (``exc``, kept
+        as the cause). Gloo reports a peer that exited or was killed at once, as a lost
+        connection, and a peer that never came as a timeout: each gets its own advice."""
+        gloo = str(exc)
+        peers = f"rank {self.peers[0]}" if len(self.peers) == 1 else f"ranks {list(self.peers)}"
+        if any(marker in gloo.lower() for marker in _LOST):
+            message = (
+                f"nkipy {self.what}: lost the connection to {peers} of the group while waiting "
+                f"for it ({gloo}). A rank exited or was killed: its log says why. This group "
+                "cannot run collectives any more: end this process (or destroy the group with "
+                "destroy_process_group) and restart the job."
+            )
+        elif "timed out" in gloo.lower():
+            message = (
+                f"nkipy {self.what}: {peers} of the group did not take part within the group's "
+                f"timeout ({self.timeout}, `init_process_group(timeout=...)`) ({gloo}). Check "
+                "that every rank calls the same collectives in the same order and that none is "
+                "hung; raise the timeout if a rank may legitimately take longer to get there."
+            )
+        else:
+            message = (
+                f"nkipy {self.what} failed on this rank while waiting for {peers}: {gloo}. Check "
+                "that every rank of the group calls the same collectives in the same order with "
+                "tensors of the same shape and dtype; the group gives up after its timeout "
+                f"({self.timeout}, `init_process_group(timeout=...)`)."
+            )
+        error = CollectiveError(message)
+        error.__cause__ = exc
+        return error
+
+
+#: how gloo's errors say that a peer's connection is gone (the peer process ended)
+_LOST = ("closed by peer", "reset by peer", "broken pipe", "connection refused")
+
+
 @untraced
 class Work(dist.Work):
     """Waits for ``inner`` (gloo works, possibly none), then runs ``finish`` once."""
 
     def __init__(
         self,
-        what: str,
-        timeout: timedelta,
+        wait: Wait,
         inner: Sequence[dist.Work] = (),
         finish: Callable[[], None] = lambda: None,
         outputs: Sequence[torch.Tensor] = (),
     ):
         super().__init__()
-        self._what, self._timeout = what, timeout
+        self._wait = wait
         self._inner, self._finish, self._outputs = list(inner), finish, list(outputs)
         self._done = False
         self._error: CollectiveError | None = None
@@ -59,7 +104,7 @@ class Work(dist.Work):
             except CollectiveError as exc:
                 self._error = exc
             except RuntimeError as exc:  # gloo's DistBackendError and timeouts are RuntimeErrors
-                self._error = failed(self._what, exc, self._timeout)
+                self._error = self._wait.failed(exc)
             self._done = True
             self._inner, self._finish = [], lambda: None  # release the gloo works and buffers
         if self._error is not None:
@@ -87,21 +132,10 @@ class Work(dist.Work):
         return self._outputs
 
 
-def failed(what: str, exc: BaseException, timeout: timedelta) -> CollectiveError:
-    """The error for a gloo operation that failed or timed out on this rank."""
-    error = CollectiveError(
-        f"nkipy {what} failed on this rank: {exc}. Check that every rank of the group calls the "
-        "same collectives in the same order with tensors of the same shape and dtype; the group "
-        f"gives up after its timeout ({timeout}, `init_process_group(timeout=...)`)."
-    )
-    error.__cause__ = exc
-    return error
-
-
-def wait_all(works: Sequence[dist.Work], what: str, timeout: timedelta) -> None:
+def wait_all(works: Sequence[dist.Work], wait: Wait) -> None:
     """Wait for gloo works now (the agreement steps, which must finish before anything else)."""
     try:
         for work in works:
             work.wait()
     except RuntimeError as exc:
-        raise failed(what, exc, timeout) from exc
+        raise wait.failed(exc) from exc

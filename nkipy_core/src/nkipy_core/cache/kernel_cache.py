@@ -50,8 +50,9 @@ from nkipy_core.errors import CacheError, CacheLockTimeoutError
 log = logging.getLogger("nkipy.cache")
 
 #: process-wide counters (hits, misses, corrupt entries, kernels lowered and compiled, nodes
-#: planned, kernels another process compiled while this one waited for the lock): how tests and
-#: users observe that a warm cache skipped lowering and that ranks compiled each kernel once
+#: planned, kernels another process compiled while this one waited for the lock, compile locks
+#: found held by another process): how tests and users observe that a warm cache skipped
+#: lowering and that ranks compiled each kernel once
 STATS: collections.Counter[str] = collections.Counter()
 
 _LOCK_POLL_SECONDS = 0.05
@@ -144,11 +145,22 @@ class KernelCache:
         timeout = env.NKIPY_CACHE_LOCK_TIMEOUT.get()
         with open(path, "ab") as lock:  # created if absent, never truncated
             deadline = time.monotonic() + timeout
+            waiting = False
             while True:
                 try:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
+                    if not waiting:
+                        waiting = True
+                        STATS["compile_lock_waits"] += 1
+                        log.info(
+                            "nkipy cache: waiting up to %g s for another process compiling "
+                            "kernel %s (it holds %s)",
+                            timeout,
+                            key,
+                            path,
+                        )
                     if time.monotonic() >= deadline:
                         raise CacheLockTimeoutError(
                             f"waited {timeout:g} s for another process to compile kernel {key} "

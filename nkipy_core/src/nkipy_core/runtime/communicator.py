@@ -37,7 +37,11 @@ class TorchDistributedCommunicator:
             return np.asarray(x)  # every collective over one rank is the identity
         group, members = self._group_of_this_rank(kind, groups)
         t = numpy_to_torch(np.array(x, copy=True))  # collectives write in place; x may be an input
-        return torch_to_numpy(getattr(self, f"_{kind}")(t, group, members, **params))
+        try:
+            result = getattr(self, f"_{kind}")(t, group, members, **params)
+        except RuntimeError as exc:  # gloo's errors (lost peers, timeouts) are RuntimeErrors
+            raise _failed(kind, members, exc) from exc
+        return torch_to_numpy(result)
 
     def _group_of_this_rank(self, kind: str, groups: tuple) -> tuple[Any, tuple[int, ...]]:
         """The process group running ``groups`` and the ranks of this rank's group, in order.
@@ -113,3 +117,19 @@ class TorchDistributedCommunicator:
     ) -> torch.Tensor:
         dist.broadcast(t, src=members[source], group=group)
         return t
+
+
+def _failed(kind: str, members: tuple[int, ...], exc: RuntimeError) -> CollectiveError:
+    """A kernel's collective that the process group's backend (gloo) gave up on: a peer's
+    connection was lost or it did not come within the group's timeout. The ``nkipy`` group
+    raises ``CollectiveError`` itself; other backends raise ``RuntimeError``, translated here so
+    that a kernel's caller catches one type whatever the group."""
+    rank = dist.get_rank()
+    peers = [r for r in members if r != rank]
+    return CollectiveError(
+        f"{kind} inside a kernel failed on rank {rank} while waiting for ranks {peers}: {exc}. "
+        "If a rank exited or was killed (its log says why), the process group cannot run "
+        "collectives any more: end this process and restart the job. If a rank did not reach "
+        "this collective within the process group's timeout (`init_process_group(timeout=...)`), "
+        "check that every rank runs the same kernels in the same order."
+    )
