@@ -135,7 +135,7 @@ class KernelCache:
         try:
             for sub in ("kernels", "index", "locks", "tmp"):
                 (self.root / sub).mkdir(exist_ok=True)
-            tempfile.NamedTemporaryFile(dir=self.root / "tmp", delete=True).close()
+            tempfile.NamedTemporaryFile(prefix=".probe-", dir=self.root / "tmp").close()
         except OSError as exc:
             if _first_time("read-only", self.root):
                 warnings.warn(
