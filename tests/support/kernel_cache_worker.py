@@ -53,6 +53,7 @@ KERNELS = {"exp_times": 1, "two_kernels": 2, "sigmoid_minus_abs": 1}
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
 _PATH_EVENTS = ("os.mkdir", "os.rename", "os.remove", "os.rmdir")
+_LAYOUT = {"kernels", "index", "locks", "tmp"}
 
 
 def _is_cache_write(event: str, args: tuple, root: str) -> str | None:
@@ -67,9 +68,12 @@ def _is_cache_write(event: str, args: tuple, root: str) -> str | None:
     if not writing or not isinstance(path, (str, os.PathLike)):
         return None
     path = os.fspath(path)
-    if not path.startswith(root + os.sep) or os.path.basename(path).startswith(".probe-"):
-        return None  # killing at the writability probe is killing before the next write
-    return os.path.relpath(path, root)
+    if not path.startswith(root + os.sep):
+        return None
+    where = os.path.relpath(path, root)
+    if where in _LAYOUT or os.path.basename(where).startswith(".probe-"):
+        return None  # every open of the cache makes its layout and probes it: no entry yet
+    return where
 
 
 def _count_cache_writes(root: str, kill_at: int | None, report) -> list[int]:
