@@ -68,8 +68,10 @@ from nkipy_core.errors import CacheError, CacheLockTimeoutError
 log = logging.getLogger("nkipy.cache")
 
 #: process-wide counters (hits, misses, corrupt entries, kernels lowered and compiled, nodes
-#: planned, kernels another process compiled while this one waited for the lock): how tests and
-#: users observe that a warm cache skipped lowering and that ranks compiled each kernel once
+#: planned, kernels another process compiled while this one waited for the lock, writes that
+#: failed or that a read-only cache skipped, dead writers' leftovers swept): how tests and users
+#: observe that a warm cache skipped lowering, that ranks compiled each kernel once, and when the
+#: cache left its normal path
 STATS: collections.Counter[str] = collections.Counter()
 
 _LOCK_POLL_SECONDS = 0.05
@@ -139,10 +141,10 @@ class KernelCache:
         except OSError as exc:
             if _first_time("read-only", self.root):
                 warnings.warn(
-                    f"nkipy: the kernel cache {self.root} is read-only ({_describe(exc)}): kernels "
-                    "cached there are used, others are compiled without being stored. To cache "
-                    "them, make it writable or pass another directory as "
-                    "init_nkipy_backend(nkipy_cache=...) or NKIPY_CACHE.",
+                    f"nkipy: the kernel cache {self.root} is used read-only, as this process "
+                    f"cannot write it ({_describe(exc)}): kernels cached there are used, others "
+                    "are compiled without being stored. To cache them, make it writable or pass "
+                    "another directory as init_nkipy_backend(nkipy_cache=...) or NKIPY_CACHE.",
                     CacheWarning,
                     stacklevel=2,
                 )
