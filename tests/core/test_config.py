@@ -96,12 +96,12 @@ def test_unknown_option_lists_valid_ones(plugin_env):
         torch.compile(lambda a: a + 1, backend="nkipy", options={"cache": "x"})(torch.ones(2))
 
 
-def test_unwritable_cache_directory(plugin_env, tmp_path):
+def test_cache_directory_that_cannot_be_created(plugin_env, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.raises(
         BackendCompilerFailed,
-        match=r"CacheError: the nkipy kernel cache directory .* is not writable .*Pass a writable directory as init_nkipy_backend\(nkipy_cache=...\)",
+        match=r"CacheError: the nkipy kernel cache directory .* cannot be created \(ENOTDIR: .*Pass a directory this process can create or read as init_nkipy_backend\(nkipy_cache=...\)",
     ):
         torch.compile(
             lambda a: a + 1, backend="nkipy", options={"nkipy_cache": str(blocker / "cache")}

@@ -26,19 +26,27 @@ failure it finds becomes a regression test in ``test_layouts.py``.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import warnings
 from collections.abc import Callable
 
 import attrs
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
+
+from nkipy_core import _torch
+from nkipy_core.testing import conformance_cases
+from nkipy_core.testing.closeness import assert_close_to_eager, upcast
+from nkipy_core.testing.conformance import TOLERANCES
 
 pytest.importorskip("nkipy_ops_base")
 
-#: examples per CI run: eager programs, compiled programs (each compiled one costs a compile)
-EXAMPLES = {"eager": 250, "compiled": 30}
+#: examples per CI run: eager programs, compiled programs (each compiled one costs a compile),
+#: OpInfo samples of the lowered ops on laid-out inputs
+EXAMPLES = {"eager": 250, "compiled": 30, "opinfo": 250}
 
 settings.register_profile(
     "nkipy-nightly",
@@ -109,14 +117,16 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 @st.composite
-def layouts(draw, shape: tuple[int, ...]) -> Layout:
+def layouts(draw, shape: tuple[int, ...], same_values: bool = False) -> Layout:
+    """A layout for a tensor of ``shape``; ``same_values``: one that keeps every value (not
+    ``expanded``, which repeats a slice)."""
     rank = len(shape)
     kinds = ["contiguous", "offset"]
     if rank >= 2:
         kinds.append("permuted")
     if rank >= 1:
         kinds.append("stepped")
-    if any(s > 1 for s in shape):
+    if any(s > 1 for s in shape) and not same_values:
         kinds.append("expanded")
     kind = draw(st.sampled_from(kinds))
     if kind == "permuted":
@@ -256,7 +266,7 @@ BINARY: list[tuple[str, Callable, Callable[[torch.Tensor, torch.Tensor], bool]]]
 ]
 
 
-def _sample(v: torch.Tensor) -> torch.Tensor:
+def _meta(v: torch.Tensor) -> torch.Tensor:
     """A CPU stand-in for ``v`` that ``applies`` predicates may look at (shape, dtype)."""
     return torch.empty(v.shape, dtype=v.dtype, device="meta")
 
@@ -269,7 +279,7 @@ def programs(draw) -> tuple[list[Input], list[Step]]:
         # a second input of a shape that broadcasts with the first, or of its own
         shape = draw(st.sampled_from([first.shape, first.shape[1:], first.shape[-1:], ()]))
         ins.append(draw(inputs(shape=shape)))
-    metas = [_sample(_values(i.shape, i.dtype, 0)) for i in ins]
+    metas = [_meta(_values(i.shape, i.dtype, 0)) for i in ins]
     steps: list[Step] = []
     for _ in range(draw(st.integers(1, 4))):
         if len(metas) > 1 and draw(st.booleans()):
@@ -393,3 +403,121 @@ def test_compiled_programs_with_device_inputs_match_cpu(program):
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend="nkipy", dynamic=False)
     _compare(_run(compiled, ins, "nkipy"), expected, "compiled with nkipy inputs", text)
+
+
+# -- every op the packs lower, on laid-out inputs ----------------------------------------------
+
+#: OpInfos whose results are random or undefined (their values cannot be compared)
+_UNCOMPARABLE = ("rand", "normal", "dropout", "bernoulli", "multinomial", "uniform", "empty")
+#: OpInfos whose index outputs pick one of several equal elements (ties): only values compared
+_TIES = (
+    "topk", "sort", "argsort", "kthvalue", "max", "min", "argmax", "argmin", "mode", "median",
+    "nanmedian", "msort", "cummax", "cummin",
+)  # fmt: skip
+
+
+@functools.cache
+def _opinfos() -> list:
+    """The OpInfos that reach a rule of the installed packs (the conformance cases)."""
+    return [
+        case.opinfo
+        for case in conformance_cases("nkipy-ops-base")
+        if case.opinfo is not None and not any(w in case.opinfo.name for w in _UNCOMPARABLE)
+    ]
+
+
+@attrs.frozen
+class OpSample:
+    name: str
+    opinfo: object = attrs.field(repr=False)
+    dtype: torch.dtype = torch.float32
+    index: int = 0
+    layouts: tuple[Layout, ...] = ()
+
+    def __str__(self) -> str:
+        return (
+            f"{self.name} sample {self.index} in {self.dtype}, "
+            f"tensors laid out {[str(x) for x in self.layouts]}"
+        )
+
+
+def _opinfo_sample(opinfo, dtype: torch.dtype, index: int):
+    torch.manual_seed(index)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        samples = list(itertools.islice(opinfo.sample_inputs("cpu", dtype), index + 1))
+    return samples[index] if len(samples) > index else None
+
+
+def _tensors(sample) -> list[torch.Tensor]:
+    leaves = _torch.tree_leaves((sample.input, tuple(sample.args), dict(sample.kwargs)))
+    return [t for t in leaves if isinstance(t, torch.Tensor)]
+
+
+@st.composite
+def op_samples(draw) -> OpSample:
+    opinfo = draw(st.sampled_from(_opinfos()))
+    dtypes = [d for d in DTYPES if d in opinfo.supported_dtypes("cpu")]
+    assume(dtypes)
+    dtype = draw(st.sampled_from(dtypes))
+    index = draw(st.integers(0, 3))
+    sample = _opinfo_sample(opinfo, dtype, index)
+    assume(sample is not None)
+    found = tuple(draw(layouts(tuple(t.shape), same_values=True)) for t in _tensors(sample))
+    return OpSample(opinfo.full_name, opinfo, dtype, index, found)
+
+
+def _run_sample(case: OpSample, device: str, exact: bool = False):
+    """The op's outputs on ``device`` for the sample with its tensors laid out, or the error;
+    ``exact``: with half floats made float64 (the exact values ``assert_close_to_eager`` wants)."""
+    sample = _opinfo_sample(case.opinfo, case.dtype, case.index)
+    tensors = [upcast(t.detach()) if exact else t.detach() for t in _tensors(sample)]
+    built = [layout.build(t) for layout, t in zip(case.layouts, tensors)]
+    made = iter(view(base.to(device)) for base, view in built)
+    inp, args, kwargs = _torch.tree_map(
+        lambda x: next(made) if isinstance(x, torch.Tensor) else x,
+        (sample.input, tuple(sample.args), dict(sample.kwargs)),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            out = case.opinfo.op(inp, *args, **kwargs)  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001 - compared with the reference's error
+            return exc
+    leaves = [o for o in _torch.tree_leaves(out) if isinstance(o, torch.Tensor)]
+    return [o.detach().cpu() for o in leaves], [t.detach().cpu() for t in _tensors_of(inp, args)]
+
+
+def _tensors_of(inp, args) -> list[torch.Tensor]:
+    """The sample's tensors after the op (an in-place OpInfo writes its input)."""
+    return [t for t in _torch.tree_leaves((inp, args)) if isinstance(t, torch.Tensor)]
+
+
+@_settings(EXAMPLES["opinfo"])
+@given(op_samples())
+def test_lowered_ops_on_laid_out_device_inputs_match_cpu(case):
+    expected = _run_sample(case, "cpu")
+    if isinstance(expected, Exception):
+        return  # a sample torch refuses in this layout (OpInfo samples assume their own)
+    actual = _run_sample(case, "nkipy")
+    assert not isinstance(actual, Exception), (
+        f"eager on nkipy raises {type(actual).__name__}: {actual}\nwhere torch on CPU does not: {case}"
+    )
+    outputs = (actual[0], expected[0])
+    if case.opinfo.name.split(".")[-1] in _TIES:  # type: ignore[attr-defined]
+        outputs = (actual[0][:1], expected[0][:1])
+    exact = functools.cache(lambda: _run_sample(case, "cpu", exact=True))
+    for kind, got, want in (("output", *outputs), ("input", actual[1], expected[1])):
+        assert len(got) == len(want), f"{len(got)} {kind}s, torch's {len(want)}: {case}"
+        for n, (a, e) in enumerate(zip(got, want)):
+            index = 0 if kind == "output" else 1
+            assert (a.shape, a.dtype) == (e.shape, e.dtype), (
+                f"{kind} {n} is {a.dtype}{list(a.shape)}, torch's {e.dtype}{list(e.shape)}: {case}"
+            )
+            rtol, atol = TOLERANCES.get(e.dtype.to_real(), (0.0, 0.0))
+            try:  # the conformance tolerance, times ten: a layout error is far larger
+                assert_close_to_eager(
+                    a, e, rtol=rtol * 10, atol=atol * 10, exact=lambda: exact()[index][n]
+                )
+            except AssertionError as exc:
+                raise AssertionError(f"{kind} {n} differs: {case}\n{exc}") from None

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported l
     from nkipy_core import config as config
     from nkipy_core import knp as knp
     from nkipy_core.cache.kernel_cache import STATS as _STATS
+    from nkipy_core.cache.kernel_cache import CacheWarning as CacheWarning
     from nkipy_core.compiler.fallback import FallbackWarning as FallbackWarning
     from nkipy_core.compiler.lowering import LoweringContext as LoweringContext
     from nkipy_core.compiler.regions import kernel_boundary as kernel_boundary
@@ -76,6 +77,7 @@ _EXPORTS = {
     "init_nkipy_backend": ("nkipy_core.device.opt_in", "init_nkipy_backend"),
     "register_device": ("nkipy_core.device.registration", "register_device"),
     "FallbackWarning": ("nkipy_core.compiler.fallback", "FallbackWarning"),
+    "CacheWarning": ("nkipy_core.cache.kernel_cache", "CacheWarning"),
     "hookimpl": ("nkipy_core.plugin.hookspecs", "hookimpl"),
     "LoweringContext": ("nkipy_core.compiler.lowering", "LoweringContext"),
     "on_cpu": ("nkipy_core.compiler.regions", "on_cpu"),

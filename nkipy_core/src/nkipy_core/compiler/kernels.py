@@ -203,12 +203,14 @@ def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall
     The compile and store hold the kernel's compile lock, so ranks sharing the cache compile it
     once: a rank that waited for another's compile loads that entry instead, and its seconds are
     ``None``. Safe to run in a worker thread (the cache writes are atomic, the counters are the
-    caller's)."""
+    caller's). A kernel the cache could not store (read-only, full disk) is not indexed either:
+    an index entry would only send the next process to an entry that is not there."""
     cache = KernelCache(config.nkipy_cache)
     seconds = None
     ops = profiling.op_counts(job.kernel)
     with cache.compile_lock(job.kernel_key):
         stored = cache.load(job.kernel_key, count_miss=False)
+        in_cache = stored is not None
         if stored is not None:
             executable = runtime.load(stored[1], Signature.of(job.kernel), job.options)
             log.info(
@@ -219,11 +221,14 @@ def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall
             start = time.monotonic()
             executable = runtime.compile(job.kernel, job.options)
             seconds = time.monotonic() - start
-            cache.store(
-                job.kernel_key,
-                _entry_files(job),
-                executable.artifacts(),
-                _entry_meta(job, runtime, seconds),
+            in_cache = (
+                cache.store(
+                    job.kernel_key,
+                    _entry_files(job),
+                    executable.artifacts(),
+                    _entry_meta(job, runtime, seconds),
+                )
+                is not None
             )
             log.info(
                 "compiled kernel %s (%s) for %s in %.2f s into cache entry %s",
@@ -233,7 +238,8 @@ def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall
                 seconds,
                 job.kernel_key,
             )
-    cache.put_index(job.fx_key, {"kernel": job.kernel_key})
+    if in_cache:
+        cache.put_index(job.fx_key, {"kernel": job.kernel_key})
     stats = profiling.record(cache.root, job.kernel_key, job.name, ops, executable.signature)
     call = KernelCall(
         job.name,
