@@ -38,6 +38,7 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from nkipy_core import _torch
+from nkipy_core.errors import DeviceError
 from nkipy_core.testing import conformance_cases
 from nkipy_core.testing.closeness import assert_close_to_eager, upcast
 from nkipy_core.testing.conformance import TOLERANCES
@@ -467,12 +468,14 @@ def op_samples(draw) -> OpSample:
     return OpSample(opinfo.full_name, opinfo, dtype, index, found)
 
 
-def _run_sample(case: OpSample, device: str, exact: bool = False):
+def _run_sample(case: OpSample, device: str, exact: bool = False, plain: bool = False):
     """The op's outputs on ``device`` for the sample with its tensors laid out, or the error;
-    ``exact``: with half floats made float64 (the exact values ``assert_close_to_eager`` wants)."""
+    ``exact``: with half floats made float64 (the exact values ``assert_close_to_eager`` wants);
+    ``plain``: with contiguous tensors."""
     sample = _opinfo_sample(case.opinfo, case.dtype, case.index)
     tensors = [upcast(t.detach()) if exact else t.detach() for t in _tensors(sample)]
-    built = [layout.build(t) for layout, t in zip(case.layouts, tensors)]
+    chosen = [Layout("contiguous") for _ in tensors] if plain else case.layouts
+    built = [layout.build(t) for layout, t in zip(chosen, tensors)]
     made = iter(view(base.to(device)) for base, view in built)
     inp, args, kwargs = _torch.tree_map(
         lambda x: next(made) if isinstance(x, torch.Tensor) else x,
@@ -499,7 +502,16 @@ def test_lowered_ops_on_laid_out_device_inputs_match_cpu(case):
     expected = _run_sample(case, "cpu")
     if isinstance(expected, Exception):
         return  # a sample torch refuses in this layout (OpInfo samples assume their own)
+    if not case.name.startswith("as_strided"):
+        # an op of the values alone: where torch's CPU kernel gives another result for the
+        # same values laid out otherwise, that kernel misreads the layout (native_group_norm
+        # with a strided bias does), and the values' result is the one to match
+        plain = _run_sample(case, "cpu", plain=True)
+        if not isinstance(plain, Exception):
+            expected = plain
     actual = _run_sample(case, "nkipy")
+    if isinstance(actual, DeviceError) and "cannot hold torch.complex32" in str(actual):
+        return  # half-float complex results: refused by the device, with this typed error
     assert not isinstance(actual, Exception), (
         f"eager on nkipy raises {type(actual).__name__}: {actual}\nwhere torch on CPU does not: {case}"
     )
