@@ -544,9 +544,11 @@ def _graph(
     else:
         return "it does not return tensors"
     try:
-        return torch.fx.GraphModule(torch.nn.Module(), graph), node
+        gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     except SyntaxError:  # e.g. an overload named like a Python keyword (aten.random.from)
         return "torch.fx cannot generate code for it"
+    _torch.forget_graph_source(gm)  # one per new signature: torch.fx would keep each forever
+    return gm, node
 
 
 # -- in-place and out= ops ----------------------------------------------------------------------
