@@ -30,6 +30,22 @@ def _params(fn) -> list[str]:
     return list(inspect.signature(fn).parameters)
 
 
+def _graph_source_is_forgotten() -> bool:
+    """A GraphModule's source is in torch.fx's loader and in linecache, and leaves both."""
+    import linecache
+
+    from torch.fx import graph_module
+
+    graph = torch.fx.Graph()  # made as the eager device makes its one-op modules
+    graph.output(graph.call_function(ADD, (graph.placeholder("x"), 1)))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    key = type(gm).forward.__code__.co_filename
+    before = key in graph_module._loader.eval_cache and key in linecache.cache
+    _torch.forget_graph_source(gm)
+    after = key in graph_module._loader.eval_cache or key in linecache.cache
+    return before and not after and torch.equal(gm(torch.ones(1)), torch.full((1,), 2.0))
+
+
 def _untraced_is_honoured() -> None:
     """Dynamo breaks the graph at an untraced function and calls it as is (not compiling)."""
     seen = []
@@ -139,6 +155,7 @@ CANARIES = {
     ),
     "profiler_enabled": lambda: _torch.profiler_enabled() is False,
     "graph_codegen": lambda: type(_torch.graph_codegen(torch.fx.Graph())) is torch.fx.graph.CodeGen,
+    "forget_graph_source": _graph_source_is_forgotten,
     "resolve_process_group": lambda: callable(
         torch.distributed.distributed_c10d._resolve_process_group
     ),

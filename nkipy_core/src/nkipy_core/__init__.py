@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported l
     from nkipy_core.cache.kernel_cache import STATS as _STATS
     from nkipy_core.cache.kernel_cache import CacheWarning as CacheWarning
     from nkipy_core.compiler.fallback import FallbackWarning as FallbackWarning
+    from nkipy_core.compiler.kernel_call import live_kernels as live_kernels
     from nkipy_core.compiler.lowering import LoweringContext as LoweringContext
     from nkipy_core.compiler.regions import kernel_boundary as kernel_boundary
     from nkipy_core.compiler.regions import on_cpu as on_cpu
@@ -73,6 +74,7 @@ _EXPORTS = {
     "kernel_stats": ("nkipy_core.observe.profiling", "kernel_stats"),
     "reset_kernel_stats": ("nkipy_core.observe.profiling", "reset_kernel_stats"),
     "KernelStats": ("nkipy_core.observe.profiling", "KernelStats"),
+    "live_kernels": ("nkipy_core.compiler.kernel_call", "live_kernels"),
     "Config": ("nkipy_core.config.settings", "Config"),
     "init_nkipy_backend": ("nkipy_core.device.opt_in", "init_nkipy_backend"),
     "register_device": ("nkipy_core.device.registration", "register_device"),

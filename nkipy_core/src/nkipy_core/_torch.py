@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import linecache
 import re
 from collections.abc import Callable
 from typing import Any
@@ -204,6 +205,18 @@ def graph_codegen(graph: torch.fx.Graph) -> Any:
     return graph._codegen
 
 
+def forget_graph_source(gm: torch.fx.GraphModule) -> None:
+    """Drop what ``torch.fx`` keeps of ``gm``'s generated ``forward`` source for tracebacks: an
+    entry in its loader's cache and one in ``linecache``, made for every module and never freed.
+    The eager device makes a module per new call signature, so a loop over ever new shapes would
+    grow them without bound; ``gm`` keeps its ``code`` and still runs."""
+    from torch.fx import graph_module
+
+    key = type(gm).forward.__code__.co_filename
+    graph_module._loader.eval_cache.pop(key, None)
+    linecache.cache.pop(key, None)
+
+
 # -- torch.distributed ----------------------------------------------------------------------------
 
 
@@ -302,6 +315,7 @@ __all__ = [
     "create_empty_tensor",
     "detect_fake_mode",
     "dispatcher_handle",
+    "forget_graph_source",
     "graph_codegen",
     "is_any_autocast_enabled",
     "is_traceable_wrapper_subclass",

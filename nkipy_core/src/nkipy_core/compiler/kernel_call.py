@@ -14,6 +14,7 @@ view whose buffer holds other values than it reads; such an input is resolved be
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -53,6 +54,18 @@ def inverse_permutation(order: Sequence[int]) -> tuple[int, ...]:
     return tuple(sorted(range(len(order)), key=order.__getitem__))
 
 
+#: every kernel call alive in the process (weakly held: freeing a call removes it)
+_LIVE: weakref.WeakSet[KernelCall] = weakref.WeakSet()
+
+
+def live_kernels() -> int:
+    """How many compiled kernels the process holds in memory: the ``KernelCall`` objects alive
+    (eager single-op kernels the device's caches keep, and those of compiled graphs alive),
+    each with its loaded executable. The device's caches bound the eager ones (see
+    ``docs/caching.md``); a count that keeps growing in a loop means something holds kernels."""
+    return len(_LIVE)
+
+
 class KernelCall(torch.nn.Module):
     """Stands in for a fused subgraph: runs its compiled kernel on the runtime.
 
@@ -81,6 +94,7 @@ class KernelCall(torch.nn.Module):
         boundary: Boundary = PLAIN,
     ):
         super().__init__()
+        _LIVE.add(self)
         #: this kernel's counters (``nkipy_core.kernel_stats()``), shared by its other calls
         self.stats = stats
         self.kernel_name = name

@@ -2,8 +2,9 @@
 
 An op some installed pack lowers becomes a one-node graph, lowered by that pack's rule into a
 single-op kernel and compiled once per op, argument shapes and dtypes (kept in memory and in the
-on-disk kernel cache). Python floats are kernel inputs where the rule allows (``scalars``);
-other non-tensor arguments (dims, flags, ints) are part of the key. In-place and ``out=`` ops
+on-disk kernel cache). Python floats, and ints given for ``Scalar`` arguments, are kernel
+inputs where the rule allows (``scalars``); other non-tensor arguments (dims, sizes, flags) are
+part of the key. In-place and ``out=`` ops
 run their functional op and copy the result into place on the device (once known to be one
 kernel of the target's type, later calls write straight into the target). A repeated call goes
 through a flat key to what it ran before (``_fast_key``), skipping the rest of this module. An
@@ -18,8 +19,8 @@ seeded device runs reproduce CPU runs), without a warning.
 
 What each signature runs is kept in memory, in bounded caches (``nkipy_core.cache.bounded``):
 ``MAX_SIGNATURES`` call signatures (and as many fast keys), and ``MAX_FLOAT_VALUES`` float
-values for each signature whose kernels bake its floats in. A program that calls an op with ever
-new ints or floats evicts the oldest (``cache_stats["eager_signatures_evictions"]``,
+values for each signature whose kernels bake its numbers in. A program that calls an op with ever
+new dims, sizes or baked-in numbers evicts the oldest (``cache_stats["eager_signatures_evictions"]``,
 ``"eager_fast_calls_evictions"``, ``"eager_float_values_evictions"``) instead of holding a kernel
 per value; an evicted kernel comes back from the on-disk kernel cache when it is called again.
 """
@@ -114,7 +115,7 @@ _DEVICE = torch.device(memory.NAME, 0)
 
 #: call signatures (and fast keys) whose kernels a process keeps in memory
 MAX_SIGNATURES = 4096
-#: float values kept per signature whose kernels bake the floats in (``_ByValue``)
+#: number values kept per signature whose kernels bake the numbers in (``_ByValue``)
 MAX_FLOAT_VALUES = 64
 
 
@@ -274,27 +275,23 @@ def run(op: _torch.OpOverload, args: tuple, kwargs: dict) -> Any:
     if args is not given:  # numbers made tensors: what runs takes other arguments than the call
         fast_key = None
     tensors: list[torch.Tensor] = []
-    floats: list[float] = []
-    key = (
-        op,
-        _signature(args, tensors, floats),
-        _signature(tuple(kwargs.items()), tensors, floats),
-    )
+    numbers: list[float | int] = []
+    key = _call_key(op, args, kwargs, tensors, numbers)
     _check_devices(op, tensors)
     entry = state.entries.get(key)
     if entry is None:
         if _torch.schema(op).is_mutable:
             return _mutating(op, args, kwargs, state, fast_key)
-        entry = state.entries[key] = _build(op, args, kwargs, state, floats)
-    if fast_key is not None and not floats and "memory_format" not in kwargs:
+        entry = state.entries[key] = _build(op, args, kwargs, state, numbers)
+    if fast_key is not None and not numbers and "memory_format" not in kwargs:
         _remember_call(fast_key, entry, args, tensors, state)
     if isinstance(entry, _Lifted):
-        return entry(tensors, floats)
+        return entry(tensors, numbers)
     layout = kwargs.get("memory_format")
     if layout in (torch.channels_last, torch.channels_last_3d) and isinstance(entry, KernelCall):
         return _in_memory_format(entry(*tensors), layout)
     if isinstance(entry, _ByValue):
-        values = tuple(floats)
+        values = tuple(numbers)
         by_value = entry.get(values)
         if by_value is None:
             by_value = entry[values] = _by_value(op, args, kwargs, state)
@@ -323,20 +320,62 @@ def _base_name(op: _torch.OpOverload) -> str:
     return _torch.schema(op).name.split("::")[1]
 
 
-def _signature(value: Any, tensors: list[torch.Tensor], floats: list[float]) -> Any:
-    """A hashable key of ATen arguments: tensors by shape, dtype, device and layout, Python
-    floats by type only (they become kernel inputs, see ``scalars``), anything else by value.
-    Collects the tensors and the floats."""
+#: op -> positions and names of its arguments declared ``Scalar`` (ints there may be lifted)
+_SCALAR_SLOTS: dict[_torch.OpOverload, frozenset[int | str]] = {}
+
+
+def _scalar_slots(op: _torch.OpOverload) -> frozenset[int | str]:
+    """Where ``op`` takes a ``Scalar`` (``clamp``'s bounds, ``fill``'s value): by position
+    and by name, as a call may give it either way."""
+    slots = _SCALAR_SLOTS.get(op)
+    if slots is None:
+        slots = _SCALAR_SLOTS[op] = frozenset(
+            slot
+            for i, a in enumerate(_torch.schema(op).arguments)
+            if isinstance(_optional_element(a.type), torch.NumberType)
+            for slot in (i, a.name)
+        )
+    return slots
+
+
+def _optional_element(type_: Any) -> Any:
+    """``T`` of a schema type ``T?``, else the type itself."""
+    return type_.getElementType() if isinstance(type_, torch.OptionalType) else type_
+
+
+def _call_key(
+    op: _torch.OpOverload,
+    args: tuple,
+    kwargs: dict,
+    tensors: list[torch.Tensor],
+    numbers: list[float | int],
+) -> tuple:
+    """The key of a call's signature (``_signature`` of each argument, ints in ``Scalar``
+    slots lifted too); collects the tensors and the lifted numbers in argument order."""
+    slots = _scalar_slots(op)
+    return (
+        op,
+        tuple(_signature(a, tensors, numbers, i in slots) for i, a in enumerate(args)),
+        tuple((k, _signature(v, tensors, numbers, k in slots)) for k, v in kwargs.items()),
+    )
+
+
+def _signature(
+    value: Any, tensors: list[torch.Tensor], numbers: list[float | int], scalar: bool = False
+) -> Any:
+    """A hashable key of an ATen argument: tensors by shape, dtype, device and layout, Python
+    floats (and ints given for a ``Scalar``, ``scalar``) by type only (they become kernel
+    inputs, see ``scalars``), anything else by value. Collects the tensors and those numbers."""
     if isinstance(value, torch.Tensor):
         tensors.append(value)
         return (tuple(value.shape), value.dtype, value.device.type, _layout(value))
-    if scalars.liftable(value):
-        floats.append(value)
-        return float
+    if scalars.liftable(value) or (scalar and scalars.liftable_int(value)):
+        numbers.append(value)
+        return type(value)
     if type(value) is float:
         return (float, repr(value))  # NaN != NaN would miss the cache every time
     if isinstance(value, (list, tuple)):
-        return tuple(_signature(v, tensors, floats) for v in value)
+        return tuple(_signature(v, tensors, numbers) for v in value)
     return (type(value), value)
 
 
@@ -355,14 +394,18 @@ def _check_devices(op: _torch.OpOverload, tensors: list[torch.Tensor]) -> None:
 
 
 def _build(
-    op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels, floats: list[float]
+    op: _torch.OpOverload,
+    args: tuple,
+    kwargs: dict,
+    state: _Kernels,
+    numbers: list[float | int],
 ) -> Any:
-    """What a call signature runs: a kernel (taking the call's floats as inputs if it has any),
-    else the op's decomposition, else the reason it runs on CPU; ``_ByValue`` when the floats
-    must be part of the key."""
-    if not floats:
+    """What a call signature runs: a kernel (taking the call's lifted numbers as inputs if it
+    has any), else the op's decomposition, else the reason it runs on CPU; ``_ByValue`` when the
+    numbers must be part of the key."""
+    if not numbers:
         return _by_value(op, args, kwargs, state)
-    lifted = _lifted(op, args, kwargs, state) if len(floats) <= scalars.MAX_FLOATS else None
+    lifted = _lifted(op, args, kwargs, state) if len(numbers) <= scalars.MAX_FLOATS else None
     return lifted if lifted is not None else _ByValue()
 
 
@@ -374,7 +417,7 @@ def _by_value(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels)
 
 
 class _ByValue(BoundedCache):
-    """Entries of one call signature keyed by its float values (their kernels bake them in)."""
+    """Entries of one call signature keyed by its number values (their kernels bake them in)."""
 
     __slots__ = ()
 
@@ -383,30 +426,39 @@ class _ByValue(BoundedCache):
 
 
 class _Lifted:
-    """A kernel that takes the call's floats as trailing f64 inputs (see ``scalars``)."""
+    """A kernel that takes the call's lifted numbers as trailing inputs (see ``scalars``): f64
+    for a float, i64 for an int."""
 
     def __init__(self, call):
         self.call = call
 
-    def __call__(self, tensors: list[torch.Tensor], floats: list[float]) -> Any:
-        return self.call(*tensors, *(torch.tensor(f, dtype=torch.float64) for f in floats))
+    def __call__(self, tensors: list[torch.Tensor], numbers: list[float | int]) -> Any:
+        return self.call(*tensors, *(torch.tensor(n, dtype=_DTYPES[type(n)]) for n in numbers))
+
+
+#: the dtype of the kernel input a lifted number becomes
+_DTYPES = {float: torch.float64, int: torch.int64}
 
 
 def _lifted(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -> _Lifted | None:
-    """The kernel with this call's floats as inputs, or ``None`` if the rule does not allow it
-    (or the op is random: its kernel takes a key as well, ``_Seeded``)."""
+    """The kernel with this call's lifted numbers as inputs, or ``None`` if the rule does not
+    allow it (or the op is random: its kernel takes a key as well, ``_Seeded``)."""
     if _base_name(op) in _RANDOM_OPS or _base_name(op) in _HOST_OPS:
         return None
-    floats: list[float] = []
-    args_a, kwargs_a = scalars.substitute((args, kwargs), floats, 0)
+    numbers: list[float | int] = []
+    slots = _scalar_slots(op)
+    args_a, kwargs_a = scalars.substitute(args, kwargs, slots, numbers, 0)
     try:
-        others = [_graph(op, *scalars.substitute((args, kwargs), [], 1)), _graph(op, args, kwargs)]
+        others = [
+            _graph(op, *scalars.substitute(args, kwargs, slots, [], 1)),
+            _graph(op, args, kwargs),
+        ]
     except Exception:  # noqa: BLE001 - a sentinel is out of the op's domain: key by value
         return None
     graphs = [other for other in others if not isinstance(other, str)]
     if len(graphs) != len(others):
         return None
-    lowered_with = [[scalars.sentinel(i, v) for i in range(len(floats))] for v in (0, 1)] + [floats]
+    lowered_with = [scalars.sentinels(numbers, v) for v in (0, 1)] + [numbers]
 
     def lower(sub: torch.fx.GraphModule, name: str):
         rule = next(n.meta[RULE] for n in sub.graph.nodes if RULE in n.meta)
@@ -520,9 +572,11 @@ def _graph(
     else:
         return "it does not return tensors"
     try:
-        return torch.fx.GraphModule(torch.nn.Module(), graph), node
+        gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     except SyntaxError:  # e.g. an overload named like a Python keyword (aten.random.from)
         return "torch.fx cannot generate code for it"
+    _torch.forget_graph_source(gm)  # one per new signature: torch.fx would keep each forever
+    return gm, node
 
 
 # -- in-place and out= ops ----------------------------------------------------------------------
@@ -567,7 +621,7 @@ def _remember_call(
     fast_key: tuple, entry: Any, args: tuple, tensors: list[torch.Tensor], state: _Kernels
 ) -> None:
     """Let later calls like this one go straight to ``entry`` if it is a kernel of exactly the
-    call's positional tensors (not of floats, of keyword tensors or of a memory format); to its
+    call's positional tensors (not of numbers, of keyword tensors or of a memory format); to its
     ``device_call`` if they are all on the device and it returns one tensor there (the fast
     key holds where each tensor is, so every later call is alike)."""
     if not isinstance(entry, KernelCall):
@@ -614,14 +668,9 @@ def _in_place(
     (``args`` all tensors, ``kwargs`` none), if ``run`` ran that as one kernel of exactly ``args``
     whose single output is on the device with ``target``'s shape and dtype."""
     tensors: list[torch.Tensor] = []
-    floats: list[float] = []
-    key = (
-        functional,
-        _signature(args, tensors, floats),
-        _signature(tuple(kwargs.items()), tensors, floats),
-    )
-    call = state.entries.get(key)
-    if not isinstance(call, KernelCall) or len(tensors) != len(args) or floats:
+    numbers: list[float | int] = []
+    call = state.entries.get(_call_key(functional, args, kwargs, tensors, numbers))
+    if not isinstance(call, KernelCall) or len(tensors) != len(args) or numbers:
         return None
     if not call.single or not call.on_device[0]:
         return None
