@@ -78,8 +78,13 @@ def start_rank(
     )
 
 
+#: seconds a rank may take: four ranks importing torch at once on a loaded 2-core machine take
+#: up to a minute before they reach the race itself
+RANK_TIMEOUT = 240
+
+
 def finish(proc: subprocess.Popen) -> dict:
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=RANK_TIMEOUT)
     assert proc.returncode == 0, err
     return json.loads(out.strip().splitlines()[-1])
 
