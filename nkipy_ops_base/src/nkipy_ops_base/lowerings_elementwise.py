@@ -59,6 +59,20 @@ def _trunc_divide(a, b):
     return knp.where(knp.logical_and(inexact, signs_differ), knp.add(q, 1), q)
 
 
+def _maximum(a, b):
+    """``maximum``; of booleans, ``or`` (torch orders ``False < True``; the IR's ``maximum``
+    takes numbers only)."""
+    if knp.dtype_of(a) == DType.bool:
+        return knp.logical_or(a, b)
+    return knp.maximum(a, b)
+
+
+def _minimum(a, b):
+    if knp.dtype_of(a) == DType.bool:
+        return knp.logical_and(a, b)
+    return knp.minimum(a, b)
+
+
 def _fmax(a, b):
     """``maximum`` that ignores a NaN operand (NaN only if both are)."""
     return knp.where(knp.isnan(b), a, knp.where(knp.isnan(a), b, knp.maximum(a, b)))
@@ -103,8 +117,8 @@ _UNARY = [
 
 _BINARY = [
     (knp.power, aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar),
-    (knp.maximum, aten.maximum.default),
-    (knp.minimum, aten.minimum.default),
+    (_maximum, aten.maximum.default),
+    (_minimum, aten.minimum.default),
     (_fmax, aten.fmax.default),
     (_fmin, aten.fmin.default),
     (complex_pairs.hypot, aten.hypot.default),

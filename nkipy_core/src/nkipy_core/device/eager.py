@@ -762,7 +762,9 @@ def _mutating(
         results = run(functional, args, rest)
         results = results if isinstance(results, (tuple, list)) else (results,)
         for out, result in zip(outs.values(), results):
-            _store(op, out, result, resize=True)
+            # an out= tensor that is also an input is not resized (torch's TensorIterator)
+            read_too = any(t is out for t in _torch.tree_leaves(args))
+            _store(op, out, result, resize=not read_too)
         if fast_key is not None and len(outs) == 1:  # every argument a tensor
             _remember_in_place(fast_key, functional, args, rest, first, next(iter(outs)), state)
         return tuple(outs.values()) if len(outs) > 1 else first
@@ -852,10 +854,29 @@ def _on_cpu(op: _torch.OpOverload, args: tuple, kwargs: dict, why: str, state: _
     def to_device(x):
         if isinstance(x, torch.Tensor) and x.device.type == "cpu":
             original = moved.get(id(x))
-            return original[0] if original is not None else memory.from_host(x)
+            return original[0] if original is not None else _from_host_as_laid_out(x)
         return x
 
     return _torch.tree_map(to_device, result)
+
+
+def _from_host_as_laid_out(host: torch.Tensor) -> torch.Tensor:
+    """A CPU op's result on the device with the strides and storage offset torch gave it: a
+    later op that addresses storage (``as_strided_scatter`` of an ``as_strided_scatter``) reads
+    them. Expanded results (stride 0) come back contiguous."""
+    if _plain(host) or host.numel() == 0 or 0 in host.stride():
+        return memory.from_host(host)
+    extent = _extent(host)
+    device = memory.empty((extent,), host.dtype).as_strided(
+        host.shape, host.stride(), host.storage_offset()
+    )
+    memory.write(device, host)
+    return device
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Elements of storage ``t`` reaches, from the storage's start."""
+    return t.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
 
 
 def _same_layout(t: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
@@ -868,8 +889,7 @@ def _same_layout(t: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
         return host
     if any(stride == 0 and n > 1 for n, stride in zip(t.shape, t.stride())):
         return host  # expanded: torch clones such a tensor contiguous as well
-    extent = t.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
-    storage = torch.empty(extent, dtype=host.dtype)
+    storage = torch.empty(_extent(t), dtype=host.dtype)
     return storage.as_strided(t.shape, t.stride(), t.storage_offset()).copy_(host)
 
 
