@@ -207,6 +207,20 @@ def _numeric(t: torch.Tensor) -> bool:
     return t.dtype != torch.bool
 
 
+class Undefined(Exception):
+    """A step whose result torch leaves to its loop order: the example says nothing."""
+
+
+def _overlapping_copy(v: torch.Tensor) -> torch.Tensor:
+    """``v[1:].copy_(v[:-1])``: torch refuses it when ``v`` is dense (the two overlap) and
+    otherwise copies element by element, each write seen by the next read (its loop order);
+    the device reads all, then writes. Only the refusal is compared."""
+    dense = v.is_contiguous() or v.numel() <= 1
+    if not dense and v.shape[0] > 2:
+        raise Undefined(v.stride())
+    return v[1:].copy_(v[:-1])
+
+
 #: (text, fn, applies): steps of one operand
 UNARY: list[tuple[str, Callable, Callable[[torch.Tensor], bool]]] = [
     ("-{0}", torch.neg, _numeric),
@@ -250,7 +264,7 @@ UNARY: list[tuple[str, Callable, Callable[[torch.Tensor], bool]]] = [
     # operands that alias each other
     ("{0} + {0}.flip(0)", lambda v: v + v.flip(0), lambda v: v.dim() >= 1 and _numeric(v)),
     ("{0}.add_({0}.t())", lambda v: v.add_(v.t()), lambda v: v.dim() == 2 and _numeric(v)),
-    ("{0}[1:].copy_({0}[:-1])", lambda v: v[1:].copy_(v[:-1]), lambda v: v.dim() >= 1),
+    ("{0}[1:].copy_({0}[:-1])", lambda v: _overlapping_copy(v), lambda v: v.dim() >= 1),
     ("torch.neg({0}, out={0})", lambda v: torch.neg(v, out=v), _numeric),
     ("{0} @ {0}.t()", lambda v: v @ v.t(), lambda v: v.dim() == 2 and _is_float(v)),
 ]
@@ -387,7 +401,11 @@ def test_eager_programs_on_device_match_cpu(program):
     text = show(ins, steps)
     fn = _program(steps)
     expected = _run(fn, ins, "cpu")
-    if not isinstance(expected, Exception) and _half_chain(ins, steps):
+    if (
+        isinstance(expected, Undefined)
+        or not isinstance(expected, Exception)
+        and _half_chain(ins, steps)
+    ):
         return
     _compare(_run(fn, ins, "nkipy"), expected, "eager on nkipy", text)
 

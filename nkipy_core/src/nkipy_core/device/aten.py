@@ -33,7 +33,7 @@ import torch
 
 from nkipy_core import _torch
 from nkipy_core.compiler.aten_schema import functional_form, is_view
-from nkipy_core.device import rnn
+from nkipy_core.device import overlap, rnn
 from nkipy_core.errors import DeviceError
 
 _CPU = _torch.DispatchKeySet(_torch.DispatchKey.CPU)
@@ -336,6 +336,8 @@ def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False)
     ``memory.write`` do that for transfers)."""
     from nkipy_core.buffers import memory
 
+    if src is not dst:
+        overlap.check_write(dst, [src])
     if src.shape != dst.shape:
         src = src.expand(dst.shape)
     if not memory.is_nkipy(dst):

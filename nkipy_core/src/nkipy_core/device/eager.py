@@ -47,7 +47,7 @@ from nkipy_core.compiler.kernels import compile_kernel
 from nkipy_core.compiler.lower import finish_kernel, lower_subgraph, trace_subgraph
 from nkipy_core.compiler.plan import RULE, choose_rule
 from nkipy_core.config.settings import Config, current
-from nkipy_core.device import aten, scalars
+from nkipy_core.device import aten, overlap, scalars
 from nkipy_core.errors import DeviceError, UnsupportedOpsError
 from nkipy_core.plugin import manager as plugins
 from nkipy_core.plugin.registry import LoweringRule, op_name
@@ -651,7 +651,7 @@ class _InPlace:
         for t in args:
             if t is not target and t.data_ptr() == start and t.shape != target.shape:
                 if t.numel() and target.numel():
-                    raise RuntimeError(_PARTIAL_OVERLAP)
+                    raise RuntimeError(overlap.PARTIAL_OVERLAP)
         self.call.run_into((target,), *args)
         return target
 
@@ -680,50 +680,12 @@ def _in_place(
     return _InPlace(call, out)
 
 
-_INTERNAL_OVERLAP = (
-    "unsupported operation: more than one element of the written-to tensor refers to a single "
-    "memory location. Please clone() the tensor before performing the operation."
-)
-_PARTIAL_OVERLAP = (
-    "unsupported operation: some elements of the input tensor and the written-to tensor refer to "
-    "a single memory location. Please clone() the tensor before performing the operation."
-)
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Whether ``t``'s elements fill a block of its storage, each once (in some dim order)."""
-    expected = 1
-    for stride, size in sorted((st, n) for n, st in zip(t.shape, t.stride()) if n != 1):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
-
-
-def _partially_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """torch's rule (``get_overlap_status``): two dense tensors whose memory intersects without
-    being the very same elements in the same order. Non-dense ones are not judged, as torch."""
-    if a.numel() == 0 or b.numel() == 0 or not (_dense(a) and _dense(b)):
-        return False
-    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
-        return False
-    a0, b0 = a.data_ptr(), b.data_ptr()
-    a1, b1 = a0 + a.numel() * a.element_size(), b0 + b.numel() * b.element_size()
-    if (a0, a1) == (b0, b1):
-        return a.stride() != b.stride()
-    return a0 < b1 and b0 < a1
-
-
 def _check_writes(written: list[torch.Tensor], args: tuple, kwargs: dict) -> None:
-    """Refuse what torch refuses before an op writes: a target whose elements share memory
-    (an expanded tensor), or one that partly overlaps an input. The result would depend on the
-    order of the writes, which a kernel does not have."""
+    """Refuse what torch refuses before an op writes (``overlap``): the result would depend on
+    the order of the writes, which a kernel does not have."""
     inputs = [t for t in _torch.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-    for w in written:
-        if any(stride == 0 and n > 1 for n, stride in zip(w.shape, w.stride())):
-            raise RuntimeError(_INTERNAL_OVERLAP)
-        if any(t is not w and _partially_overlap(w, t) for t in inputs):
-            raise RuntimeError(_PARTIAL_OVERLAP)
+    for target in written:
+        overlap.check_write(target, inputs)
 
 
 def _mutating(
