@@ -20,7 +20,7 @@ A failing example prints as the program it is::
 
 CI runs the ``ci`` profile: derandomized (the same programs every run), bounded by example count
 (``EXAMPLES``), no shrinking of compiled examples. ``pytest --hypothesis-profile=nkipy-nightly
-tests/device/test_fuzz_device.py`` searches longer with random seeds (``docs/testing.md``). A
+tests/device/test_fuzz_device.py`` searches longer (``docs/device.md``, Layouts and aliasing). A
 failure it finds becomes a regression test in ``test_layouts.py``.
 """
 
@@ -394,34 +394,33 @@ def _settings(examples: int):
     )
 
 
+def _reference(program):
+    """(the program's text, its function, torch's result on CPU or torch's error)."""
+    ins, steps = program
+    fn = _program(steps)
+    return show(ins, steps), fn, _run(fn, ins, "cpu")
+
+
 @_settings(EXAMPLES["eager"])
 @given(programs())
 def test_eager_programs_on_device_match_cpu(program):
-    ins, steps = program
-    text = show(ins, steps)
-    fn = _program(steps)
-    expected = _run(fn, ins, "cpu")
-    if (
-        isinstance(expected, Undefined)
-        or not isinstance(expected, Exception)
-        and _half_chain(ins, steps)
-    ):
+    text, fn, expected = _reference(program)
+    if isinstance(expected, Undefined):
         return
-    _compare(_run(fn, ins, "nkipy"), expected, "eager on nkipy", text)
+    if not isinstance(expected, Exception) and _half_chain(*program):
+        return
+    _compare(_run(fn, program[0], "nkipy"), expected, "eager on nkipy", text)
 
 
 @_settings(EXAMPLES["compiled"])
 @given(programs())
 def test_compiled_programs_with_device_inputs_match_cpu(program):
-    ins, steps = program
-    text = show(ins, steps)
-    fn = _program(steps)
-    expected = _run(fn, ins, "cpu")
-    if isinstance(expected, Exception) or _half_chain(ins, steps):
+    text, fn, expected = _reference(program)
+    if isinstance(expected, Exception) or _half_chain(*program):
         return  # errors at trace time differ in type from eager's; eager covers them
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend="nkipy", dynamic=False)
-    _compare(_run(compiled, ins, "nkipy"), expected, "compiled with nkipy inputs", text)
+    _compare(_run(compiled, program[0], "nkipy"), expected, "compiled with nkipy inputs", text)
 
 
 # -- every op the packs lower, on laid-out inputs ----------------------------------------------

@@ -43,7 +43,8 @@ def test_round_trips_keep_values_and_dtype(dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_large_copies_keep_values_and_handle_overlap(dtype):
     """Copies of 64 KiB and more take torch's copy kernel on the ``cpu`` runtime (NumPy's is ten
-    times slower at some buffer distances); overlapping device copies still copy as NumPy does."""
+    times slower at some buffer distances); the runtime's overlapping copies still copy as NumPy
+    does, while ``copy_`` refuses overlapping tensors as torch does."""
     x = sample(dtype, (128, 128))
     d = x.to("nkipy")
     assert torch.equal(d.cpu(), x)
@@ -53,7 +54,14 @@ def test_large_copies_keep_values_and_handle_overlap(dtype):
     strided = torch.empty(128, 256, dtype=dtype)[:, ::2]
     strided.copy_(d)
     assert torch.equal(strided, x)
-    d[1:] = d[:-1]  # overlapping source and destination
+    message = "refer to a single memory location"
+    on_cpu = x.clone()
+    with pytest.raises(RuntimeError, match=message):
+        on_cpu[1:] = on_cpu[:-1]  # overlapping source and destination: torch refuses,
+    with pytest.raises(RuntimeError, match=message):
+        d[1:] = d[:-1]  # and so does the device
+    # the runtime's own copy (kernels' write-backs) still copies overlapping buffers as NumPy
+    memory.runtime().copy(memory.array(d[:-1]), memory.array(d[1:]))
     expected = x.clone()
     expected[1:] = x[:-1].clone()
     assert torch.equal(d.cpu(), expected)

@@ -696,7 +696,7 @@ def _mutating(
         args, kwargs = args[:4], {k: v for k, v in kwargs.items() if k != "unsafe"}
         op = torch.ops.aten.index_put_.default
     functional = None if _host_reason(op, state.config) else functional_form(op)
-    if functional is not None:
+    if functional is not None and _torch.schema(op).name.endswith("_"):
         _check_writes(_written(op, args, kwargs), args, kwargs)
     if functional is None:
         return _on_cpu(op, args, kwargs, "no functional form of it is known", state)
@@ -724,8 +724,12 @@ def _mutating(
         results = run(functional, args, rest)
         results = results if isinstance(results, (tuple, list)) else (results,)
         for out, result in zip(outs.values(), results):
-            # an out= tensor that is also an input is not resized (torch's TensorIterator)
+            # an out= tensor that is also an input is not resized (torch's TensorIterator);
+            # one of the result's shape is checked as an in-place target (a resized one has
+            # fresh memory of its own)
             read_too = any(t is out for t in _torch.tree_leaves(args))
+            if out.shape == result.shape:
+                _check_writes([out], args, kwargs)
             _store(op, out, result, resize=not read_too)
         if fast_key is not None and len(outs) == 1:  # every argument a tensor
             _remember_in_place(fast_key, functional, args, rest, first, next(iter(outs)), state)
@@ -838,7 +842,7 @@ def _from_host_as_laid_out(host: torch.Tensor) -> torch.Tensor:
 
 def _extent(t: torch.Tensor) -> int:
     """Elements of storage ``t`` reaches, from the storage's start."""
-    return t.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    return int(t.storage_offset()) + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
 
 
 def _same_layout(t: torch.Tensor, host: torch.Tensor) -> torch.Tensor:

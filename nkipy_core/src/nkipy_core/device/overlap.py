@@ -51,7 +51,7 @@ def partially_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def check_write(target: torch.Tensor, inputs: list[torch.Tensor]) -> None:
     """Refuse what torch refuses before writing ``target`` from ``inputs``."""
-    if internally_overlaps(target):
+    if target.numel() and internally_overlaps(target):
         raise RuntimeError(INTERNAL_OVERLAP)
     if any(t is not target and partially_overlap(target, t) for t in inputs):
         raise RuntimeError(PARTIAL_OVERLAP)
