@@ -1,4 +1,4 @@
-"""The processes of the kernel cache's crash-safety tests (``tests/core/test_cache_crash.py``).
+"""The processes of the kernel cache's crash-safety tests (``tests/ops_base/test_cache_crash.py``).
 
 ``python kernel_cache_worker.py <directory> <steps as JSON>`` imports torch and nkipy once, warms
 dynamo up on a graph of its own (another cache), then runs each step in a forked child and prints

@@ -1,4 +1,5 @@
-"""The kernel cache under crashes and hostile file systems, with real processes and conditions:
+"""The kernel cache under crashes and hostile file systems, with real processes and conditions
+(here, where nkipy-ops-base makes the compiled functions real kernels):
 processes killed by SIGKILL while compiling and writing, a file size limit that makes every write
 fail, a directory the process may not write or read. In each case compiles give eager torch's
 results, and what the cache holds afterwards is either intact or absent.
