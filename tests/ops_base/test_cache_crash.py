@@ -8,7 +8,6 @@ The processes are forked by ``tests/support/kernel_cache_worker.py`` (see its do
 prints what each one did; the tests assert on that.
 """
 
-import errno
 import json
 import os
 import random
@@ -187,36 +186,3 @@ def test_unreadable_cache_root_is_a_typed_error(hostile):
     assert "CacheError: the nkipy kernel cache directory" in error
     assert "cannot be read (EACCES: Permission denied" in error
     assert "Pass a directory this process can create or read" in error
-
-
-def test_no_space_left_is_handled_like_the_file_size_limit(plugin_env, tmp_path, monkeypatch):
-    """ENOSPC cannot be had for real without a small file system; the write fails as it would."""
-    import pathlib
-    import warnings
-
-    import torch
-    from fixture_packs import arithmetic_rules, pack
-
-    from nkipy_core import CacheWarning, cache_stats
-
-    plugin_env.add(pack(arithmetic_rules()), "arith", "arith-pack", "1.0")
-    real_write = pathlib.Path.write_bytes
-
-    def full_disk(path, data):
-        if path.is_relative_to(tmp_path / "tmp"):  # staging an entry
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-        return real_write(path, data)
-
-    monkeypatch.setattr(pathlib.Path, "write_bytes", full_disk)
-    cache_stats.clear()
-    x = torch.linspace(-1, 1, 12).reshape(3, 4)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = torch.compile(
-            lambda a: torch.exp(a) * a, backend="nkipy", options={"nkipy_cache": str(tmp_path)}
-        )(x)
-    torch.testing.assert_close(out, torch.exp(x) * x)
-    (warning,) = [w for w in caught if w.category is CacheWarning]
-    assert "ENOSPC: No space left on device" in str(warning.message)
-    assert cache_stats["store_failed"] == 1 and cache_stats["compiled_kernels"] == 1
-    assert not list((tmp_path / "kernels").iterdir()) and not list((tmp_path / "tmp").iterdir())

@@ -75,10 +75,14 @@ def _minimum(a, b):
 
 def _fmax(a, b):
     """``maximum`` that ignores a NaN operand (NaN only if both are)."""
+    if knp.dtype_of(a) == DType.bool:
+        return _maximum(a, b)
     return knp.where(knp.isnan(b), a, knp.where(knp.isnan(a), b, knp.maximum(a, b)))
 
 
 def _fmin(a, b):
+    if knp.dtype_of(a) == DType.bool:
+        return _minimum(a, b)
     return knp.where(knp.isnan(b), a, knp.where(knp.isnan(a), b, knp.minimum(a, b)))
 
 
