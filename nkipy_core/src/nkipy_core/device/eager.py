@@ -853,7 +853,7 @@ def _same_layout(t: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
     transposed operand has and its copy may not). Elements in the gaps are never read back."""
     if _plain(t) or t.numel() == 0:
         return host
-    if any(stride == 0 and n > 1 for n, stride in zip(t.shape, t.stride())):
+    if overlap.internally_overlaps(t):
         return host  # expanded: torch clones such a tensor contiguous as well
     storage = torch.empty(_extent(t), dtype=host.dtype)
     return storage.as_strided(t.shape, t.stride(), t.storage_offset()).copy_(host)
