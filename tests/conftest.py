@@ -38,3 +38,11 @@ def graphs(monkeypatch):
     for caller in ("backend", "aot_cache"):  # a compile, and a hit compiled again
         monkeypatch.setattr(f"nkipy_core.dynamo.{caller}.compile_graph", spy)
     return seen
+
+
+@pytest.fixture
+def per_op(monkeypatch):
+    """Eager ops run one kernel each (``NKIPY_EAGER_FUSION=0``): for tests of the single-op
+    kernels' own caches and keys."""
+    monkeypatch.setenv("NKIPY_EAGER_FUSION", "0")
+    config.reset()

@@ -42,7 +42,7 @@ def _eager_kernel_bound() -> int:
 
 
 @pytest.fixture
-def bounded(monkeypatch):
+def bounded(monkeypatch, per_op):
     monkeypatch.setattr(eager, "MAX_SIGNATURES", BOUND)
     torch.ones(1).to("nkipy").neg()  # the device's caches for this test's configuration
     gc.collect()

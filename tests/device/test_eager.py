@@ -74,7 +74,7 @@ def test_an_op_without_tensor_arguments_may_be_the_devices_first_use():
     assert result.stdout.splitlines()[-1] == "[[0, 1, 1, 2, 2, 2], [0, 0, 1, 0, 1, 2]]"
 
 
-def test_single_op_kernels_are_cached_by_op_shape_and_dtype():
+def test_single_op_kernels_are_cached_by_op_shape_and_dtype(per_op):
     a, b = torch.randn(3, 5).to("nkipy"), torch.randn(3, 5).to("nkipy")
     torch.add(a, b)
     compiled = cache_stats["compiled_kernels"]
@@ -229,7 +229,7 @@ def test_training_loop_on_the_device_matches_cpu(optimizer_cls):
     assert device_losses[-1] < device_losses[0]
 
 
-def test_python_floats_are_kernel_inputs_not_part_of_the_key():
+def test_python_floats_are_kernel_inputs_not_part_of_the_key(per_op):
     a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.rand(4, 4) + 1
     da, db, dc = a.to("nkipy"), b.to("nkipy"), c.to("nkipy")
     torch.addcdiv(da, db, dc, value=0.5)
@@ -258,7 +258,7 @@ def test_python_floats_with_half_tensors_match_cpu_bit_for_bit(name, dtype):
     assert torch.equal(HALF_SCALAR_OPS[name](x.to("nkipy")).cpu(), HALF_SCALAR_OPS[name](x))
 
 
-def test_rounded_floats_stay_kernel_inputs():
+def test_rounded_floats_stay_kernel_inputs(per_op):
     """Rounding a float to f16 is part of the kernel, so new values reuse it."""
     x = (torch.rand(64, dtype=torch.float64) * 8 - 4).to(torch.float16)
     d = x.to("nkipy")
@@ -269,7 +269,7 @@ def test_rounded_floats_stay_kernel_inputs():
     assert cache_stats["compiled_kernels"] == compiled
 
 
-def test_a_float_that_decides_the_shape_stays_in_the_key():
+def test_a_float_that_decides_the_shape_stays_in_the_key(per_op):
     x = torch.randn(1, 2, 4)
     for scale in (2.0, 3.0):
         out = F.interpolate(x.to("nkipy"), scale_factor=scale)
@@ -390,7 +390,7 @@ def test_repeated_in_place_ops_with_a_wider_operand_cast_like_torch():
         torch.testing.assert_close(da.cpu(), a)
 
 
-def test_repeated_in_place_ops_allocate_no_buffer_for_the_result():
+def test_repeated_in_place_ops_allocate_no_buffer_for_the_result(per_op):
     """A runtime with ``run_into`` (``cpu``) writes an in-place result into its target; one whose
     buffers are immutable (``xla``) needs exactly one result buffer, freed after the copy."""
     from nkipy_core.buffers import memory
@@ -427,7 +427,7 @@ def test_repeated_in_place_ops_with_a_number_for_a_tensor_argument():
         assert count.cpu().item() == i
 
 
-def test_floats_baked_into_kernels_are_kept_for_a_bounded_number_of_values(monkeypatch):
+def test_floats_baked_into_kernels_are_kept_for_a_bounded_number_of_values(monkeypatch, per_op):
     """``threshold`` compares with its float, so each value has a kernel of its own: a program
     calling it with ever new values keeps only the most recent ones, and counts the rest."""
     from nkipy_core.device import eager
@@ -442,5 +442,7 @@ def test_floats_baked_into_kernels_are_kept_for_a_bounded_number_of_values(monke
         torch.testing.assert_close(out.cpu(), F.threshold(x, value, -1.0))
     assert cache_stats["compiled_kernels"] == compiled + 3  # 0.3 again: from the disk cache
     assert cache_stats["eager_float_values_evictions"] == evictions + 2
-    by_value = [v for k, v in eager._state().entries.items() if isinstance(v, eager._ByValue)]
+    by_value = [
+        v for k, v in eager.current_state().entries.items() if isinstance(v, eager._ByValue)
+    ]
     assert by_value and all(len(v) <= 2 for v in by_value)

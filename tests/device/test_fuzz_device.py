@@ -47,7 +47,7 @@ pytest.importorskip("nkipy_ops_base")
 
 #: examples per CI run: eager programs, compiled programs (each compiled one costs a compile),
 #: OpInfo samples of the lowered ops on laid-out inputs
-EXAMPLES = {"eager": 250, "compiled": 30, "opinfo": 250}
+EXAMPLES = {"eager": 250, "fused": 150, "compiled": 30, "opinfo": 250}
 
 settings.register_profile(
     "nkipy-nightly",
@@ -410,6 +410,33 @@ def test_eager_programs_on_device_match_cpu(program):
     if not isinstance(expected, Exception) and _half_chain(*program):
         return
     _compare(_run(fn, program[0], "nkipy"), expected, "eager on nkipy", text)
+
+
+@_settings(EXAMPLES["fused"])
+@given(programs())
+def test_fused_eager_programs_equal_per_op_eager_bit_for_bit(program):
+    """The queued ops of a program run as one kernel give per-op eager's numbers exactly (each
+    op rounds as alone, views and writes land as they would one by one)."""
+    text, fn, expected = _reference(program)
+    if isinstance(expected, (Undefined, Exception)):
+        return
+    fused = _run(fn, program[0], "nkipy")
+    torch.use_deterministic_algorithms(True)  # one kernel per op
+    try:
+        per_op = _run(fn, program[0], "nkipy")
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert not isinstance(per_op, Exception), f"per-op eager raises {per_op!r}:\n{text}"
+    assert not isinstance(fused, Exception), f"fused eager raises {fused!r}:\n{text}"
+    for kind, got, want in (
+        ("output", fused[0], per_op[0]),
+        ("input storage", fused[1], per_op[1]),
+    ):
+        for n, (a, e) in enumerate(zip(got, want, strict=True)):
+            assert (a.shape, a.dtype) == (e.shape, e.dtype), f"{kind} {n}:\n{text}"
+            torch.testing.assert_close(
+                a, e, rtol=0, atol=0, equal_nan=True, msg=f"{kind} {n}:\n{text}"
+            )
 
 
 @_settings(EXAMPLES["compiled"])

@@ -15,7 +15,7 @@ kernels need know nothing of complex numbers. Torch's conjugate and negative bit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import torch
@@ -87,6 +87,85 @@ settings.on_apply(_keeps_its_runtime)
 settings.on_apply(_holds_its_memory_to)
 
 
+#: told of each storage whose bytes are about to be read or written outside a kernel of the
+#: queued eager ops (``device/fusion.py``), while ops are queued; ``None`` otherwise
+_watcher: Callable[[_Allocation], None] | None = None
+
+
+def watch(watcher: Callable[[_Allocation], None] | None) -> None:
+    """Call ``watcher(allocation)`` before a storage's bytes are used (``None``: stop). The eager
+    queue sits above this layer: it runs its queued ops first when they touch that storage."""
+    global _watcher
+    _watcher = watcher
+
+
+def allocation_of(t: torch.Tensor) -> _Allocation | None:
+    """The allocation of a device tensor's storage (``None`` for a storage torch made from a
+    data pointer on its own)."""
+    return getattr(t.untyped_storage(), _ATTR, None)
+
+
+def pending(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """A new contiguous device tensor whose buffer a later kernel gives (``adopt_result``): the
+    result of a queued eager op, which takes no device memory until it is computed."""
+    strides = contiguous_strides(shape)
+    nbytes = _span(shape, strides, 0, dtype.itemsize)
+    stats = runtime().stats
+    stats.allocate(nbytes)  # counted (and refused past the limit) now, as a buffer would be
+    t = _tensor(None, nbytes, dtype, shape, strides)
+    getattr(t.untyped_storage(), _ATTR).reserved = nbytes
+    return t
+
+
+def release(allocation: _Allocation) -> None:
+    """Stop counting the bytes reserved for a queued op's result (``pending``): its buffer is
+    about to be made (and counted), or it will never be."""
+    if allocation.reserved:
+        allocation.owner.stats.free(allocation.reserved)
+        allocation.reserved = 0
+
+
+def adopt_result(allocation: _Allocation, nbytes: int, result: torch.Tensor) -> bool:
+    """Make ``result``'s buffer the buffer of ``allocation``'s storage (of ``nbytes`` bytes),
+    freeing the one it had, if ``result`` (a kernel's new output, used for nothing else) covers
+    exactly those bytes, row-major; ``False`` (nothing done) otherwise. No byte is copied."""
+    source = allocation_of(result)
+    if (
+        source is None
+        or source.buffer is None
+        or not result.is_contiguous()
+        or result.storage_offset() != 0
+        or result.untyped_storage().nbytes() != nbytes
+    ):
+        return False
+    result.untyped_storage().__dict__.pop(_ATTR)
+    buffer, source.buffer = source.buffer, None
+    _by_address.pop(source.address, None)
+    old, allocation.buffer = allocation.buffer, buffer
+    allocation.array = None
+    _by_address[allocation.address] = buffer
+    if old is not None:
+        allocation.owner.free(old)
+    return True
+
+
+def fill(allocation: _Allocation, shape: Sequence[int], dtype: torch.dtype, source) -> None:
+    """Write ``source`` (a device or CPU tensor of ``shape`` and ``dtype``) into the storage of
+    ``allocation``, row-major from its start; a storage without a buffer gets one."""
+    if allocation.buffer is None:
+        nbytes = _span(shape, contiguous_strides(shape), 0, dtype.itemsize)
+        release(allocation)
+        allocation.buffer = runtime().allocate(nbytes)
+        _by_address[allocation.address] = allocation.buffer
+    dtype_ = _DTYPES[dtype]
+    assert dtype_ is not None, "complex values are not written whole"
+    target = DeviceArray(allocation.buffer, dtype_, tuple(shape), contiguous_strides(shape), 0)
+    if source.is_cpu:
+        runtime().to_device(torch_to_numpy(source.contiguous()), target)
+    else:
+        runtime().copy(array(source), target)
+
+
 def is_nkipy(t: object) -> bool:
     return isinstance(t, torch.Tensor) and t.device.type == NAME
 
@@ -100,12 +179,15 @@ class _Allocation:
     storage would, at a third of the cost of registering one (every eager op's result makes
     one). At interpreter exit nothing is freed: the runtime's memory goes with the process."""
 
-    __slots__ = ("buffer", "address", "owner", "array")
+    __slots__ = ("buffer", "address", "owner", "array", "reserved", "__weakref__")
 
     def __init__(self, buffer, address: int, owner):
         self.buffer = buffer
         self.address = address
         self.owner = owner
+        #: bytes counted in the runtime's memory statistics for a buffer a queued op will get
+        #: (``pending``): they count, and hold the limit, from the op on, as a buffer would
+        self.reserved = 0
         #: the last ``DeviceArray`` made of this buffer (``array``): the same tensor is passed
         #: to kernel after kernel, and making one is most of the cost of passing it
         self.array: DeviceArray | None = None
@@ -113,7 +195,9 @@ class _Allocation:
 
     def __del__(self) -> None:
         _by_address.pop(self.address, None)
-        self.owner.free(self.buffer)
+        if self.buffer is not None:  # a queued op's result that was never computed has none
+            self.owner.free(self.buffer)
+        release(self)
 
 
 class DeviceStorage(torch.UntypedStorage):
@@ -172,7 +256,9 @@ def _storage(buffer, nbytes: int) -> DeviceStorage:
 def _buffer(storage: torch.UntypedStorage):
     allocation = getattr(storage, _ATTR, None)
     if allocation is not None:
-        return allocation.buffer
+        if _watcher is not None:
+            _watcher(allocation)
+        return _held(allocation)
     address = storage.data_ptr()
     base = max((a for a in _by_address if a <= address), default=None)
     if base is None and storage.nbytes() == 0:
@@ -188,6 +274,16 @@ def _buffer(storage: torch.UntypedStorage):
             "views into the middle of a nkipy storage object are not supported; use tensor views"
         )
     return _by_address[base]
+
+
+def _held(allocation: _Allocation):
+    """The allocation's buffer; a typed error for a queued op's result that never got one."""
+    if allocation.buffer is None:
+        raise DeviceError(
+            "this nkipy tensor has no value: it is the result of a queued eager op whose kernel "
+            "failed (the error was raised where the queue ran). Compute it again."
+        )
+    return allocation.buffer
 
 
 def device_index(device: torch.device | str | int | None) -> int | None:
@@ -288,6 +384,9 @@ def resize_storage(storage: torch.UntypedStorage, nbytes: int) -> None:
     old = storage.nbytes()
     if nbytes == old:
         return
+    allocation = getattr(storage, _ATTR, None)
+    if _watcher is not None and allocation is not None:
+        _watcher(allocation)  # queued ops that use the storage run first, on its old memory
     adopt(storage)
     fresh = _storage(runtime().allocate(nbytes), nbytes) if nbytes else None
     kept = min(old, nbytes)
@@ -321,6 +420,8 @@ def array(t: torch.Tensor) -> DeviceArray:
     allocation = getattr(t.untyped_storage(), _ATTR, None)
     if allocation is None:
         return _array(_buffer(t.untyped_storage()), t)
+    if _watcher is not None:
+        _watcher(allocation)
     last = allocation.array
     if (
         last is not None
@@ -330,7 +431,7 @@ def array(t: torch.Tensor) -> DeviceArray:
         and last.dtype.torch is t.dtype
     ):
         return last
-    allocation.array = made = _array(allocation.buffer, t)
+    allocation.array = made = _array(_held(allocation), t)
     return made
 
 

@@ -297,6 +297,15 @@ NKIPY_MEMORY_LIMIT = _declare(
     "`DeviceOutOfMemoryError` (a `torch.OutOfMemoryError`). Unset: no limit but the device's.",
     owner=CORE,
 )
+NKIPY_EAGER_FUSION = _declare(
+    "NKIPY_EAGER_FUSION",
+    kind=FLAG,
+    default=True,
+    meaning="On: eager ops on `nkipy` tensors are queued and run as fused kernels when a value "
+    "is needed; off: each eager op runs as its own kernel (as under "
+    "`torch.use_deterministic_algorithms(True)`).",
+    owner=CORE,
+)
 NKIPY_CACHE_LOCK_TIMEOUT = _declare(
     "NKIPY_CACHE_LOCK_TIMEOUT",
     kind=SECONDS,

@@ -89,6 +89,9 @@ class Config:
     #: the most bytes the device's tensors and kernel results may hold at once; past it an
     #: allocation raises ``DeviceOutOfMemoryError`` (``NKIPY_MEMORY_LIMIT``; ``None``: no limit)
     memory_limit: int | None = attrs.field(default=None, converter=_memory_limit)
+    #: eager ops on the device are queued and run as fused kernels where torch needs a value
+    #: (``device/fusion.py``); off: one kernel per op (``NKIPY_EAGER_FUSION``)
+    eager_fusion: bool = True
 
     def compile_options(self) -> CompileOptions:
         """What a runtime compiles and loads a kernel with under this configuration."""
@@ -139,7 +142,7 @@ def _resolve(
         target=target or env.NKIPY_TARGET.get(),
         precompile=precompile or env.NKIPY_PRECOMPILE.get(),
         memory_limit=memory_limit or env.NKIPY_MEMORY_LIMIT.get(),
-        **settings,
+        **{"eager_fusion": env.NKIPY_EAGER_FUSION.get(), **settings},
     )
 
 
@@ -156,6 +159,7 @@ def init_nkipy_backend(
     target: str | None = None,
     precompile: str | None = None,
     memory_limit: int | str | None = None,
+    eager_fusion: bool | None = None,
 ) -> Config:
     """Configure the nkipy backend for this process.
 
@@ -174,6 +178,8 @@ def init_nkipy_backend(
     ``memory_limit`` (bytes, or text such as ``"16GiB"``; ``NKIPY_MEMORY_LIMIT``) caps the device
     memory the process's ``nkipy`` tensors and kernel results hold at once: an allocation past it
     raises ``DeviceOutOfMemoryError``, a ``torch.OutOfMemoryError`` (see docs/device.md).
+    ``eager_fusion`` (``NKIPY_EAGER_FUSION``, default on) queues eager ops on the device and runs
+    them as fused kernels where a value is needed; off runs one kernel per op (see docs/device.md).
 
     Before any call, the first use of the backend or the device (a compile, ``.to("nkipy")``)
     configures the process with these same defaults, and the first call replaces that implicit
@@ -195,6 +201,7 @@ def init_nkipy_backend(
         strict=strict,
         max_specializations=max_specializations,
         fallback_random=fallback_random,
+        **({} if eager_fusion is None else {"eager_fusion": eager_fusion}),
     )
     with _lock:
         if _explicit and _config != config:

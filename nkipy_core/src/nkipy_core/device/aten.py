@@ -62,6 +62,21 @@ def run_eagerly_with(run) -> None:
     _run_eagerly = run
 
 
+def _not_queued(src: torch.Tensor, dst: torch.Tensor) -> bool:
+    return False
+
+
+#: queues a copy between device tensors (the eager queue's ``write``), else says ``False``
+_copy_queued: Callable[[torch.Tensor, torch.Tensor], bool] = _not_queued
+
+
+def queue_copies_with(write: Callable[[torch.Tensor, torch.Tensor], bool]) -> None:
+    """Give ``copy_`` between device tensors to the eager queue, which sits above this module:
+    ``write(src, dst)`` queues it or returns ``False``. The device's first-use work calls this."""
+    global _copy_queued
+    _copy_queued = write
+
+
 def _kernel_code(fn):
     """Mark a kernel as the device's code, not the user's: dynamo, when it runs around a graph
     break, must neither trace it nor anything it calls (the dispatcher calls it from C++)."""
@@ -344,7 +359,7 @@ def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False)
         memory.read_into(src, dst)
     elif not memory.is_nkipy(src):
         memory.write(dst, src.to(dst.dtype).contiguous())
-    else:
+    elif not _copy_queued(src, dst):
         if src.dtype != dst.dtype:
             src = _run_eagerly(
                 torch.ops.aten._to_copy.default, (_values(src),), {"dtype": dst.dtype}

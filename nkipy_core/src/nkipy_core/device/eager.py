@@ -100,7 +100,7 @@ _HOST_OPS = {
 }
 
 
-def _host_reason(op: _torch.OpOverload, config: Config) -> str | None:
+def host_reason(op: _torch.OpOverload, config: Config) -> str | None:
     """Why ``op`` runs on CPU by design under ``config``, or ``None``."""
     name = _base_name(op)
     if name in _RANDOM_OPS:
@@ -111,7 +111,7 @@ def _host_reason(op: _torch.OpOverload, config: Config) -> str | None:
 log = logging.getLogger("nkipy.device")
 
 #: where eager results live: a process drives one device, ``nkipy:0``
-_DEVICE = torch.device(memory.NAME, 0)
+DEVICE = torch.device(memory.NAME, 0)
 
 #: call signatures (and fast keys) whose kernels a process keeps in memory
 MAX_SIGNATURES = 4096
@@ -157,7 +157,7 @@ class _Decomposition:
 _kernels: _Kernels | None = None
 
 
-def _state() -> _Kernels:
+def current_state() -> _Kernels:
     global _kernels
     config = current()
     if _kernels is None or _kernels.config is not config:
@@ -259,12 +259,28 @@ def run(op: _torch.OpOverload, args: tuple, kwargs: dict) -> Any:
     A call made before with the same ``_fast_key`` goes straight to what it ran then
     (``_Kernels.fast``); the first call of each such signature takes the full path, which
     decides what may go there."""
-    state = _state()
+    state = current_state()
+    queue = _queue
+    if queue is not None and queue.active(state.config):
+        return _run(op, args, kwargs, state, None, queue)  # no fast key: it runs kernels now
     fast_key = _fast_key(op, args, kwargs)
     if fast_key is not None:
         fast = state.fast.get(fast_key)
         if fast is not None:
             return fast(args, kwargs)
+    return _run(op, args, kwargs, state, fast_key, None)
+
+
+def _run(
+    op: _torch.OpOverload,
+    args: tuple,
+    kwargs: dict,
+    state: _Kernels,
+    fast_key: tuple | None,
+    queue: Any,
+) -> Any:
+    """``run`` past the fast keys: the op queued (``queue``), else now, as its own kernel (or
+    on CPU). In-place and ``out=`` ops queue their functional op, then the write."""
     given = args
     args = _numbers_as_tensors(op, args)
     if _updates_running_stats(op, args):
@@ -274,10 +290,14 @@ def run(op: _torch.OpOverload, args: tuple, kwargs: dict) -> Any:
         args = (args[0], indices, *args[2:])
     if args is not given:  # numbers made tensors: what runs takes other arguments than the call
         fast_key = None
+    if queue is not None and not _mutable(op):
+        result = queue.enqueue(op, args, kwargs, state)
+        if result is not NOT_QUEUED:
+            return result
     tensors: list[torch.Tensor] = []
     numbers: list[float | int] = []
-    key = _call_key(op, args, kwargs, tensors, numbers)
-    _check_devices(op, tensors)
+    key = call_key(op, args, kwargs, tensors, numbers)
+    check_devices(op, tensors)
     entry = state.entries.get(key)
     if entry is None:
         if _torch.schema(op).is_mutable:
@@ -301,6 +321,47 @@ def run(op: _torch.OpOverload, args: tuple, kwargs: dict) -> Any:
     if isinstance(entry, _Decomposition):
         return entry(args, kwargs, state)
     return entry(*tensors)
+
+
+#: what ``run`` returns when the queue takes no op (see ``queue_with``)
+NOT_QUEUED = object()
+#: the eager queue (``fusion``), which sits above this module: given at the device's first use
+_queue: Any = None
+
+
+def queue_with(queue: Any) -> None:
+    """Let ``queue`` take eager ops before they run: ``queue.active(config)`` says whether it
+    queues now, ``queue.enqueue(op, args, kwargs, state)`` queues an op (or returns
+    ``NOT_QUEUED``) and ``queue.write(dst, src)`` queues ``dst``'s new value (or returns
+    ``False``). The device's first-use work gives it (``registration``)."""
+    global _queue
+    _queue = queue
+
+
+#: op -> whether its schema writes an argument
+_MUTABLE: dict[_torch.OpOverload, bool] = {}
+
+
+def _mutable(op: _torch.OpOverload) -> bool:
+    answer = _MUTABLE.get(op)
+    if answer is None:
+        answer = _MUTABLE[op] = _torch.schema(op).is_mutable
+    return answer
+
+
+#: a key for the next random op's kernel, instead of a draw (``run_with_key``)
+_given_key: torch.Tensor | None = None
+
+
+def run_with_key(op: _torch.OpOverload, args: tuple, kwargs: dict, key: torch.Tensor) -> Any:
+    """``run`` a random op with the key its queued call drew (``rng.key_tensor``), so that
+    running queued ops one by one gives the numbers they would have given when queued."""
+    global _given_key
+    _given_key = key
+    try:
+        return run(op, args, kwargs)
+    finally:
+        _given_key = None
 
 
 def _on_host(value: Any) -> bool:
@@ -343,7 +404,7 @@ def _optional_element(type_: Any) -> Any:
     return type_.getElementType() if isinstance(type_, torch.OptionalType) else type_
 
 
-def _call_key(
+def call_key(
     op: _torch.OpOverload,
     args: tuple,
     kwargs: dict,
@@ -379,7 +440,30 @@ def _signature(
     return (type(value), value)
 
 
-def _check_devices(op: _torch.OpOverload, tensors: list[torch.Tensor]) -> None:
+def fill_call(op: _torch.OpOverload, args: tuple, kwargs: dict, tensors, numbers) -> tuple:
+    """``args`` and ``kwargs`` with each tensor replaced by the next of ``tensors`` and each
+    number ``call_key`` lifts by the next of ``numbers`` (in ``call_key``'s order), lists made
+    tuples and devices ``meta`` (as in ``one_node_graph``'s node): a call's template."""
+    slots = _scalar_slots(op)
+
+    def one(value: Any, scalar: bool = False) -> Any:
+        if isinstance(value, torch.Tensor):
+            return next(tensors)
+        if scalars.liftable(value) or (scalar and scalars.liftable_int(value)):
+            return next(numbers)
+        if isinstance(value, (list, tuple)):
+            return tuple(one(v) for v in value)
+        if isinstance(value, torch.device):
+            return torch.device("meta")
+        return value
+
+    return (
+        tuple(one(a, i in slots) for i, a in enumerate(args)),
+        {k: one(v, k in slots) for k, v in kwargs.items()},
+    )
+
+
+def check_devices(op: _torch.OpOverload, tensors: list[torch.Tensor]) -> None:
     """All tensors on the device, except 0-dim CPU tensors (scalars), as torch allows for CUDA."""
     for t in tensors:
         if t.device.type != memory.NAME and t.dim() != 0:
@@ -403,7 +487,7 @@ def _build(
     """What a call signature runs: a kernel (taking the call's lifted numbers as inputs if it
     has any), else the op's decomposition, else the reason it runs on CPU; ``_ByValue`` when the
     numbers must be part of the key."""
-    if not numbers:
+    if not numbers or not state.rules.rules_for(op):  # no rule: the numbers change nothing
         return _by_value(op, args, kwargs, state)
     lifted = _lifted(op, args, kwargs, state) if len(numbers) <= scalars.MAX_FLOATS else None
     return lifted if lifted is not None else _ByValue()
@@ -446,34 +530,11 @@ def _lifted(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -
     if _base_name(op) in _RANDOM_OPS or _base_name(op) in _HOST_OPS:
         return None
     numbers: list[float | int] = []
-    slots = _scalar_slots(op)
-    args_a, kwargs_a = scalars.substitute(args, kwargs, slots, numbers, 0)
-    try:
-        others = [
-            _graph(op, *scalars.substitute(args, kwargs, slots, [], 1)),
-            _graph(op, args, kwargs),
-        ]
-    except Exception:  # noqa: BLE001 - a sentinel is out of the op's domain: key by value
-        return None
-    graphs = [other for other in others if not isinstance(other, str)]
-    if len(graphs) != len(others):
-        return None
-    lowered_with = [scalars.sentinels(numbers, v) for v in (0, 1)] + [numbers]
+    args_a, kwargs_a = scalars.substitute(args, kwargs, _scalar_slots(op), numbers, 0)
 
     def lower(sub: torch.fx.GraphModule, name: str):
         rule = next(n.meta[RULE] for n in sub.graph.nodes if RULE in n.meta)
-        for _, node in graphs:
-            node.meta[RULE] = rule
-        try:
-            kernels = [
-                scalars.lift(trace_subgraph(graph, name), values)
-                for graph, values in zip((sub, *(g for g, _ in graphs)), lowered_with)
-            ]
-        except Exception as exc:  # noqa: BLE001 - e.g. the rule declines a sentinel
-            raise scalars.NotLiftable(str(exc)) from exc
-        if not scalars.same(kernels):
-            raise scalars.NotLiftable("the kernel depends on the values")
-        return finish_kernel(kernels[0])
+        return finish_kernel(_lifted_kernel(op, args, kwargs, rule, name))
 
     try:
         call = _kernel(op, args_a, kwargs_a, state, lower)
@@ -482,13 +543,52 @@ def _lifted(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels) -
     return _Lifted(call) if isinstance(call, KernelCall) else None
 
 
+def lifts_numbers(op: _torch.OpOverload, args: tuple, kwargs: dict, rule: LoweringRule) -> bool:
+    """Whether ``rule`` lowers this call with its numbers as kernel inputs (``scalars``)."""
+    if _base_name(op) in _RANDOM_OPS or _base_name(op) in _HOST_OPS:
+        return False
+    try:
+        _lifted_kernel(op, args, kwargs, rule, "trial")
+    except Exception:  # noqa: BLE001 - NotLiftable, or a sentinel the op rejects
+        return False
+    return True
+
+
+def _lifted_kernel(op: _torch.OpOverload, args: tuple, kwargs: dict, rule, name: str):
+    """The call's kernel (traced, not simplified) with its numbers as inputs: lowered with
+    sentinels of two kinds and with the real values, each lifted (``scalars.lift``), which must
+    give one kernel; ``NotLiftable`` (or the op's own error for a sentinel) otherwise."""
+    numbers: list[float | int] = []
+    slots = _scalar_slots(op)
+    calls = [
+        scalars.substitute(args, kwargs, slots, numbers, 0),
+        scalars.substitute(args, kwargs, slots, [], 1),
+        (args, kwargs),
+    ]
+    values = [scalars.sentinels(numbers, 0), scalars.sentinels(numbers, 1), numbers]
+    kernels = []
+    for (call_args, call_kwargs), lowered_with in zip(calls, values):
+        built = one_node_graph(op, call_args, call_kwargs)
+        if isinstance(built, str):
+            raise scalars.NotLiftable(built)
+        sub, node = built
+        node.meta[RULE] = rule
+        try:
+            kernels.append(scalars.lift(trace_subgraph(sub, name), lowered_with))
+        except Exception as exc:  # noqa: BLE001 - e.g. the rule declines a sentinel
+            raise scalars.NotLiftable(str(exc)) from exc
+    if not scalars.same(kernels):
+        raise scalars.NotLiftable("the kernel depends on the values")
+    return kernels[0]
+
+
 def _kernel(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels, lower=None) -> Any:
     """The compiled single-op kernel for these arguments (``_Seeded`` for a random op), or the
     reason there is none."""
-    reason = _host_reason(op, state.config)
+    reason = host_reason(op, state.config)
     if reason is not None:
         return reason
-    built = _graph(op, args, kwargs)
+    built = one_node_graph(op, args, kwargs)
     if isinstance(built, str):
         return built
     sub, node = built
@@ -519,10 +619,12 @@ class _Seeded:
         self.call = call
 
     def __call__(self, *tensors: torch.Tensor) -> Any:
-        return self.call(*tensors, rng.key_tensor(*rng.draw(1, _DEVICE)))
+        global _given_key
+        key, _given_key = _given_key, None
+        return self.call(*tensors, rng.key_tensor(*rng.draw(1, DEVICE)) if key is None else key)
 
 
-def _meta_like(t: torch.Tensor) -> torch.Tensor:
+def meta_like(t: torch.Tensor) -> torch.Tensor:
     """A meta tensor with ``t``'s shape, dtype, strides and storage offset: rules that address
     storage read the layout from it (``_layout`` keys it)."""
     if _plain(t):
@@ -532,7 +634,7 @@ def _meta_like(t: torch.Tensor) -> torch.Tensor:
     return base.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
-def _graph(
+def one_node_graph(
     op: _torch.OpOverload, args: tuple, kwargs: dict
 ) -> tuple[torch.fx.GraphModule, torch.fx.Node] | str:
     """A one-node graph calling ``op`` on placeholders for the tensors (with meta values), or
@@ -543,7 +645,7 @@ def _graph(
     def placeholder(x):
         if isinstance(x, torch.Tensor):
             node = graph.placeholder(f"arg{next(count)}")
-            node.meta["val"] = _meta_like(x)
+            node.meta["val"] = meta_like(x)
             return node
         return torch.device("meta") if isinstance(x, torch.device) else x
 
@@ -669,7 +771,7 @@ def _in_place(
     whose single output is on the device with ``target``'s shape and dtype."""
     tensors: list[torch.Tensor] = []
     numbers: list[float | int] = []
-    call = state.entries.get(_call_key(functional, args, kwargs, tensors, numbers))
+    call = state.entries.get(call_key(functional, args, kwargs, tensors, numbers))
     if not isinstance(call, KernelCall) or len(tensors) != len(args) or numbers:
         return None
     if not call.single or not call.on_device[0]:
@@ -695,7 +797,7 @@ def _mutating(
         # what `x[i] = v` reaches: index_put_ plus an `unsafe` flag that only skips checks
         args, kwargs = args[:4], {k: v for k, v in kwargs.items() if k != "unsafe"}
         op = torch.ops.aten.index_put_.default
-    functional = None if _host_reason(op, state.config) else functional_form(op)
+    functional = None if host_reason(op, state.config) else functional_form(op)
     if functional is not None and _torch.schema(op).name.endswith("_"):
         _check_writes(_written(op, args, kwargs), args, kwargs)
     if functional is None:
@@ -771,7 +873,8 @@ def _store(op, dst: torch.Tensor, result: torch.Tensor, resize: bool) -> None:
             )
         dst.resize_(result.shape)
     if result.dtype == dst.dtype and memory.is_nkipy(result):
-        memory.runtime().copy(memory.array(result), memory.array(dst))  # no dispatcher round trip
+        if _queue is None or not _queue.write(dst, result):  # queued, else now:
+            memory.runtime().copy(memory.array(result), memory.array(dst))  # no dispatcher trip
     else:
         dst.copy_(result)
 

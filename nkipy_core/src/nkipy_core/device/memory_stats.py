@@ -29,8 +29,10 @@ def _stats(device: Any = None):
     """The runtime's ``DeviceStats``; ``device`` (an index, a name) must be one this process
     sees."""
     from nkipy_core.buffers import memory
+    from nkipy_core.device import fusion
 
     memory.check_index(memory.device_index(device))
+    fusion.flush("memory statistics")  # queued ops hold their inputs and reserve their results
     return memory.runtime().stats
 
 

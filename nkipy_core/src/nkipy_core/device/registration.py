@@ -36,10 +36,11 @@ def _first_use(config) -> None:
     the eager ops, route the ops the packs lower to the device and install its autocast policy.
     Not at registration: that runs inside ``import torch``, and this imports the compiler, loads
     the plugins and makes ~300 registrations."""
-    from nkipy_core.device import autocast, eager
+    from nkipy_core.device import autocast, eager, fusion
     from nkipy_core.plugin import manager as plugins
 
     aten.run_eagerly_with(eager.run)
+    fusion.install()
     aten.claim(plugins.get(strict=config.strict).lowerings.ops())
     autocast.install()
 

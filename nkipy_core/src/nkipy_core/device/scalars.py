@@ -47,15 +47,24 @@ def liftable_int(value: object) -> bool:
     return type(value) is int and value not in (0, 1, -1) and value in _INT64
 
 
+#: how many distinct variant-0 sentinels there are of each kind: the most numbers of one kind a
+#: fused eager kernel takes as inputs (``device/pending.py``)
+SENTINEL_FLOATS = 64 * 8
+SENTINEL_INTS = 46
+
+
 def sentinel(index: int, variant: int, kind: type = float) -> float | int:
     """A stand-in for the ``index``-th number of a call, of its ``kind`` (float or int): unlike
-    any constant a rule writes, exactly representable in every float dtype (bf16 included) and,
-    for an int, in i8. Variant 0 is small and positive, variant 1 negative and larger."""
+    any constant a rule writes, exactly representable in every float dtype (bf16 and f16
+    included: eight significant bits, normal f16 exponents) and, for an int, in i8. Variant 0
+    is small and positive, variant 1 negative and larger. Past 64 floats the exponent moves
+    (variant 0 down, variant 1 up) so that up to ``SENTINEL_FLOATS`` stay distinct."""
     if kind is int:
         return 37 + 2 * index if variant == 0 else -(69 + 2 * index)
+    block, index = divmod(index, 64)
     if variant == 0:
-        return (1 + (2 * index + 1) / 128) * 2.0**-7
-    return -(1 + (2 * index + 2) / 128) * 2.0**5
+        return (1 + (2 * index + 1) / 128) * 2.0 ** (-7 - block)
+    return -(1 + (2 * index + 2) / 128) * 2.0 ** (5 + block)
 
 
 def sentinels(values: Sequence[float | int], variant: int) -> list[float | int]:
@@ -92,10 +101,10 @@ def _floats(value, values: list, variant: int):
     return value
 
 
-def lift(kernel: Kernel, values: Sequence[float | int]) -> Kernel:
+def lift(kernel: Kernel, values: Sequence[float | int], every: bool = True) -> Kernel:
     """``kernel`` (lowered with ``values`` for the numbers) with each 0-d constant equal to one
     of them read from a new parameter (f64 for a float, i64 for an int); ``NotLiftable`` if some
-    value never shows up."""
+    value never shows up (unless not ``every`` is required: its parameter is then unused)."""
     next_id = 1 + max(
         [v.id for v in kernel.params] + [op.result.id for op in kernel.ops], default=-1
     )
@@ -112,7 +121,7 @@ def lift(kernel: Kernel, values: Sequence[float | int]) -> Kernel:
                 "convert", (params[index],), {"dtype": op.result.type.dtype}, op.result, op.origin
             )
         ops.append(op)
-    if len(used) != len(values):
+    if every and len(used) != len(values):
         raise NotLiftable("a float is not used as a value of the kernel")
     return Kernel(kernel.name, [*kernel.params, *params], ops, kernel.outputs)
 

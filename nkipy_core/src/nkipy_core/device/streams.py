@@ -33,10 +33,13 @@ from nkipy_core.errors import DeviceError
 
 
 def synchronize(device: Any = None) -> None:
-    """Wait for the device's queued work. The runtimes here run kernels synchronously, so there
-    is none unless a runtime queues work and says how to wait for it (``synchronize``)."""
+    """Run the device's queued eager ops (``fusion``) and wait for its work. The runtimes here
+    run kernels synchronously, so the rest is nothing unless a runtime queues work and says how
+    to wait for it (``synchronize``)."""
     from nkipy_core.buffers import memory
+    from nkipy_core.device import fusion
 
+    fusion.flush("synchronize")
     wait = getattr(memory.runtime(), "synchronize", None)
     if wait is not None:
         wait()
