@@ -3,13 +3,16 @@ eager's numbers, a kernel per graph structure (not per step), and counted flushe
 
 import contextlib
 import logging
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from nkipy_core import cache_stats, init_nkipy_backend, kernel_stats, reset_kernel_stats
+from nkipy_core.compiler.kernel_call import KernelCall
 from nkipy_core.device import fusion
+from nkipy_core.errors import DeviceError
 
 
 @contextlib.contextmanager
@@ -223,3 +226,30 @@ def test_flush_reasons_are_counted():
     assert flushes("a value is used outside the queue") >= 1
     assert cache_stats["eager_flushed_ops"] >= 2
     assert y.cpu().sum().item() == 16
+
+
+def test_an_error_in_a_queued_kernel_surfaces_at_the_next_synchronisation(monkeypatch):
+    x = torch.ones(8, device="nkipy")
+    torch.nkipy.synchronize()
+    failing = ("eager_fused", "eager_aten::exp_default")
+
+    def fault(real):
+        def call(self, *args):
+            if self.kernel_name in failing:
+                raise RuntimeError("device fault")
+            return real(self, *args)
+
+        return call
+
+    for method in ("__call__", "device_call"):
+        monkeypatch.setattr(KernelCall, method, fault(getattr(KernelCall, method)))
+    y = x.exp()
+    line = sys._getframe().f_lineno - 1
+    z = y + 1
+    fusion.flush("test")  # handed to the worker: Python goes on
+    with pytest.raises(DeviceError, match=rf"aten::exp.default, queued at .*test_fusion.py:{line}"):
+        torch.nkipy.synchronize()
+    with pytest.raises(DeviceError, match="has no value"):
+        z.cpu()
+    monkeypatch.undo()
+    assert (x + 1).cpu().tolist() == [2.0] * 8  # the queue goes on after the error

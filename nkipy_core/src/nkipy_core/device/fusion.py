@@ -33,12 +33,15 @@ queue did not take. Each flush is a ``torch.profiler`` event naming its ops.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import operator
+import queue
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +148,8 @@ _step_hook: Any = None
 
 
 def _after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    """A step's updates are one graph, and the next step's forward starts a new one."""
+    """A step's updates are one graph, and the next step's forward starts a new one (the
+    kernel runs while Python goes on)."""
     if not _graph.empty():
         flush("optimizer step")
 
@@ -231,8 +235,9 @@ def _enqueue(op: Any, args: tuple, kwargs: dict, state: Any) -> Any:
         if not graph.has_room(floats, len(lifted) - floats):
             _flush_locked("size limit")
             graph = _graph
+        location = _user_location()
         if graph.empty():
-            graph.region = _user_location()
+            graph.region = location
             graph.owner = _for(state)
         refs = [graph.read(t) for t in tensors]
         if any(r is None for r in refs):
@@ -245,7 +250,7 @@ def _enqueue(op: Any, args: tuple, kwargs: dict, state: Any) -> Any:
                 **kwargs_t,
                 rng.RNG_KWARG: graph.key(rng.key_tensor(*rng.draw(1, eager.DEVICE))),
             }
-        results = graph.record(op, args_t, kwargs_t, decision)
+        results = graph.record(op, args_t, kwargs_t, decision, location)
         made = []
         for ref, (shape, dtype) in zip(results, decision.outputs):
             t = memory.pending(shape, dtype)
@@ -294,18 +299,37 @@ def _watch() -> None:
 
 
 def _used(allocation: Any) -> None:
-    """A storage is about to be used outside the graph: run the graph first if it touches it."""
-    if allocation.address in _graph.touched and not getattr(_local, "flushing", False):
-        flush("a value is used outside the queue")
+    """A storage is about to be used outside the queue: run the graph first if it touches it,
+    and wait for the kernels in flight that do."""
+    if getattr(_local, "flushing", False):
+        return
+    address = allocation.address
+    if address in _graph.touched:
+        synchronize("a value is used outside the queue")
+    elif address in _worker.touched:
+        _wait()
 
 
 # -- running ---------------------------------------------------------------------------------
 
 
 def flush(why: str) -> None:
-    """Run the queued ops now (``why`` is counted: ``cache_stats()["eager_flush:<why>"]``)."""
+    """Hand the queued ops to the worker as one kernel, without waiting for it (``why`` is
+    counted: ``cache_stats["eager_flush:<why>"]``)."""
     with _lock:
         _flush_locked(why)
+
+
+def synchronize(why: str) -> None:
+    """Run the queued ops and wait for every kernel in flight; an error of one is raised here."""
+    flush(why)
+    _wait()
+
+
+def _wait() -> None:
+    _worker.wait()
+    if _graph.empty():
+        memory.watch(None)
 
 
 def _flush_locked(why: str) -> None:
@@ -314,16 +338,19 @@ def _flush_locked(why: str) -> None:
     if graph.empty():
         return
     _graph = PendingGraph(_decide)
-    memory.watch(None)
+    STATS["eager_flushes"] += 1
+    STATS[f"eager_flush:{why}"] += 1
+    STATS["eager_flushed_ops"] += len(graph)
     _local.flushing = True
     try:
-        STATS["eager_flushes"] += 1
-        STATS[f"eager_flush:{why}"] += 1
-        STATS["eager_flushed_ops"] += len(graph)
-        with torch.profiler.record_function(_event_name(graph)):
-            _run(graph)
+        job = _job(graph)
+        if _torch.profiler_enabled():  # torch's profiler records this thread, not the worker
+            _worker.wait()
+            job()
+            return
     finally:
         _local.flushing = False
+    _worker.submit(job, graph.touched)
 
 
 def _event_name(graph: PendingGraph) -> str:
@@ -333,8 +360,9 @@ def _event_name(graph: PendingGraph) -> str:
     return f"nkipy_eager_flush {len(graph)} ops: {shown}" + (f", +{more} more" if more > 0 else "")
 
 
-def _run(graph: PendingGraph) -> None:
-    """Compute every live storage's value and give it to the storage."""
+def _job(graph: PendingGraph) -> Callable[[], None]:
+    """What the worker runs for a graph: its kernel (compiled here, now) or its ops one by one,
+    then every live storage given its value."""
     live = []
     for value in graph.values.values():
         allocation = value.allocation()
@@ -348,13 +376,30 @@ def _run(graph: PendingGraph) -> None:
         if value.ref[0] == "op" and value.ref not in seen:
             seen.add(value.ref)
             outputs.append(value.ref)
-    results: dict[Ref, torch.Tensor] = {}
+    compute: Callable[[], dict[Ref, torch.Tensor]] = dict
     if outputs:
         region = (graph.region, graph.records[0])
-        if region in graph.owner.per_op_regions:
-            results = _replay(graph, outputs)
+        call = None if region in graph.owner.per_op_regions else _kernel_for(graph, outputs, region)
+        if call is None:
+            compute = functools.partial(_replay, graph, outputs)
         else:
-            results = _fused(graph, outputs, region)
+            compute = functools.partial(_call, call, graph, outputs)
+    name = _event_name(graph)
+
+    def job() -> None:
+        with torch.profiler.record_function(name):
+            try:
+                results = compute()
+            except Exception as exc:
+                raise _failure(graph, exc) from exc
+            _give(graph, live, results)
+
+    return job
+
+
+def _give(graph: PendingGraph, live: list, results: dict[Ref, torch.Tensor]) -> None:
+    """Give each live storage its value: a kernel's result becomes the buffer of the last
+    storage that holds it (no copy), the others get copies."""
     users: dict[Ref, list] = {}
     for allocation, value in live:
         users.setdefault(value.ref, []).append((allocation, value))
@@ -368,45 +413,64 @@ def _run(graph: PendingGraph) -> None:
             memory.fill(last_allocation, last_value.shape, last_value.dtype, source)
 
 
-def _fused(graph: PendingGraph, outputs: list[Ref], region: tuple) -> dict[Ref, torch.Tensor]:
-    kinds = tuple(type(n) for n in graph.numbers)
+def _kernel_for(graph: PendingGraph, outputs: list[Ref], region: tuple) -> KernelCall | None:
+    """The graph's kernel, from memory or compiled now; ``None`` where its ops run one by one
+    (a region whose graph keeps changing, see the module docstring)."""
     key = (
         tuple(graph.records),
         tuple(graph.input_keys),
         len(graph.keys),
-        kinds,
+        tuple(type(n) for n in graph.numbers),
         tuple(outputs),
     )
     caches = graph.owner
     call = caches.kernels.get(key)
-    if call is None:
-        caches.misses[region] += 1
-        if caches.misses[region] >= STORM:
-            caches.per_op_regions.add(region)
-            STATS["eager_fusion_storms"] += 1
-            log.warning(
-                "nkipy: the eager ops queued from %s make a new graph at every flush; they run "
-                "one kernel per op from now on",
-                "{}:{}".format(*region[0]) if region[0] else "?",
-            )
-            return _replay(graph, outputs)
-        call = caches.kernels[key] = _compile(graph, outputs)
-        STATS["eager_fused_compiles"] += 1
-    else:
+    if call is not None:
         caches.misses[region] = 0
+        return call
+    caches.misses[region] += 1
+    if caches.misses[region] >= STORM:
+        caches.per_op_regions.add(region)
+        STATS["eager_fusion_storms"] += 1
+        log.warning(
+            "nkipy: the eager ops queued from %s make a new graph at every flush; they run "
+            "one kernel per op from now on",
+            "{}:{}".format(*region[0]) if region[0] else "?",
+        )
+        return None
+    call = caches.kernels[key] = _compile(graph, outputs)
+    STATS["eager_fused_compiles"] += 1
+    return call
+
+
+def _call(call: KernelCall, graph: PendingGraph, outputs: list[Ref]) -> dict[Ref, torch.Tensor]:
     numbers = [
         torch.tensor(n, dtype=torch.float64 if type(n) is float else torch.int64)
         for n in graph.numbers
     ]
-    try:
-        produced = call(*graph.inputs, *graph.keys, *numbers)
-    except Exception as exc:
-        raise DeviceError(
-            f"a fused kernel of {len(graph)} queued eager ops failed: {type(exc).__name__}: {exc}. "
-            "Run with NKIPY_EAGER_FUSION=0 to see which op fails."
-        ) from exc
+    produced = call(*graph.inputs, *graph.keys, *numbers)
     produced = produced if isinstance(produced, (tuple, list)) else (produced,)
     return dict(zip(outputs, produced))
+
+
+def _failure(graph: PendingGraph, exc: Exception) -> DeviceError:
+    """The error to raise for a graph whose kernel failed: the queued op that fails when the
+    ops run one by one, with where the program queued it."""
+    culprit = None
+    try:
+        _replay(graph, [])
+    except Exception as per_op:  # noqa: BLE001 - the op that fails alone
+        culprit = getattr(per_op, "nkipy_record", None)
+        exc = per_op
+    if culprit is None:
+        where = "one of the queued eager ops"
+    else:
+        op, location = graph.records[culprit][0], graph.locations[culprit]
+        where = f"{op_name(op)}, queued at " + ("{}:{}".format(*location) if location else "?")
+    return DeviceError(
+        f"{where} failed when the device ran it: {type(exc).__name__}: {exc}. Tensors it "
+        "computes have no value; the error is raised at the first synchronisation after it."
+    )
 
 
 def _compile(graph: PendingGraph, outputs: list[Ref]) -> KernelCall:
@@ -485,12 +549,74 @@ def _replay(graph: PendingGraph, outputs: list[Ref]) -> dict[Ref, torch.Tensor]:
         kw = {k: resolve(v) for k, v in kwargs if k != rng.RNG_KWARG}
         key = dict(kwargs).get(rng.RNG_KWARG)
         call_args = resolve(args)
-        if key is not None:
-            result = eager.run_with_key(op, call_args, kw, graph.keys[key[1]])
-        elif is_view(op):
-            result = op(*call_args, **kw)
-        else:
-            result = eager.run(op, call_args, kw)
+        try:
+            if key is not None:
+                result = eager.run_with_key(op, call_args, kw, graph.keys[key[1]])
+            elif is_view(op):
+                result = op(*call_args, **kw)
+            else:
+                result = eager.run(op, call_args, kw)
+        except Exception as exc:
+            exc.nkipy_record = index  # type: ignore[attr-defined]
+            raise
         for k, r in enumerate(result if isinstance(result, (tuple, list)) else (result,)):
             env[Ref(("op", index, k))] = r.contiguous()  # a value is row-major (``pending``)
     return {r: env[r] for r in outputs}
+
+
+class _Worker:
+    """The thread that runs flushed graphs, in order, while Python queues the next ones.
+
+    ``touched`` counts, per storage address, the submitted jobs that read or write it: a use
+    of such a storage outside the queue waits for them (``_used``). Errors of jobs are kept and
+    the first is raised by the next ``wait`` (noting how many more failed); the jobs after a
+    failed one still run (those that read what it computes fail too: its tensors have no
+    value)."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.condition = threading.Condition()
+        self.pending = 0
+        self.touched: Counter[int] = Counter()
+        self.errors: list[BaseException] = []
+        self.thread: threading.Thread | None = None
+
+    def submit(self, job: Callable[[], None], touched: set[int]) -> None:
+        with self.condition:
+            self.pending += 1
+            self.touched.update(touched)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._loop, name="nkipy-eager", daemon=True)
+                self.thread.start()
+        self.jobs.put((job, touched))
+
+    def _loop(self) -> None:
+        _local.flushing = True  # kernels read their inputs' buffers: no flush from here
+        while True:
+            job, touched = self.jobs.get()
+            try:
+                job()
+            except BaseException as exc:  # noqa: BLE001 - raised by the next wait
+                self.errors.append(exc)
+            finally:
+                with self.condition:
+                    for address in touched:
+                        self.touched[address] -= 1
+                        if not self.touched[address]:
+                            del self.touched[address]
+                    self.pending -= 1
+                    self.condition.notify_all()
+
+    def wait(self) -> None:
+        """Wait until every submitted job is done; raise the first error since the last wait."""
+        with self.condition:
+            while self.pending:
+                self.condition.wait()
+            errors, self.errors = self.errors, []
+        if errors:
+            if len(errors) > 1:
+                errors[0].add_note(f"{len(errors) - 1} more queued kernel(s) failed after it")
+            raise errors[0]
+
+
+_worker = _Worker()

@@ -81,6 +81,8 @@ class PendingGraph:
         #: ``(op, args, kwargs)`` with references in place of tensors and kernel numbers
         self.records: list[tuple] = []
         self.decisions: list[Decision] = []
+        #: per record: where the user's code queued it (file, line), ``None`` for the graph's own
+        self.locations: list[tuple[str, int] | None] = []
         self.inputs: list[torch.Tensor] = []
         #: per input: shape, dtype, strides and storage offset (part of the graph's key)
         self.input_keys: list[tuple] = []
@@ -238,11 +240,19 @@ class PendingGraph:
         template = tuple(tuple(a) if type(a) is list else a for a in args)
         return self.record(op, template, kwargs, decision)[0]
 
-    def record(self, op: Any, args: tuple, kwargs: dict, decision: Decision) -> list[Ref]:
-        """Append a record; the references to its results."""
+    def record(
+        self,
+        op: Any,
+        args: tuple,
+        kwargs: dict,
+        decision: Decision,
+        location: tuple[str, int] | None = None,
+    ) -> list[Ref]:
+        """Append a record (queued at ``location`` of the user's code); its results."""
         index = len(self.records)
         self.records.append((op, args, tuple(kwargs.items())))
         self.decisions.append(decision)
+        self.locations.append(location)
         return [Ref(("op", index, k)) for k in range(len(decision.outputs))]
 
 

@@ -39,7 +39,7 @@ def synchronize(device: Any = None) -> None:
     from nkipy_core.buffers import memory
     from nkipy_core.device import fusion
 
-    fusion.flush("synchronize")
+    fusion.synchronize("synchronize")
     wait = getattr(memory.runtime(), "synchronize", None)
     if wait is not None:
         wait()
