@@ -77,7 +77,8 @@ def kernels_looked_up(stats) -> int:
 class Watched:
     """``forward``, recording per call what compiling cost inside it: graphs dynamo compiled
     and kernels looked up in the cache. Eager ops on the ``nkipy`` device between
-    calls (the loop's ``argmax``) compile one-op kernels of their own, which this leaves out."""
+    calls (the loop's ``argmax``) are queued and run as kernels of their own before the call,
+    which this leaves out."""
 
     def __init__(self, forward: Callable):
         self.forward = forward
@@ -88,6 +89,8 @@ class Watched:
         return counters["stats"]["unique_graphs"], kernels_looked_up(cache_stats)
 
     def __call__(self, *args, **kwargs):
+        if any(getattr(v, "device", None) == torch.device("nkipy", 0) for v in kwargs.values()):
+            torch.nkipy.synchronize()  # the eager ops queued since the last call run first
         before = self._work()
         out = self.forward(*args, **kwargs)
         self.calls.append(tuple(a - b for a, b in zip(self._work(), before)))

@@ -334,8 +334,8 @@ def _to_copy(
 
 
 def _record_stream(self: torch.Tensor, stream: torch.Stream) -> None:
-    """Nothing to record: kernels run to completion when called, so no queued kernel still
-    uses a buffer when torch frees it (``device/streams.py``)."""
+    """Nothing to record: a queued kernel holds the tensors it reads until it has run, so torch
+    never frees a buffer under it (``device/streams.py``)."""
 
 
 def _copy(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:

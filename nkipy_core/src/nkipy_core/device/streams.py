@@ -1,13 +1,14 @@
 """Streams and events of the ``nkipy`` device: what ``torch.cuda``'s are to CUDA code.
 
-The device runs each kernel to completion when it is called, in the order of the calls: there
-is one queue, every stream is that queue, and an event is complete once recorded. That is a
-valid implementation of torch's stream semantics (work on a stream runs in order; waiting on an
-event or stream orders work after it), so code written for CUDA streams runs unchanged and
-correctly: FSDP2's all-gather and reduce-scatter streams (``torch.nkipy.Stream``,
-``wait_stream``, ``stream(...)``, ``Event().record()``, ``current_stream().wait_event``),
-``tensor.record_stream`` (a no-op kernel: no queued kernel still reads a buffer that is freed),
-and events that time a region (``elapsed_time``).
+The device has one queue, in program order: eager ops are queued and run as fused kernels by
+one worker thread, in the order they were flushed (``fusion``), and any use of a buffer outside
+the queue waits for the kernels that touch it. Every stream is that queue. That is a valid
+implementation of torch's stream semantics (work on a stream runs in order; waiting on an event
+or stream orders work after it), so code written for CUDA streams runs unchanged and correctly:
+FSDP2's all-gather and reduce-scatter streams (``torch.nkipy.Stream``, ``wait_stream``,
+``stream(...)``, ``Event().record()``, ``current_stream().wait_event``),
+``tensor.record_stream`` (a no-op kernel: a queued kernel holds the tensors it reads, so none
+of its buffers is freed under it), and events that time a region (``elapsed_time``).
 
 ``Stream`` and ``Event`` are ``torch.Stream`` and ``torch.Event``: torch's C++ code takes them
 (``torch.accelerator.current_stream().wait_event(event)``) and they compare and hash like the
@@ -89,9 +90,10 @@ class Stream(torch.Stream):
 
 
 class Event(torch.Event):
-    """An event of the ``nkipy`` device: complete as soon as it is recorded, since the work
-    before it is done by then. With ``enable_timing=True`` it keeps the host time it was
-    recorded at, so ``start.elapsed_time(end)`` is the time the device took between them."""
+    """An event of the ``nkipy`` device. ``synchronize()`` runs the queued eager ops and waits
+    for every kernel in flight. With ``enable_timing=True`` recording waits for the work before
+    it and keeps the host time, so ``start.elapsed_time(end)`` is the time the device took
+    between them."""
 
     def __new__(
         cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
@@ -112,7 +114,10 @@ class Event(torch.Event):
         self.recorded_at: float | None = None
 
     def record(self, stream: torch.Stream | None = None) -> None:
-        """Record the event on ``stream`` (default: the current stream)."""
+        """Record the event on ``stream`` (default: the current stream). A timing event waits
+        for the work queued before it, so that its time is when that work is done."""
+        if self.enable_timing:
+            synchronize()
         super().record(current_stream() if stream is None else stream)
         self.recorded_at = time.perf_counter()
 
