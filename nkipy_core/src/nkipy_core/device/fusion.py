@@ -43,7 +43,8 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, cast
 
 import torch
 import torch.fx
@@ -167,18 +168,27 @@ def _decision(
     found = decisions.get(key)
     if found is None:
         found = decisions[key] = _decide_now(op, args, kwargs, numbers, state)
-    if isinstance(found, dict):  # numbers by value
+    if isinstance(found, _ByValue):
         by_value = (*map(type, numbers), *map(repr, numbers))
         decision = found.get(by_value)
         if decision is None:
             decision = found[by_value] = _decide_now(op, args, kwargs, [], state)
-        return decision
-    return found
+        return cast(Decision | str, decision)
+    return cast(Decision | str, found)
+
+
+class _ByValue(BoundedCache):
+    """Decisions of one call signature keyed by its numbers (its rule bakes them in)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__("eager_fusion_values", eager.MAX_FLOAT_VALUES)
 
 
 def _decide_now(
     op: Any, args: tuple, kwargs: dict, numbers: list, state: Any
-) -> Decision | str | dict:
+) -> Decision | str | _ByValue:
     reason = eager.host_reason(op, state.config)
     if reason is not None:
         return reason
@@ -206,7 +216,7 @@ def _decide_now(
         return rule
     lifted = bool(numbers)
     if lifted and not eager.lifts_numbers(op, args, kwargs, rule):
-        return {}
+        return _ByValue()
     return Decision(
         rule,
         tuple((tuple(t.shape), t.dtype) for t in outputs),
@@ -288,7 +298,7 @@ _INTERNAL = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
 
 def _user_location() -> tuple[str, int] | None:
     """The file and line of the user's code that called the op being queued."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
         frame = frame.f_back
     return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
@@ -497,7 +507,7 @@ def _fx_graph(graph: PendingGraph, outputs: list[Ref]) -> tuple[torch.fx.GraphMo
     for i in range(len(graph.keys)):
         node = env[Ref(("key", i))] = fx.placeholder(f"key{i}")
         node.meta["val"] = torch.empty(rng.KEY_SHAPE, dtype=torch.int32, device="meta")
-    counts = Counter()
+    counts: Counter[type] = Counter()
     sentinels = []
     for i, n in enumerate(graph.numbers):
         sentinels.append(scalars.sentinel(counts[type(n)], 0, type(n)))

@@ -32,7 +32,9 @@ def _stats(device: Any = None):
     from nkipy_core.device import fusion
 
     memory.check_index(memory.device_index(device))
-    fusion.synchronize("memory statistics")  # queued ops hold their inputs and reserve their results
+    fusion.synchronize(
+        "memory statistics"
+    )  # queued ops hold their inputs and reserve their results
     return memory.runtime().stats
 
 

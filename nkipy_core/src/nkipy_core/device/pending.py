@@ -111,8 +111,9 @@ class PendingGraph:
     def input(self, t: torch.Tensor) -> Ref:
         """``t`` as an input of the graph, by its layout (CPU tensors copied now: the kernel
         runs later, and a host scalar such as an optimizer's step count changes in between)."""
+        allocation = None if t.is_cpu else memory.allocation_of(t)
         key = (
-            id(t.untyped_storage()) if t.is_cpu else memory.allocation_of(t).address,
+            id(t.untyped_storage()) if allocation is None else allocation.address,
             tuple(t.shape),
             t.dtype,
             t.stride(),
@@ -166,6 +167,8 @@ class PendingGraph:
         flat = (
             value.ref if len(value.shape) == 1 else self.glue(aten.view.default, value.ref, [numel])
         )
+        if flat is None:
+            return None
         return self.glue(
             aten.as_strided.default, flat, list(t.shape), list(t.stride()), t.storage_offset()
         )
@@ -215,6 +218,7 @@ class PendingGraph:
     def bind(self, t: torch.Tensor, ref: Ref) -> None:
         """``t`` (a new tensor of ``memory.pending``) holds ``ref``."""
         allocation = memory.allocation_of(t)
+        assert allocation is not None, "memory.pending makes tensors with an allocation"
         self.touched.add(allocation.address)
         self.values[allocation.address] = Value(ref, tuple(t.shape), t.dtype, allocation)
 
