@@ -428,19 +428,25 @@ def test_repeated_in_place_ops_with_a_number_for_a_tensor_argument():
 
 
 def test_floats_baked_into_kernels_are_kept_for_a_bounded_number_of_values(monkeypatch, per_op):
-    """``threshold`` compares with its float, so each value has a kernel of its own: a program
-    calling it with ever new values keeps only the most recent ones, and counts the rest."""
+    """``interpolate``'s scale factor decides the result's shape, so each value has a kernel of
+    its own: a program calling it with ever new values keeps only the most recent ones, and
+    counts the rest."""
     from nkipy_core.device import eager
 
     monkeypatch.setattr(eager, "MAX_FLOAT_VALUES", 2)
-    x = torch.randn(7, 3)  # a shape no other test uses: a new signature, bounded at 2 values
+    x = torch.randn(1, 3, 7)  # a shape no other test uses: a new signature, bounded at 2 values
     d = x.to("nkipy")
     evictions = cache_stats["eager_float_values_evictions"]
+
+    def check(value):
+        out = F.interpolate(d, scale_factor=value)
+        torch.testing.assert_close(out.cpu(), F.interpolate(x, scale_factor=value))
+
+    for value in (1.5, 2.5, 3.5):
+        check(value)
     compiled = cache_stats["compiled_kernels"]
-    for value in (0.3, 0.4, 0.7, 0.3):
-        out = F.threshold(d, value, -1.0)
-        torch.testing.assert_close(out.cpu(), F.threshold(x, value, -1.0))
-    assert cache_stats["compiled_kernels"] == compiled + 3  # 0.3 again: from the disk cache
+    check(1.5)  # evicted from memory: back from the disk cache, not compiled again
+    assert cache_stats["compiled_kernels"] == compiled
     assert cache_stats["eager_float_values_evictions"] == evictions + 2
     by_value = [
         v for k, v in eager.current_state().entries.items() if isinstance(v, eager._ByValue)
