@@ -100,17 +100,21 @@ def test_kernels_are_listed_most_total_time_first(arithmetic, graphs):
     assert [(s.ops, s.total_ns) for s in kernel_stats()] == [("exp, mul", 7), ("add, exp, mul", 5)]
 
 
-def test_eager_ops_on_the_device_are_counted(arithmetic):
-    init_nkipy_backend(runtime="cpu")
+@pytest.mark.parametrize("fused", [False, True], ids=["per-op", "fused"])
+def test_eager_ops_on_the_device_are_counted(arithmetic, fused):
+    init_nkipy_backend(runtime="cpu", eager_fusion=fused)
     x = torch.ones(3, 4).to("nkipy")
-    for _ in range(2):  # the first call of each op compiles its kernel; the second reuses it
+    for _ in range(2):  # the first call compiles its kernel(s); the second reuses them
         y = (x + x) * x
         torch.testing.assert_close(y.cpu(), torch.full((3, 4), 2.0))
     rows = {s.name: (s.calls, s.bytes_in, s.bytes_out, s.ops) for s in kernel_stats()}
-    assert rows == {
-        "eager_aten::add_Tensor": (2, 192, 96, "add"),
-        "eager_aten::mul_Tensor": (2, 192, 96, "mul"),
-    }
+    if fused:  # queued, then run as one kernel of x where y is read
+        assert rows == {"eager_fused": (2, 96, 96, "add, mul")}
+    else:
+        assert rows == {
+            "eager_aten::add_Tensor": (2, 192, 96, "add"),
+            "eager_aten::mul_Tensor": (2, 192, 96, "mul"),
+        }
 
 
 def test_op_summary_names_the_most_frequent_primitives_first():

@@ -5,7 +5,8 @@ from importlib.metadata import version
 
 import pytest
 import torch
-from nkipy_cli import by, line_of, run, run_json
+from fresh_python import python
+from nkipy_cli import by, line_of, run, run_json, section
 
 from nkipy_core.plugin import manager as plugins
 from nkipy_core.plugin.registry import resolve_op
@@ -86,3 +87,35 @@ def test_base_pack_lowers_every_core_aten_overload_but_the_excluded_ones(install
         out,
         re.M,
     )
+
+
+EAGER_PROGRAM = """
+import sys, torch, nkipy_core
+nkipy_core.init_nkipy_backend(runtime="cpu", nkipy_cache=sys.argv[1])
+x = torch.arange(8.0).to("nkipy")
+y = (x * 2).exp().sum()
+print(y.item())                        # a value on the host: the queue runs
+z = torch.ops.aten.nonzero_static(x, size=8)  # no pack lowers it: one by one, on CPU
+torch.nkipy.synchronize()
+"""
+
+
+def test_stats_says_what_eager_fusion_did(tmp_path, capsys):
+    cache = tmp_path / "cache"
+    done = python(EAGER_PROGRAM, str(cache), RANK=None, WORLD_SIZE=None)
+    assert done.returncode == 0, done.stderr
+    code, out, err = run(capsys, "stats", str(cache))
+    assert code == 0, err
+    head = next(line for line in out.splitlines() if line.startswith("Eager fusion:"))
+    flushes = int(re.search(r"(\d+) flushes", head).group(1))
+    ops = int(re.search(r"of (\d+) queued ops", head).group(1))
+    assert flushes >= 1 and ops >= 3, head  # mul, exp and sum at least
+    reasons = {
+        row.split("  ")[0].strip() for row in section(out, "Why the queue ran").splitlines()[2:]
+    }
+    assert "a value is used outside the queue" in reasons, out
+    per_op = section(out, "Ops run one by one")
+    assert "aten::nonzero_static.default" in per_op, out
+    report = run_json(capsys, "stats", str(cache))
+    assert report["eager"]["eager_flushes"] == flushes
+    assert report["eager"]["eager_per_op:aten::nonzero_static.default"] == 1

@@ -15,6 +15,7 @@ from nkipy_core import _torch, knp
 from nkipy_core.ir import DType
 
 from . import complex_pairs
+from .conventions import require
 from .opmath import is_scalar, opmath
 from .rules import RULES
 
@@ -240,6 +241,66 @@ def div(ctx, x, other, *, rounding_mode=None):
     if rounding_mode is not None and dtype.is_half and not is_scalar(other):
         return _HALF_ROUNDING[rounding_mode](knp.astype(x, dtype), knp.astype(other, dtype))
     return opmath(dtype, _ROUNDING[rounding_mode], x, other, unrounded_at=(1,))
+
+
+# -- optimizer arithmetic: what AdamW and friends call on every parameter at every step --------
+
+
+@RULES.register(aten.addcmul.default)
+def addcmul(ctx, x, tensor1, tensor2, *, value=1):
+    """``x + value * tensor1 * tensor2``, the product taken left to right, rounded once (torch's
+    CPU kernel; ``value`` is read at the compute dtype, unrounded)."""
+    require(ctx.out_dtype.is_float, "addcmul of integers (its decomposition runs instead)")
+    return opmath(
+        ctx.out_dtype,
+        lambda a, b, c, s: knp.add(a, knp.multiply(knp.multiply(s, b), c)),
+        x,
+        tensor1,
+        tensor2,
+        value,
+        unrounded_at=(3,),
+    )
+
+
+@RULES.register(aten.addcdiv.default)
+def addcdiv(ctx, x, tensor1, tensor2, *, value=1):
+    """``x + value * tensor1 / tensor2``: ``(value * tensor1) / tensor2`` then the sum, rounded
+    once (torch's CPU kernel; ``value`` read at the compute dtype, unrounded)."""
+    require(ctx.out_dtype.is_float, "addcdiv of integers is refused by torch")
+    return opmath(
+        ctx.out_dtype,
+        lambda a, b, c, s: knp.add(a, knp.divide(knp.multiply(s, b), c)),
+        x,
+        tensor1,
+        tensor2,
+        value,
+        unrounded_at=(3,),
+    )
+
+
+@RULES.register(aten.lerp.Scalar)
+def lerp(ctx, x, end, weight):
+    """``x + weight * (end - x)`` for a small weight (``|weight| < 0.5``), else
+    ``end - (end - x) * (1 - weight)``, torch's two forms (each exact at its end point); the
+    weight is read at the compute dtype, unrounded."""
+    require(ctx.out_dtype.is_float, "lerp of integers")
+    if abs(weight) < 0.5:
+        return opmath(
+            ctx.out_dtype,
+            lambda a, b, w: knp.add(a, knp.multiply(w, knp.subtract(b, a))),
+            x,
+            end,
+            weight,
+            unrounded_at=(2,),
+        )
+    return opmath(
+        ctx.out_dtype,
+        lambda a, b, w: knp.subtract(b, knp.multiply(knp.subtract(b, a), knp.subtract(1, w))),
+        x,
+        end,
+        weight,
+        unrounded_at=(2,),
+    )
 
 
 @RULES.register(aten.round.decimals)

@@ -1,4 +1,5 @@
-"""``nkipy-ops stats DIR``: which kernels the last run spent its time in, from the counters a
+"""``nkipy-ops stats DIR``: which kernels the last run spent its time in, and what eager fusion
+did (flushes, ops per flush, why each flush happened, ops run one by one), from the counters a
 program writes under its kernel cache at exit (``nkipy_core.observe.profiling``).
 """
 
@@ -74,7 +75,42 @@ def render_stats(report: dict[str, Any]) -> str:
             ],
         )
     )
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + _eager_section(report["eager"])
+
+
+def eager_totals(runs: list[dict[str, Any]]) -> dict[str, int]:
+    """The eager fusion counters of the given runs' files, ranks summed (older files have none)."""
+    totals: dict[str, int] = {}
+    for run in runs:
+        for name, value in run.get("eager", {}).items():
+            totals[name] = totals.get(name, 0) + value
+    return totals
+
+
+def _eager_section(counters: dict[str, int]) -> str:
+    """Eager fusion: flushes, ops per flush, why each flush happened, ops run one by one."""
+    flushes, ops = counters.get("eager_flushes", 0), counters.get("eager_flushed_ops", 0)
+    head = (
+        f"Eager fusion: {flushes} flushes of {ops} queued ops"
+        + (f" ({ops / flushes:.1f} per flush)" if flushes else "")
+        + f", {counters.get('eager_fused_compiles', 0)} fused kernels compiled, "
+        f"{counters.get('eager_fusion_storms', 0)} regions back to one kernel per op"
+    )
+    reasons = sorted(
+        ((k.split(":", 1)[1], v) for k, v in counters.items() if k.startswith("eager_flush:")),
+        key=lambda row: (-row[1], row[0]),
+    )
+    per_op = sorted(
+        ((k.split(":", 1)[1], v) for k, v in counters.items() if k.startswith("eager_per_op:")),
+        key=lambda row: (-row[1], row[0]),
+    )
+    return "\n\n".join(
+        [
+            head,
+            table_section("Why the queue ran", "no flush", ["reason", "flushes"], reasons),
+            table_section("Ops run one by one", "none", ["op", "calls"], per_op),
+        ]
+    )
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -97,6 +133,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             {k: r[k] for k in ("rank", "world_size", "pid", "finished", "file")} for r in runs
         ],
         "kernels": kernel_rows(runs, args.sort),
+        "eager": eager_totals(runs),
     }
     emit(report, render_stats(report), args.format)
     return EXIT_OK

@@ -134,6 +134,8 @@ class _Kernels:
         self.decomposing: set[_torch.OpOverload] = set()
         #: ``_fast_key`` -> what a call of all tensors runs: a kernel call, or ``_InPlace``
         self.fast: BoundedCache[tuple, Any] = BoundedCache("eager_fast_calls", MAX_SIGNATURES)
+        #: ``_queued_key`` -> how the queue takes a call: ``_Queued``, ``_QueuedInPlace``
+        self.queued: BoundedCache[tuple, Any] = BoundedCache("eager_queued_calls", MAX_SIGNATURES)
 
 
 class _Decomposition:
@@ -262,7 +264,12 @@ def run(op: _torch.OpOverload, args: tuple, kwargs: dict) -> Any:
     state = current_state()
     queue = _queue
     if queue is not None and queue.active(state.config):
-        return _run(op, args, kwargs, state, None, queue)  # no fast key: it runs kernels now
+        queued_key = _queued_key(op, args, kwargs)
+        if queued_key is not None:
+            plan = state.queued.get(queued_key)
+            if plan is not None:
+                return plan(args, kwargs)
+        return _run(op, args, kwargs, state, queued_key, queue)
     fast_key = _fast_key(op, args, kwargs)
     if fast_key is not None:
         fast = state.fast.get(fast_key)
@@ -279,8 +286,9 @@ def _run(
     fast_key: tuple | None,
     queue: Any,
 ) -> Any:
-    """``run`` past the fast keys: the op queued (``queue``), else now, as its own kernel (or
-    on CPU). In-place and ``out=`` ops queue their functional op, then the write."""
+    """``run`` past the fast keys: the op queued (``queue``; ``fast_key`` is then the call's
+    ``_queued_key``), else now, as its own kernel (or on CPU). In-place and ``out=`` ops queue
+    their functional op, then the write."""
     given = args
     args = _numbers_as_tensors(op, args)
     if _updates_running_stats(op, args):
@@ -288,12 +296,21 @@ def _run(
     if len(args) > 1 and isinstance(args[1], (list, tuple)) and _base_name(op) in _INDEXING:
         indices = [memory.from_host(i) if _on_host(i) else i for i in args[1]]
         args = (args[0], indices, *args[2:])
-    if args is not given:  # numbers made tensors: what runs takes other arguments than the call
         fast_key = None
-    if queue is not None and not _mutable(op):
-        result = queue.enqueue(op, args, kwargs, state)
-        if result is not NOT_QUEUED:
-            return result
+    if queue is not None:
+        if not _mutable(op):
+            result = queue.enqueue(op, args, kwargs, state)
+            if result is not NOT_QUEUED and fast_key is not None:
+                plan = queue.plan(op, args, kwargs, state)
+                if plan is not None:  # later calls like this one go straight to the queue
+                    state.queued[fast_key] = _Queued(op, plan)
+            if result is not NOT_QUEUED:
+                return result
+        queued_key, fast_key = fast_key, None
+    else:
+        queued_key = None
+        if args is not given:  # numbers made tensors: what runs takes other arguments
+            fast_key = None
     tensors: list[torch.Tensor] = []
     numbers: list[float | int] = []
     key = call_key(op, args, kwargs, tensors, numbers)
@@ -301,7 +318,7 @@ def _run(
     entry = state.entries.get(key)
     if entry is None:
         if _torch.schema(op).is_mutable:
-            return _mutating(op, args, kwargs, state, fast_key)
+            return _mutating(op, args, kwargs, state, fast_key, queued_key)
         entry = state.entries[key] = _build(op, args, kwargs, state, numbers)
     if fast_key is not None and not numbers and "memory_format" not in kwargs:
         _remember_call(fast_key, entry, args, tensors, state)
@@ -321,6 +338,62 @@ def _run(
     if isinstance(entry, _Decomposition):
         return entry(args, kwargs, state)
     return entry(*tensors)
+
+
+def _queued_key(op: _torch.OpOverload, args: tuple, kwargs: dict) -> tuple | None:
+    """A cheap key of a call for the queue's plans (``_Kernels.queued``): tensors by shape,
+    dtype, whether on CPU and layout, floats ``call_key`` lifts by type only (they are kernel
+    inputs), the rest of ``_fast_key``'s arguments by type and value; ``None`` for others."""
+    key: list[Any] = [op]
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            key += (value.shape, value.dtype, value.is_cpu, _layout(value))
+        elif type(value) is float:
+            key.append(float if scalars.liftable(value) else (float, repr(value)))
+        elif type(value) in _BY_VALUE:
+            key += (type(value), value)
+        elif type(value) in (list, tuple) and all(type(v) is int for v in value):
+            key += (type(value), tuple(value))
+        else:
+            return None
+    key.append(tuple(kwargs))
+    return tuple(key)
+
+
+class _Queued:
+    """A call signature the queue took before, as a ``_Kernels.queued`` entry: its ``plan``
+    (the queue's, which records the call) after the call's numbers are made tensors."""
+
+    def __init__(self, op: _torch.OpOverload, plan):
+        self.op, self.plan = op, plan
+
+    def __call__(self, args: tuple, kwargs: dict) -> Any:
+        args = _numbers_as_tensors(self.op, args)
+        result = self.plan(args, kwargs)
+        if result is NOT_QUEUED:  # the queue cannot read one of the tensors now
+            return _run(self.op, args, kwargs, current_state(), None, _queue)
+        return result
+
+
+class _QueuedInPlace:
+    """An in-place op whose functional op the queue took (``_Queued``), as a ``_Kernels.queued``
+    entry: torch's checks before a write, the functional op queued, its result written into
+    ``self`` in the queue."""
+
+    def __init__(self, op: _torch.OpOverload, functional: _Queued, dropped: list):
+        self.op, self.functional = op, functional
+        self.defaults = tuple(a.default_value for a in dropped if not a.kwarg_only)
+        self.kw_defaults = {a.name: a.default_value for a in dropped if a.kwarg_only}
+
+    def __call__(self, args: tuple, kwargs: dict) -> Any:
+        args = _numbers_as_tensors(self.op, args)
+        self_ = args[0]
+        inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        overlap.check_write(self_, inputs)  # what ``_check_writes`` does (no nested tensors)
+        args = (*args, *self.defaults)
+        kwargs = {**self.kw_defaults, **kwargs} if self.kw_defaults else kwargs
+        _store(self.op, self_, self.functional(args, kwargs), resize=False)
+        return self_
 
 
 #: what ``run`` returns when the queue takes no op (see ``queue_with``)
@@ -461,6 +534,17 @@ def fill_call(op: _torch.OpOverload, args: tuple, kwargs: dict, tensors, numbers
         tuple(one(a, i in slots) for i, a in enumerate(args)),
         {k: one(v, k in slots) for k, v in kwargs.items()},
     )
+
+
+def lifted_slots(op: _torch.OpOverload, args: tuple, kwargs: dict) -> list[int | str]:
+    """The positions and names of the arguments ``call_key`` lifts as kernel numbers (at the
+    top level: numbers inside lists are not counted)."""
+    slots = _scalar_slots(op)
+    return [
+        k
+        for k, v in (*enumerate(args), *kwargs.items())
+        if scalars.liftable(v) or (k in slots and scalars.liftable_int(v))
+    ]
 
 
 def check_devices(op: _torch.OpOverload, tensors: list[torch.Tensor]) -> None:
@@ -791,7 +875,12 @@ def _check_writes(written: list[torch.Tensor], args: tuple, kwargs: dict) -> Non
 
 
 def _mutating(
-    op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels, fast_key: tuple | None
+    op: _torch.OpOverload,
+    args: tuple,
+    kwargs: dict,
+    state: _Kernels,
+    fast_key: tuple | None,
+    queued_key: tuple | None = None,
 ) -> Any:
     if op is torch.ops.aten._index_put_impl_.default:
         # what `x[i] = v` reaches: index_put_ plus an `unsafe` flag that only skips checks
@@ -840,6 +929,10 @@ def _mutating(
     _store(op, self, run(functional, args, kwargs), resize=False)
     if fast_key is not None:
         _remember_in_place(fast_key, functional, args, kwargs, self, None, state)
+    if queued_key is not None:
+        functional_plan = state.queued.get(_queued_key(functional, args, kwargs))
+        if isinstance(functional_plan, _Queued):
+            state.queued[queued_key] = _QueuedInPlace(op, functional_plan, dropped)
     return self
 
 

@@ -131,6 +131,10 @@ class _Queue:
     def write(dst: torch.Tensor, src: torch.Tensor) -> bool:
         return _write(dst, src)
 
+    @staticmethod
+    def plan(op: Any, args: tuple, kwargs: dict, state: Any) -> Callable | None:
+        return _plan(op, args, kwargs, state)
+
 
 _graph = PendingGraph(_decide)
 
@@ -238,6 +242,49 @@ def _enqueue(op: Any, args: tuple, kwargs: dict, state: Any) -> Any:
     if isinstance(decision, str):
         STATS[f"eager_per_op:{op_name(op)}"] += 1
         return eager.NOT_QUEUED
+    return _record(op, args, kwargs, decision, tensors, numbers, state)
+
+
+def _plan(op: Any, args: tuple, kwargs: dict, state: Any) -> Callable | None:
+    """How later calls of this signature (``eager._queued_key``) are queued without deciding
+    again: the decision and where the call's tensors and kernel numbers are; ``None`` when the
+    numbers are keyed by value."""
+    tensors: list[torch.Tensor] = []
+    numbers: list[float | int] = []
+    key = eager.call_key(op, args, kwargs, tensors, numbers)
+    decision = _decision(op, args, kwargs, key, numbers, state)
+    if not isinstance(decision, Decision) or (numbers and not decision.lifted):
+        return None
+    slots = [*enumerate(args), *kwargs.items()]
+    tensor_slots = [k for k, v in slots if isinstance(v, torch.Tensor)]
+    number_slots = eager.lifted_slots(op, args, kwargs)
+    if len(tensor_slots) != len(tensors) or len(number_slots) != len(numbers):
+        return None  # tensors or numbers inside lists
+    return functools.partial(_planned, op, decision, tensor_slots, number_slots, state)
+
+
+def _planned(
+    op: Any, decision: Decision, tensor_slots: list, number_slots: list, state: Any, args, kwargs
+) -> Any:
+    def at(slot: int | str) -> Any:
+        return args[slot] if type(slot) is int else kwargs[slot]
+
+    tensors = [at(slot) for slot in tensor_slots]
+    numbers = [at(slot) for slot in number_slots]
+    return _record(op, args, kwargs, decision, tensors, numbers, state)
+
+
+def _record(
+    op: Any,
+    args: tuple,
+    kwargs: dict,
+    decision: Decision,
+    tensors: list[torch.Tensor],
+    numbers: list[float | int],
+    state: Any,
+) -> Any:
+    """Record a call whose decision is known; its result tensors (``eager.NOT_QUEUED`` if the
+    graph cannot read one of its tensors)."""
     with _lock:
         graph = _graph
         lifted = numbers if decision.lifted else []
@@ -397,14 +444,20 @@ def _job(graph: PendingGraph) -> Callable[[], None]:
     name = _event_name(graph)
 
     def job() -> None:
-        with torch.profiler.record_function(name):
-            try:
-                results = compute()
-            except Exception as exc:
-                raise _failure(graph, exc) from exc
-            _give(graph, live, results)
+        try:
+            results = compute()
+        except Exception as exc:
+            raise _failure(graph, exc) from exc
+        _give(graph, live, results)
 
-    return job
+    if not _torch.profiler_enabled():
+        return job
+
+    def recorded() -> None:
+        with torch.profiler.record_function(name):
+            job()
+
+    return recorded
 
 
 def _give(graph: PendingGraph, live: list, results: dict[Ref, torch.Tensor]) -> None:

@@ -38,7 +38,7 @@ import attrs
 import torch.autograd.profiler as _torch_profiler
 
 from nkipy_core import _torch
-from nkipy_core.cache.kernel_cache import atomic_write
+from nkipy_core.cache.kernel_cache import STATS, atomic_write
 from nkipy_core.config import env
 
 log = logging.getLogger("nkipy.profiling")
@@ -238,6 +238,7 @@ def write_last_run() -> list[Path]:
             "pid": os.getpid(),
             "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds"),
             "kernels": [s.as_dict() for s in sorted(rows, key=lambda s: (-s.total_ns, s.key))],
+            "eager": eager_counters(),
         }
         path = stats_file(root, rank, world_size)
         try:
@@ -248,6 +249,17 @@ def write_last_run() -> list[Path]:
             continue
         written.append(path)
     return written
+
+
+#: the counters of eager fusion (``device/fusion.py``) a run's stats file keeps
+EAGER_COUNTERS = ("eager_flush", "eager_per_op:", "eager_fused_compiles", "eager_fusion_storms")
+
+
+def eager_counters() -> dict[str, int]:
+    """What eager fusion did in this process: flushes (in all and per reason), the ops they
+    ran, the fused kernels compiled, the ops that ran one by one (per op) and the regions that
+    went back to one kernel per op."""
+    return {k: v for k, v in sorted(STATS.items()) if k.startswith(EAGER_COUNTERS) and v}
 
 
 def read_last_run(root: str | os.PathLike) -> list[dict[str, Any]]:
