@@ -98,7 +98,8 @@ def main() -> None:
     args = parser.parse_args()
 
     cache = tempfile.TemporaryDirectory(prefix="nkipy-bench-eager-")
-    nkipy_core.init_nkipy_backend(nkipy_cache=cache.name, runtime="cpu")
+    # one kernel per op: what these rows measure (bench_eager_fusion.py measures fusion)
+    nkipy_core.init_nkipy_backend(nkipy_cache=cache.name, runtime="cpu", eager_fusion=False)
     print(f"machine: {machine()}")
     print(f"nkipy: eager ops on the 'cpu' runtime, kernel cache in {cache.name} (removed at exit)")
 

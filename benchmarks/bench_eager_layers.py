@@ -49,7 +49,8 @@ def main() -> None:
     args = parser.parse_args()
 
     cache = tempfile.TemporaryDirectory(prefix="nkipy-bench-eager-layers-")
-    nkipy_core.init_nkipy_backend(nkipy_cache=cache.name, runtime="cpu")
+    # one kernel per op: what these rows measure (bench_eager_fusion.py measures fusion)
+    nkipy_core.init_nkipy_backend(nkipy_cache=cache.name, runtime="cpu", eager_fusion=False)
     n = args.size
     a_cpu, b_cpu = torch.randn(n, n), torch.randn(n, n)
     a, b, target = a_cpu.to("nkipy"), b_cpu.to("nkipy"), a_cpu.to("nkipy")

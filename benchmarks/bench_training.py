@@ -7,7 +7,8 @@ of a 4-block residual MLP (dim 256, hidden 1024, batch 32 per rank). Rows:
 
   cpu eager       the step on CPU tensors, gloo: the baseline (times are ms per step)
   cpu inductor    the same model compiled by inductor (``torch.compile(model)``)
-  nkipy eager     ``model.to("nkipy")``: every op a cached single-op kernel on the ``cpu`` runtime
+  nkipy eager     ``model.to("nkipy")``: eager ops queued and run as fused kernels on the ``cpu``
+                  runtime (``NKIPY_EAGER_FUSION=0``: one cached single-op kernel per op)
   nkipy compiled  ``torch.compile(model, backend="nkipy")`` on the device
 
 On the ``cpu`` runtime the device's kernels are NumPy code, so the ratios measure nkipy's own

@@ -246,36 +246,32 @@ def div(ctx, x, other, *, rounding_mode=None):
 # -- optimizer arithmetic: what AdamW and friends call on every parameter at every step --------
 
 
-@RULES.register(aten.addcmul.default)
-def addcmul(ctx, x, tensor1, tensor2, *, value=1):
-    """``x + value * tensor1 * tensor2``, the product taken left to right, rounded once (torch's
-    CPU kernel; ``value`` is read at the compute dtype, unrounded)."""
-    require(ctx.out_dtype.is_float, "addcmul of integers (its decomposition runs instead)")
+def _pointwise_scaled(ctx, combine, x, tensor1, tensor2, value):
+    """``x + combine(value * tensor1, tensor2)``, rounded once, as torch's CPU kernels of
+    ``addcmul``/``addcdiv`` compute it: ``value`` read at the compute dtype, unrounded."""
     return opmath(
         ctx.out_dtype,
-        lambda a, b, c, s: knp.add(a, knp.multiply(knp.multiply(s, b), c)),
+        lambda a, b, c, s: knp.add(a, combine(knp.multiply(s, b), c)),
         x,
         tensor1,
         tensor2,
         value,
         unrounded_at=(3,),
     )
+
+
+@RULES.register(aten.addcmul.default)
+def addcmul(ctx, x, tensor1, tensor2, *, value=1):
+    """``x + value * tensor1 * tensor2``, the product taken left to right."""
+    require(ctx.out_dtype.is_float, "addcmul of integers (its decomposition runs instead)")
+    return _pointwise_scaled(ctx, knp.multiply, x, tensor1, tensor2, value)
 
 
 @RULES.register(aten.addcdiv.default)
 def addcdiv(ctx, x, tensor1, tensor2, *, value=1):
-    """``x + value * tensor1 / tensor2``: ``(value * tensor1) / tensor2`` then the sum, rounded
-    once (torch's CPU kernel; ``value`` read at the compute dtype, unrounded)."""
+    """``x + value * tensor1 / tensor2``: ``(value * tensor1) / tensor2``, then the sum."""
     require(ctx.out_dtype.is_float, "addcdiv of integers is refused by torch")
-    return opmath(
-        ctx.out_dtype,
-        lambda a, b, c, s: knp.add(a, knp.divide(knp.multiply(s, b), c)),
-        x,
-        tensor1,
-        tensor2,
-        value,
-        unrounded_at=(3,),
-    )
+    return _pointwise_scaled(ctx, knp.divide, x, tensor1, tensor2, value)
 
 
 @RULES.register(aten.lerp.Scalar)

@@ -259,23 +259,17 @@ def run(op: _torch.OpOverload, args: tuple, kwargs: dict) -> Any:
     """Run one ATen op on ``nkipy`` tensors (what the device's boxed fallback calls).
 
     A call made before with the same ``_fast_key`` goes straight to what it ran then
-    (``_Kernels.fast``); the first call of each such signature takes the full path, which
-    decides what may go there."""
+    (``_Kernels.fast``), and while the queue takes ops one with the same ``_queued_key`` goes
+    straight to the queue (``_Kernels.queued``); the first call of each such signature takes
+    the full path, which decides what may go there."""
     state = current_state()
-    queue = _queue
-    if queue is not None and queue.active(state.config):
-        queued_key = _queued_key(op, args, kwargs)
-        if queued_key is not None:
-            plan = state.queued.get(queued_key)
-            if plan is not None:
-                return plan(args, kwargs)
-        return _run(op, args, kwargs, state, queued_key, queue)
-    fast_key = _fast_key(op, args, kwargs)
-    if fast_key is not None:
-        fast = state.fast.get(fast_key)
-        if fast is not None:
-            return fast(args, kwargs)
-    return _run(op, args, kwargs, state, fast_key, None)
+    queue = _queue if _queue is not None and _queue.active(state.config) else None
+    key = _fast_key(op, args, kwargs) if queue is None else _queued_key(op, args, kwargs)
+    if key is not None:
+        known = (state.fast if queue is None else state.queued).get(key)
+        if known is not None:
+            return known(args, kwargs)
+    return _run(op, args, kwargs, state, key, queue)
 
 
 def _run(

@@ -567,18 +567,11 @@ def _fx_graph(graph: PendingGraph, outputs: list[Ref]) -> tuple[torch.fx.GraphMo
         counts[type(n)] += 1
         env[Ref(("num", i))] = sentinels[-1]
 
-    def resolve(value):
-        if type(value) is Ref:
-            return env[value]
-        if isinstance(value, tuple):
-            return tuple(resolve(v) for v in value)
-        return value
-
     for index, ((op, args, kwargs), decision) in enumerate(zip(graph.records, graph.decisions)):
-        kw = {k: resolve(v) for k, v in kwargs}
+        kw = {k: _resolve(v, env) for k, v in kwargs}
         if rng.RNG_KWARG in kw:
             kw[rng.RNG_KWARG] = (kw[rng.RNG_KWARG], 0)
-        node = fx.call_function(op, resolve(args), kw)
+        node = fx.call_function(op, _resolve(args, env), kw)
         node.meta[RULE] = decision.rule
         metas = [torch.empty(s, dtype=d, device="meta") for s, d in decision.outputs]
         if decision.multiple:
@@ -596,22 +589,24 @@ def _fx_graph(graph: PendingGraph, outputs: list[Ref]) -> tuple[torch.fx.GraphMo
     return gm, sentinels
 
 
+def _resolve(value: Any, env: dict[Ref, Any]) -> Any:
+    """A record's argument with its references replaced by their values in ``env``."""
+    if type(value) is Ref:
+        return env[value]
+    if isinstance(value, tuple):
+        return tuple(_resolve(v, env) for v in value)
+    return value
+
+
 def _replay(graph: PendingGraph, outputs: list[Ref]) -> dict[Ref, torch.Tensor]:
     """Run the records one kernel each (the region's graph keeps changing)."""
     env: dict[Ref, Any] = {Ref(("in", i)): t for i, t in enumerate(graph.inputs)}
     env.update({Ref(("num", i)): n for i, n in enumerate(graph.numbers)})
 
-    def resolve(value):
-        if type(value) is Ref:
-            return env[value]
-        if isinstance(value, tuple):
-            return tuple(resolve(v) for v in value)
-        return value
-
     for index, (op, args, kwargs) in enumerate(graph.records):
-        kw = {k: resolve(v) for k, v in kwargs if k != rng.RNG_KWARG}
+        kw = {k: _resolve(v, env) for k, v in kwargs if k != rng.RNG_KWARG}
         key = dict(kwargs).get(rng.RNG_KWARG)
-        call_args = resolve(args)
+        call_args = _resolve(args, env)
         try:
             if key is not None:
                 result = eager.run_with_key(op, call_args, kw, graph.keys[key[1]])
