@@ -923,7 +923,7 @@ def _mutating(
     _store(op, self, run(functional, args, kwargs), resize=False)
     if fast_key is not None:
         _remember_in_place(fast_key, functional, args, kwargs, self, None, state)
-    functional_key = _queued_key(functional, args, kwargs)
+    functional_key = None if queued_key is None else _queued_key(functional, args, kwargs)
     if queued_key is not None and functional_key is not None:
         functional_plan = state.queued.get(functional_key)
         if isinstance(functional_plan, _Queued):
