@@ -157,6 +157,13 @@ def _binary_cases():
         yield case(aten.div.Tensor_mode, a * 4, b, rounding_mode=mode, id=f"div-float-{mode}")
         yield case(aten.div.Scalar_mode, num, -2, rounding_mode=mode, id=f"div-scalar-{mode}")
     yield case(aten.div.Scalar, t(4, dtype=bf16), 3.0, id="div-bf16-scalar")
+    # optimizer arithmetic (torch's CPU kernels fuse the last multiply-add: within an ulp)
+    for dtype in (f32, bf16):
+        x, y, z = t(4, 5, dtype=dtype), t(4, 5, dtype=dtype), t(4, 5, dtype=dtype, low=0.5, high=2)
+        yield case(aten.addcmul.default, x, y, z, value=-0.37, id=f"addcmul-{dtype}")
+        yield case(aten.addcdiv.default, x, y, z, value=0.013, id=f"addcdiv-{dtype}")
+        for weight in (0.1, 0.9):
+            yield case(aten.lerp.Scalar, x, y, weight, id=f"lerp-{weight}-{dtype}")
     yield case(aten.pow.Tensor_Tensor, b, a)
     yield case(aten.pow.Tensor_Scalar, a, 2)
     yield case(aten.pow.Tensor_Scalar, t(5, dtype=i64, low=-3, high=3), 3, id="pow-int")
