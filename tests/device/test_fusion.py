@@ -9,7 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nkipy_core import cache_stats, init_nkipy_backend, kernel_stats, reset_kernel_stats
+from nkipy_core import (
+    cache_stats,
+    eager_stats,
+    init_nkipy_backend,
+    kernel_stats,
+    reset_kernel_stats,
+)
 from nkipy_core.buffers import memory
 from nkipy_core.compiler.kernel_call import KernelCall
 from nkipy_core.device import fusion
@@ -238,6 +244,8 @@ def test_flush_reasons_are_counted():
     assert flushes("a value is used outside the queue") >= 1
     assert cache_stats["eager_flushed_ops"] >= 2
     assert y.cpu().sum().item() == 16
+    stats = eager_stats()  # the same counters, as nkipy-ops stats reads them
+    assert stats["eager_flushes"] == flushes() and stats["eager_flush:synchronize"] >= 1
 
 
 def test_an_error_in_a_queued_kernel_surfaces_at_the_next_synchronisation(monkeypatch):

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported l
     from nkipy_core.errors import UnsupportedTorchError as UnsupportedTorchError
     from nkipy_core.errors import VerificationError as VerificationError
     from nkipy_core.observe.profiling import KernelStats as KernelStats
+    from nkipy_core.observe.profiling import eager_stats as eager_stats
     from nkipy_core.observe.profiling import kernel_stats as kernel_stats
     from nkipy_core.observe.profiling import reset_kernel_stats as reset_kernel_stats
     from nkipy_core.plugin import manager as _manager
@@ -72,6 +73,7 @@ _EXPORTS = {
     "declare_env": ("nkipy_core.config.env", "declare_env"),
     "env": ("nkipy_core.config.env", "env"),
     "kernel_stats": ("nkipy_core.observe.profiling", "kernel_stats"),
+    "eager_stats": ("nkipy_core.observe.profiling", "eager_stats"),
     "reset_kernel_stats": ("nkipy_core.observe.profiling", "reset_kernel_stats"),
     "KernelStats": ("nkipy_core.observe.profiling", "KernelStats"),
     "live_kernels": ("nkipy_core.compiler.kernel_call", "live_kernels"),

@@ -19,16 +19,17 @@ the same input types, so a half-float op rounds its result as it would alone. Py
 eager single-op kernels (``scalars``), so a loop's second step finds the first step's kernel:
 kernels are keyed by the graph's structure (records, input layouts, which storages get results).
 A region whose graph is new at every flush ``STORM`` times in a row (a loop whose structure
-keeps changing) runs its queued ops one kernel each from then on (``cache_stats()
+keeps changing) runs its queued ops one kernel each from then on (``cache_stats
 ["eager_fusion_storms"]``, logged once). Random ops draw their key when queued, so they take
 the device generator's stream in program order, as per-op eager does.
 
 ``NKIPY_EAGER_FUSION=0`` (``init_nkipy_backend(eager_fusion=False)``) and
 ``torch.use_deterministic_algorithms(True)`` run every op as its own kernel.
 
-Counters (``nkipy_core.cache_stats()``): ``eager_flushes``, ``eager_flushed_ops``,
-``eager_flush:<why>`` per reason, ``eager_fused_compiles``, ``eager_per_op:<why>`` for ops the
-queue did not take. Each flush is a ``torch.profiler`` event naming its ops.
+Counters (``nkipy_core.eager_stats()``, in ``cache_stats`` and, at exit, in what ``nkipy-ops
+stats`` reads): ``eager_flushes``, ``eager_flushed_ops``, ``eager_flush:<why>`` per reason,
+``eager_fused_compiles``, ``eager_per_op:<op>`` for ops the queue did not take. Each flush is a
+``torch.profiler`` event naming its ops.
 """
 
 from __future__ import annotations

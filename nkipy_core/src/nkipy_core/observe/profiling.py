@@ -238,7 +238,7 @@ def write_last_run() -> list[Path]:
             "pid": os.getpid(),
             "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds"),
             "kernels": [s.as_dict() for s in sorted(rows, key=lambda s: (-s.total_ns, s.key))],
-            "eager": eager_counters(),
+            "eager": eager_stats(),
         }
         path = stats_file(root, rank, world_size)
         try:
@@ -255,10 +255,11 @@ def write_last_run() -> list[Path]:
 EAGER_COUNTERS = ("eager_flush", "eager_per_op:", "eager_fused_compiles", "eager_fusion_storms")
 
 
-def eager_counters() -> dict[str, int]:
-    """What eager fusion did in this process: flushes (in all and per reason), the ops they
-    ran, the fused kernels compiled, the ops that ran one by one (per op) and the regions that
-    went back to one kernel per op."""
+def eager_stats() -> dict[str, int]:
+    """What eager fusion did in this process (the device's eager counters of ``cache_stats``):
+    ``eager_flushes`` and ``eager_flushed_ops`` (ops per flush: their ratio),
+    ``eager_flush:<reason>`` per reason, ``eager_fused_compiles``, ``eager_per_op:<op>`` for
+    each op that ran one by one instead of being queued, and ``eager_fusion_storms``."""
     return {k: v for k, v in sorted(STATS.items()) if k.startswith(EAGER_COUNTERS) and v}
 
 
