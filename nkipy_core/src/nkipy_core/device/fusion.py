@@ -658,7 +658,7 @@ class _Worker:
             except BaseException as exc:  # noqa: BLE001 - raised by the next wait
                 self.errors.append(exc)
             finally:
-                job = None  # type: ignore[assignment]  # its graph holds tensors: let them go
+                job = None  # its graph holds tensors: let them go
                 with self.condition:
                     for address in touched:
                         self.touched[address] -= 1
