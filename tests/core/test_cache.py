@@ -67,6 +67,7 @@ def test_entry_holds_graph_source_ir_meta_and_artifacts(arithmetic, tmp_path):
         "kernel.ir",
         "kernel.py",
         "meta.json",
+        "seal.json",
     ]
     meta = json.loads((entry / "meta.json").read_text())
     assert (

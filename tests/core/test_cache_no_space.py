@@ -8,23 +8,23 @@ import os
 
 
 def test_no_space_left_is_handled_like_the_file_size_limit(plugin_env, tmp_path, monkeypatch):
-    import pathlib
     import warnings
 
     import torch
     from fixture_packs import arithmetic_rules, pack
 
     from nkipy_core import CacheWarning, cache_stats
+    from nkipy_core.cache import kernel_cache
 
     plugin_env.add(pack(arithmetic_rules()), "arith", "arith-pack", "1.0")
-    real_write = pathlib.Path.write_bytes
+    real_write = kernel_cache._write_private
 
     def full_disk(path, data):
         if path.is_relative_to(tmp_path / "tmp"):  # staging an entry
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return real_write(path, data)
 
-    monkeypatch.setattr(pathlib.Path, "write_bytes", full_disk)
+    monkeypatch.setattr(kernel_cache, "_write_private", full_disk)
     cache_stats.clear()
     x = torch.linspace(-1, 1, 12).reshape(3, 4)
     with warnings.catch_warnings(record=True) as caught:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported l
     from nkipy_core import knp as knp
     from nkipy_core.cache.kernel_cache import STATS as _STATS
     from nkipy_core.cache.kernel_cache import CacheWarning as CacheWarning
+    from nkipy_core.cache.trust import CacheTrustWarning as CacheTrustWarning
     from nkipy_core.compiler.fallback import FallbackWarning as FallbackWarning
     from nkipy_core.compiler.kernel_call import live_kernels as live_kernels
     from nkipy_core.compiler.lowering import LoweringContext as LoweringContext
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported l
     from nkipy_core.errors import RuntimeNotFoundError as RuntimeNotFoundError
     from nkipy_core.errors import RuntimeUnavailableError as RuntimeUnavailableError
     from nkipy_core.errors import SpecializationLimitError as SpecializationLimitError
+    from nkipy_core.errors import UnsafeCacheError as UnsafeCacheError
     from nkipy_core.errors import Unsupported as Unsupported
     from nkipy_core.errors import UnsupportedOpsError as UnsupportedOpsError
     from nkipy_core.errors import UnsupportedTorchError as UnsupportedTorchError
@@ -82,6 +84,7 @@ _EXPORTS = {
     "register_device": ("nkipy_core.device.registration", "register_device"),
     "FallbackWarning": ("nkipy_core.compiler.fallback", "FallbackWarning"),
     "CacheWarning": ("nkipy_core.cache.kernel_cache", "CacheWarning"),
+    "CacheTrustWarning": ("nkipy_core.cache.trust", "CacheTrustWarning"),
     "hookimpl": ("nkipy_core.plugin.hookspecs", "hookimpl"),
     "LoweringContext": ("nkipy_core.compiler.lowering", "LoweringContext"),
     "on_cpu": ("nkipy_core.compiler.regions", "on_cpu"),
@@ -101,6 +104,7 @@ _EXPORTS = {
             "RuntimeNotFoundError",
             "RuntimeUnavailableError",
             "SpecializationLimitError",
+            "UnsafeCacheError",
             "Unsupported",
             "UnsupportedOpsError",
             "UnsupportedTorchError",

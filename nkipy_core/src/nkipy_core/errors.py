@@ -76,6 +76,11 @@ class CacheError(NkipyError):
     """The kernel cache directory cannot be used."""
 
 
+class UnsafeCacheError(CacheError):
+    """A kernel cache directory or key file could be changed by someone else (another owner,
+    group- or world-writable): refused, as ssh refuses such key files."""
+
+
 class CacheLockTimeoutError(CacheError):
     """Another live process held a kernel's compile lock longer than the lock timeout."""
 

@@ -2,8 +2,9 @@
 
 Layout under the cache root::
 
-    kernels/<kernel key>/   meta.json, graph.py, kernel.py, kernel.ir, artifacts/<runtime files>
-    index/<fx key>          the kernel key (or a partition plan) a lowering input maps to
+    kernels/<kernel key>/   meta.json, seal.json, graph.py, kernel.py, kernel.ir,
+                            artifacts/<runtime files>
+    index/<fx key>          the kernel key (or a partition plan) a lowering input maps to, sealed
     locks/<kernel key>      empty files, the compile lock of each kernel ever compiled here
     stats/                  the last run's per-kernel counters (written by ``profiling``)
 
@@ -15,6 +16,17 @@ Every entry is written to a private temporary directory and renamed into place, 
 on POSIX: concurrent processes (ranks) either see a complete entry or none. ``meta.json``
 records a SHA-256 of every file; an entry whose files are missing or altered is logged, moved
 aside and rebuilt.
+
+Nothing read from a cache is used unless something an attacker with write access to the cache
+cannot forge vouches for it (``trust``): this user's seal in ``seal.json`` (and in each index
+file), a trusted signature or a pinned digest. An entry nothing vouches for is counted in
+``STATS["untrusted"]``, warned about once per root, moved aside and compiled again. The root and
+its layout must be private to this user (``safety``: ``UnsafeCacheError`` otherwise), and
+everything nkipy creates in it is. Read-only *shared tiers* (``NKIPY_CACHE_SHARED``, a directory
+a build machine fills) are looked up after the local root; their entries count only when signed
+by a trusted key or pinned, and are never changed. ``NKIPY_CACHE_MAX_SIZE`` bounds the local
+root: after each store, the least recently used entries (a hit refreshes an entry's time) are
+removed until the rest fit.
 
 Ranks that share a cache compile each kernel once. A miss is compiled and stored while holding
 an exclusive ``flock`` on ``locks/<kernel key>``; a rank that misses the same key meanwhile
@@ -39,7 +51,8 @@ The cache only ever speeds compiles up, so it never makes one fail once it is op
   misses are compiled without being stored (``STATS["read_only_skips"]``) and no compile lock
   is taken (there is no lock file to take).
 
-Only a root that cannot be created or read at all raises ``CacheError``.
+Only a root that cannot be created or read at all raises ``CacheError``, and one that is not
+private to this user ``UnsafeCacheError``.
 """
 
 from __future__ import annotations
@@ -49,6 +62,7 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -62,6 +76,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
+
+from nkipy_core.cache.safety import PRIVATE_DIR, check_private, make_private_dirs, open_private
+from nkipy_core.cache.trust import SEAL_FILE, CacheTrustWarning, make_seal, seal, verdict
 from nkipy_core.config import env
 from nkipy_core.errors import CacheError, CacheLockTimeoutError
 
@@ -116,11 +134,12 @@ class KernelCache:
             self._sweep_stale_staging()
 
     def _open(self) -> bool:
-        """Create the layout and probe for writing; whether the root is writable.
-
-        A root that exists and can be read but not written is used read-only (warned once)."""
+        """Create the layout (private to this user) and probe for writing; whether the root is
+        writable. A root others could write, or that another user owns, is refused
+        (``safety.check_private``). A root that can be read but not written is used read-only
+        (warned once)."""
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.root)
         except OSError as exc:
             if not self.root.is_dir():
                 raise CacheError(
@@ -134,11 +153,18 @@ class KernelCache:
                 f"the nkipy kernel cache directory {self.root} cannot be read ({_describe(exc)}). "
                 f"{_CHOOSE_ANOTHER}"
             ) from None
+        check_private(self.root)
         try:
-            for sub in ("kernels", "index", "locks", "tmp"):
-                (self.root / sub).mkdir(exist_ok=True)
+            for sub in _LAYOUT:
+                path = self.root / sub
+                if not path.is_dir():
+                    make_private_dirs(path)
+                check_private(path)
             tempfile.NamedTemporaryFile(prefix=".probe-", dir=self.root / "tmp").close()
         except OSError as exc:
+            for sub in _LAYOUT:  # what exists of the layout must be private all the same
+                if (self.root / sub).exists():
+                    check_private(self.root / sub)
             if _first_time("read-only", self.root):
                 warnings.warn(
                     f"nkipy: the kernel cache {self.root} is used read-only, as this process "
@@ -185,27 +211,36 @@ class KernelCache:
     # -- index --------------------------------------------------------------------------------
 
     def get_index(self, key: str) -> dict[str, Any] | None:
+        """Index entry ``key``, if present and sealed by this user (an index file decides which
+        kernel a graph runs, so it is trusted like an entry)."""
         path = self.root / "index" / key
         try:
-            return json.loads(path.read_text())
+            stored = json.loads(path.read_text())
+            value = stored["value"]
+            if not hmac.compare_digest(str(stored["mac"]), _index_seal(key, value)):
+                raise Untrusted(f"index entry {key}")
+            return value
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
+        except Untrusted:
+            self._untrusted(path)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("nkipy cache: index entry %s is unreadable (%s); rebuilding it", path, exc)
             STATS["corrupt"] += 1
-            with contextlib.suppress(OSError):  # read-only: it is rebuilt in memory each time
-                path.unlink(missing_ok=True)
-            return None
+        with contextlib.suppress(OSError):  # read-only: it is rebuilt in memory each time
+            path.unlink(missing_ok=True)
+        return None
 
     def put_index(self, key: str, value: dict[str, Any]) -> None:
         """Write index entry ``key``, unless the cache cannot take it (see ``store``)."""
         if not self.writable:
             STATS["read_only_skips"] += 1
             return
+        stored = {"value": value, "mac": _index_seal(key, value)}
         try:
             atomic_write(
                 self.root / "index" / key,
-                json.dumps(value, sort_keys=True).encode(),
+                json.dumps(stored, sort_keys=True).encode(),
                 self.root / "tmp",
             )
         except OSError as exc:
@@ -219,38 +254,81 @@ class KernelCache:
     def load(
         self, key: str, count_miss: bool = True
     ) -> tuple[dict[str, Any], dict[str, bytes]] | None:
-        """(meta, artifacts) of a complete, intact entry; ``None`` (and the entry moved aside) otherwise.
+        """(meta, artifacts) of a complete, intact, trusted entry, from this root or else from a
+        shared tier; ``None`` otherwise (a bad entry of this root is moved aside, see the module
+        docstring).
 
         ``count_miss=False`` for the second look after waiting for the compile lock: the miss
         that made the caller wait is already counted."""
         entry = self.entry_dir(key)
-        if not entry.exists():
+        found = None
+        if entry.exists():
+            try:
+                found = read_entry(entry, sealed_ok=True)
+            except Untrusted:
+                self._untrusted(entry)
+                self._discard(entry)
+            except (OSError, ValueError, KeyError) as exc:
+                log.warning(
+                    "nkipy cache: entry %s is corrupt or partial (%s); rebuilding it", entry, exc
+                )
+                STATS["corrupt"] += 1
+                self._discard(entry)
+            if found is not None:
+                with contextlib.suppress(OSError):  # a read-only root keeps its times
+                    os.utime(entry)  # its last use, for the size limit's LRU order
+        if found is None:
+            found = self._load_shared(key)
+        if found is None:
             if count_miss:
                 STATS["misses"] += 1
                 log.debug("nkipy cache: miss for kernel %s in %s", key, self.root)
             return None
-        try:
-            meta = json.loads((entry / "meta.json").read_text())
-            for name, expected in meta["files"].items():
-                if hashlib.sha256((entry / name).read_bytes()).hexdigest() != expected:
-                    raise ValueError(f"{name} does not match its checksum")
-            artifacts = {
-                name.removeprefix("artifacts/"): (entry / name).read_bytes()
-                for name in meta["files"]
-                if name.startswith("artifacts/")
-            }
-        except (OSError, ValueError, KeyError) as exc:
-            log.warning(
-                "nkipy cache: entry %s is corrupt or partial (%s); rebuilding it", entry, exc
-            )
-            STATS["corrupt"] += 1
-            self._discard(entry)
-            return None
+        meta, artifacts, why = found
         STATS["hits"] += 1
         log.debug(
-            "nkipy cache: hit for kernel %s (%s, %s)", key, meta.get("name"), meta.get("runtime")
+            "nkipy cache: hit for kernel %s (%s, %s; %s)",
+            key,
+            meta.get("name"),
+            meta.get("runtime"),
+            why,
         )
         return meta, artifacts
+
+    def _load_shared(self, key: str) -> tuple[dict[str, Any], dict[str, bytes], str] | None:
+        """The entry ``key`` of the first shared tier that holds it intact and signed or pinned;
+        shared tiers are never changed (their bad entries are counted and skipped)."""
+        for tier in shared_tiers():
+            entry = tier / "kernels" / key
+            if not entry.is_dir():
+                continue
+            try:
+                found = read_entry(entry, sealed_ok=False)
+            except Untrusted:
+                self._untrusted(entry)
+                continue
+            except (OSError, ValueError, KeyError) as exc:
+                log.warning("nkipy cache: shared entry %s is corrupt (%s); skipped", entry, exc)
+                STATS["corrupt"] += 1
+                continue
+            STATS["shared_hits"] += 1
+            return found
+        return None
+
+    def _untrusted(self, path: Path) -> None:
+        """Count an entry nothing vouches for and warn once per root (``trust``)."""
+        STATS["untrusted"] += 1
+        log.info("nkipy cache: %s is not sealed, signed by a trusted key or pinned", path)
+        if _first_time("untrusted", self.root):
+            warnings.warn(
+                f"nkipy: kernel cache entries such as {path} are not sealed by your key, signed by "
+                "a key you trust or pinned (written by another user or host, by an older nkipy, or "
+                "changed since): they are not used, and their kernels are compiled again. To share "
+                "kernels between users or hosts, sign them (NKIPY_CACHE_SIGNING_KEY, `nkipy-ops "
+                "cache export`) and list the key in NKIPY_CACHE_TRUSTED_KEYS where they are used.",
+                CacheTrustWarning,
+                stacklevel=3,
+            )
 
     @contextlib.contextmanager
     def compile_lock(self, key: str) -> Iterator[None]:
@@ -266,7 +344,7 @@ class KernelCache:
         path = self.root / "locks" / key
         timeout = env.NKIPY_CACHE_LOCK_TIMEOUT.get()
         try:
-            lock = open(path, "ab")  # created if absent, never truncated
+            lock = os.fdopen(open_private(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
         except OSError as exc:
             self._write_failed(f"the compile lock of kernel {key}", exc)
             yield
@@ -324,20 +402,31 @@ class KernelCache:
         artifacts: Mapping[str, bytes],
         meta: dict[str, Any],
     ) -> Path:
-        """Stage the entry in ``tmp/`` and rename it into place; if another process got there
-        first, keep theirs (a writer that bypassed the compile lock, e.g. an older nkipy)."""
+        """Stage the entry in ``tmp/`` and rename it into place (``install``)."""
+        everything = {**files, **{f"artifacts/{n}": b for n, b in artifacts.items()}}
+        meta = {
+            **meta,
+            "key": key,
+            "files": {n: hashlib.sha256(b).hexdigest() for n, b in everything.items()},
+        }
+        meta_bytes = json.dumps(meta, indent=2, sort_keys=True).encode()
+        return self.install(key, everything, meta_bytes, make_seal(meta_bytes))
+
+    def install(
+        self, key: str, files: Mapping[str, bytes], meta: bytes, seal_content: dict[str, Any]
+    ) -> Path:
+        """Write entry ``key`` (its files, ``meta.json`` bytes and ``seal.json`` content) into
+        ``tmp/`` and rename it into place; if another process got there first, keep theirs (a
+        writer that bypassed the compile lock, e.g. an older nkipy). ``OSError`` when it cannot
+        be written; the entry is then absent, and so is anything of it."""
         final = self.entry_dir(key)
         staging = Path(tempfile.mkdtemp(prefix=f"{key[:16]}-", dir=self.root / "tmp"))
         try:
-            everything = {**files, **{f"artifacts/{n}": b for n, b in artifacts.items()}}
-            for name, data in everything.items():
-                (staging / name).parent.mkdir(parents=True, exist_ok=True)
-                (staging / name).write_bytes(data)
-            meta = {
-                **meta,
-                "files": {n: hashlib.sha256(b).hexdigest() for n, b in everything.items()},
-            }
-            (staging / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+            for name, data in files.items():
+                (staging / name).parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+                _write_private(staging / name, data)
+            _write_private(staging / "meta.json", meta)
+            _write_private(staging / SEAL_FILE, json.dumps(seal_content).encode())
             try:
                 os.rename(staging, final)
             except OSError:
@@ -346,7 +435,62 @@ class KernelCache:
                 log.debug("nkipy cache: %s was written concurrently; keeping the first entry", key)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+        limit = env.NKIPY_CACHE_MAX_SIZE.get()
+        if limit is not None:
+            self.prune(max_bytes=limit, keep=key)
         return final
+
+    # -- maintenance (``nkipy-ops cache``) ----------------------------------------------------
+
+    def remove(self, key: str) -> None:
+        """Remove entry ``key`` (atomically: a reader sees it whole or not at all)."""
+        self._discard(self.entry_dir(key))
+
+    def entries(self) -> list[EntryInfo]:
+        """Every kernel entry of this root, least recently used first."""
+        found = []
+        for entry in _listing(self.root / "kernels"):
+            try:
+                size = sum(
+                    os.lstat(os.path.join(parent, name)).st_size
+                    for parent, _, names in os.walk(entry)
+                    for name in names
+                )
+                found.append(EntryInfo(entry.name, entry, size, entry.stat().st_mtime))
+            except OSError:  # removed meanwhile
+                continue
+        return sorted(found, key=lambda e: e.last_used)
+
+    def prune(
+        self,
+        max_bytes: int | None = None,
+        older_than: float | None = None,
+        keep: str | None = None,
+    ) -> list[EntryInfo]:
+        """Remove entries unused for ``older_than`` seconds, then the least recently used ones
+        until the rest hold at most ``max_bytes``; never ``keep``. The entries removed."""
+        entries = self.entries()
+        total = sum(e.size for e in entries)
+        now = time.time()
+        removed = []
+        for info in entries:
+            stale = older_than is not None and now - info.last_used > older_than
+            too_big = max_bytes is not None and total > max_bytes
+            if info.key == keep or not (stale or too_big):
+                continue
+            self._discard(info.path)
+            total -= info.size
+            removed.append(info)
+        if removed:
+            STATS["evicted"] += len(removed)
+            log.info(
+                "nkipy cache: removed %d least recently used entr%s from %s (%d bytes left)",
+                len(removed),
+                "y" if len(removed) == 1 else "ies",
+                self.root,
+                total,
+            )
+        return removed
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -402,7 +546,7 @@ def _newest_change(path: Path) -> float:
 def atomic_write(path: Path, data: bytes, staging: Path) -> None:
     """Write ``data`` to ``path`` through a temporary file in ``staging`` (on the same file
     system) and a rename, so readers see the old file or the new one, whole, never a part."""
-    fd, tmp = tempfile.mkstemp(dir=staging, prefix=f".{path.name}-")
+    fd, tmp = tempfile.mkstemp(dir=staging, prefix=f".{path.name}-")  # created 0600
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -410,3 +554,62 @@ def atomic_write(path: Path, data: bytes, staging: Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+_LAYOUT = ("kernels", "index", "locks", "tmp")
+
+
+class Untrusted(Exception):
+    """An entry or index file nothing vouches for (see ``trust``), or one vouched for under
+    another key than its name."""
+
+
+@attrs.frozen
+class EntryInfo:
+    """A kernel entry as ``nkipy-ops cache`` lists it."""
+
+    key: str
+    path: Path
+    size: int
+    last_used: float
+
+
+def shared_tiers() -> list[Path]:
+    """The read-only tiers named by ``NKIPY_CACHE_SHARED``, in order."""
+    text = env.NKIPY_CACHE_SHARED.get() or ""
+    return [Path(p).expanduser() for p in text.split(os.pathsep) if p.strip()]
+
+
+def read_entry(entry: Path, sealed_ok: bool) -> tuple[dict[str, Any], dict[str, bytes], str]:
+    """(meta, artifacts, why it is trusted) of an entry directory: ``Untrusted`` when nothing
+    vouches for its ``meta.json`` (``sealed_ok``: whether this user's seal counts, see
+    ``trust.verdict``), ``ValueError`` when a file does not match its checksum, ``OSError`` or
+    ``KeyError`` when one is missing. Trust is checked first: the checksums of an entry no one
+    vouches for mean nothing."""
+    meta_bytes = (entry / "meta.json").read_bytes()
+    try:
+        seal_text = (entry / SEAL_FILE).read_bytes()
+    except FileNotFoundError:
+        seal_text = None
+    why = verdict(meta_bytes, seal_text, sealed_ok)
+    meta = json.loads(meta_bytes) if why is not None else None
+    if meta is None or meta.get("key") != entry.name:  # vouched for, but for another key
+        raise Untrusted(str(entry))
+    for name, expected in meta["files"].items():
+        if hashlib.sha256((entry / name).read_bytes()).hexdigest() != expected:
+            raise ValueError(f"{name} does not match its checksum")
+    artifacts = {
+        name.removeprefix("artifacts/"): (entry / name).read_bytes()
+        for name in meta["files"]
+        if name.startswith("artifacts/")
+    }
+    return meta, artifacts, why
+
+
+def _index_seal(key: str, value: Any) -> str:
+    return seal(b"index\0" + key.encode() + b"\0" + json.dumps(value, sort_keys=True).encode())
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    with os.fdopen(open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as f:
+        f.write(data)

@@ -7,9 +7,10 @@ device this machine lacks while CMD runs on the ``cpu`` runtime. Both read the s
 (``nkipy_core.plugin.manager.get()``), so what they show is what ``torch.compile`` will do.
 ``nkipy-ops stats DIR`` answers "which kernels did my last run spend its time in?" from the
 counters a program writes under its kernel cache at exit (``nkipy_core.observe.profiling``).
+``nkipy-ops cache`` lists, checks, prunes, exports and imports the kernel cache.
 
 Each command is a module of this package (``ops_list``, ``coverage``, ``doctor``, ``precompile``,
-``stats``, ``new_pack``) over shared parts (``command``: exit codes and the usage error;
+``stats``, ``new_pack``, ``cache``) over shared parts (``command``: exit codes and the usage error;
 ``format``: tables and ``--format``; ``installed``: the plugin and runtime rows); this one holds
 the argument parser and the dispatch to them.
 """
@@ -21,6 +22,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from nkipy_core.cli import cache
 from nkipy_core.cli.command import EXIT_ERROR, EXIT_OK, UsageError
 from nkipy_core.cli.coverage import OPSETS
 from nkipy_core.cli.doctor import CORE_DISTRIBUTION, cmd_doctor, distribution_version
@@ -144,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--rank", type=int, help="only this rank's counters")
     stats.set_defaults(handler=cmd_stats)
+
+    cache.add_parser(commands, common)
     return parser
 
 

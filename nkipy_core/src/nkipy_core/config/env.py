@@ -314,6 +314,51 @@ NKIPY_CACHE_LOCK_TIMEOUT = _declare(
     "cache before raising `CacheLockTimeoutError`.",
     owner=CORE,
 )
+NKIPY_CACHE_SHARED = _declare(
+    "NKIPY_CACHE_SHARED",
+    kind=TEXT,
+    meaning="Read-only kernel cache directories consulted after the local one (separated by "
+    "`:`), such as an NFS or FSx mount a build machine fills. Their entries are used only when "
+    "signed by a key in `NKIPY_CACHE_TRUSTED_KEYS` or pinned in `NKIPY_CACHE_PINNED`.",
+    owner=CORE,
+)
+NKIPY_CACHE_MAX_SIZE = _declare(
+    "NKIPY_CACHE_MAX_SIZE",
+    kind=BYTES,
+    meaning="The most bytes the local kernel cache's entries may hold: past it, the least "
+    "recently used entries are removed after each new one is stored. Unset: no limit.",
+    owner=CORE,
+)
+NKIPY_CACHE_KEY = _declare(
+    "NKIPY_CACHE_KEY",
+    kind=PATH,
+    meaning="The file holding this user's secret key, which seals the kernel cache entries "
+    "this user's processes write (created, private, on first use). Unset: "
+    "`~/.config/nkipy/cache.key`.",
+    owner=CORE,
+)
+NKIPY_CACHE_SIGNING_KEY = _declare(
+    "NKIPY_CACHE_SIGNING_KEY",
+    kind=PATH,
+    meaning="A private key made by `nkipy-ops cache keygen`: entries this process writes or "
+    "exports are signed with it, so that hosts trusting its public key use them.",
+    owner=CORE,
+)
+NKIPY_CACHE_TRUSTED_KEYS = _declare(
+    "NKIPY_CACHE_TRUSTED_KEYS",
+    kind=PATH,
+    meaning="A file of public keys (`ed25519 <hex> name` per line, as `nkipy-ops cache keygen` "
+    "prints them) whose signatures make shared, imported or copied kernel cache entries "
+    "trusted.",
+    owner=CORE,
+)
+NKIPY_CACHE_PINNED = _declare(
+    "NKIPY_CACHE_PINNED",
+    kind=PATH,
+    meaning="A file of kernel cache entry digests (one per line, as `nkipy-ops cache export` "
+    "writes them) trusted without a signature.",
+    owner=CORE,
+)
 NKIPY_UPDATE_EXPECTED_FAILURES = _declare(
     "NKIPY_UPDATE_EXPECTED_FAILURES",
     kind=FLAG,

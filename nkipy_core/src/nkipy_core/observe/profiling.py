@@ -39,6 +39,7 @@ import torch.autograd.profiler as _torch_profiler
 
 from nkipy_core import _torch
 from nkipy_core.cache.kernel_cache import STATS, atomic_write
+from nkipy_core.cache.safety import make_private_dirs
 from nkipy_core.config import env
 
 log = logging.getLogger("nkipy.profiling")
@@ -242,7 +243,7 @@ def write_last_run() -> list[Path]:
         }
         path = stats_file(root, rank, world_size)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(path.parent)
             atomic_write(path, json.dumps(data, indent=2).encode(), path.parent)
         except OSError as exc:  # the cache is gone or read-only: nothing to report into
             log.debug("nkipy: could not write kernel statistics to %s: %s", path, exc)
