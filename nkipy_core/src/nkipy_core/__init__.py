@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported l
     from nkipy_core.errors import NkipyError as NkipyError
     from nkipy_core.errors import PluginConflictError as PluginConflictError
     from nkipy_core.errors import PluginError as PluginError
+    from nkipy_core.errors import RecompileLimitError as RecompileLimitError
     from nkipy_core.errors import RuntimeNotFoundError as RuntimeNotFoundError
     from nkipy_core.errors import RuntimeUnavailableError as RuntimeUnavailableError
     from nkipy_core.errors import SpecializationLimitError as SpecializationLimitError
@@ -98,6 +99,7 @@ _EXPORTS = {
             "NkipyError",
             "PluginConflictError",
             "PluginError",
+            "RecompileLimitError",
             "RuntimeNotFoundError",
             "RuntimeUnavailableError",
             "SpecializationLimitError",
