@@ -37,7 +37,7 @@ def nkipy_backend(
 ):
     """Compile a dynamo graph; ``options`` are ``init_nkipy_backend`` settings for this function."""
     config = current().override(options)
-    function, frame = _function_and_frame()
+    function, frame, fresh = _function_and_frame()
     names = [str(n.target) for n in gm.graph.find_nodes(op="placeholder")]
     recompiles.compiled(
         function,
@@ -45,6 +45,7 @@ def nkipy_backend(
         recompiles.signature(example_inputs, names=names),
         config,
         kind="dynamo graph",
+        fresh=fresh,
     )
     loaded = plugins.get(strict=config.strict)
     decompositions = loaded.decompositions.table(loaded.lowerings.ops())
@@ -122,14 +123,17 @@ def _frame_name() -> str:
     return f"{where}, compile {compile_id}" if compile_id is not None else where
 
 
-def _function_and_frame() -> tuple[str, str]:
-    """The function ``torch.compile`` wrapped and the frame dynamo compiles a graph of: the
-    same, except in a frame dynamo resumes the function in after a graph break."""
+def _function_and_frame() -> tuple[str, str, bool]:
+    """The function ``torch.compile`` wrapped, the frame dynamo compiles a graph of (the same,
+    except in a frame dynamo resumes the function in after a graph break), and whether this is
+    the function's first compile since dynamo's caches were new (``torch.compiler.reset()``)."""
     codes = _torch.TracingContext.get_traced_code() or []
     if not codes:
-        return "a function", "a function"
+        return "a function", "a function", False
     code = root = codes[0]
     resumed = _torch.ContinueExecutionCache.generated_code_metadata
     while (metadata := resumed.get(root)) is not None:
         root = metadata.code
-    return _code_name(root), _code_name(code)
+    compile_id = _torch.CompileContext.current_compile_id()
+    first = code is root and compile_id is not None and compile_id.frame_compile_id == 0
+    return _code_name(root), _code_name(code), first

@@ -60,6 +60,9 @@ class TensorSpec:
     dtype: str
     device: str
 
+    def __str__(self) -> str:
+        return f"{self.dtype}[{'x'.join(self.shape)}] on {self.device}"
+
 
 #: one argument of a graph: a tensor's ``TensorSpec``, or a number's value as text
 Input = TensorSpec | str
@@ -181,15 +184,18 @@ def compiled(
     *,
     kind: str,
     counts: bool = True,
+    fresh: bool = False,
 ) -> None:
     """Note that ``function`` compiles ``graph`` (a dynamo frame, or a graph with symbolic
     sizes) for the signature ``inputs``; ``kind`` says how (``"dynamo graph"``: dynamo called the
     backend; ``"size set"``: a new size set of a symbolic graph). Explained, logged, appended to
     the cache's ``recompiles.jsonl``, and checked against ``config.max_kernels`` (raises
     ``RecompileLimitError``) before the compile runs. ``counts=False``: a signature compiled as
-    part of a compile already noted (a symbolic graph's first size set), only remembered."""
+    part of a compile already noted (a symbolic graph's first size set), only remembered.
+    ``fresh``: dynamo compiles the function for the first time (in this process, or since
+    ``torch.compiler.reset()``): what was noted of it before is forgotten."""
     state = _functions.get(function)
-    if state is None:
+    if state is None or fresh:
         state = _functions[function] = _Function()
     history = state.graphs.setdefault(graph, collections.deque(maxlen=HISTORY))
     if not counts:
