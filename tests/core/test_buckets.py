@@ -50,7 +50,7 @@ class EchoModel:
 def test_generate_left_pads_the_prompt_under_its_mask_and_returns_the_unpadded_tokens():
     model = EchoModel()
     prompt = torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
-    tokens = buckets.generate(model, prompt, buckets=[5], batch_buckets=None, max_new_tokens=2)
+    tokens = buckets.generate(model, prompt, buckets=[5], pad_batch=True, max_new_tokens=2)
     assert torch.equal(
         tokens, torch.tensor([[1, 2, 3, 6, 6], [4, 5, 6, 15, 15], [7, 8, 9, 24, 24]])
     )

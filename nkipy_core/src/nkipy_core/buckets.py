@@ -15,7 +15,7 @@ you know the dimension may be padded.
 - ``next_bucket(n, buckets)``: the size ``n`` is padded to.
 - ``pad_to_bucket(tensor, dim, value, buckets, side)``: ``tensor`` padded along ``dim``.
 - ``generate(model, input_ids, ...)``: Hugging Face ``model.generate`` with the prompt left-padded
-  to its bucket (and optionally the batch padded with copies of its first row); the result is
+  to its bucket (and, with ``pad_batch=True``, the batch padded with copies of its first row); the result is
   what ``generate`` returns for the unpadded prompt: the prompt, then the new tokens.
 """
 
@@ -74,7 +74,8 @@ def generate(
     attention_mask: torch.Tensor | None = None,
     *,
     buckets: Sequence[int] | None = None,
-    batch_buckets: Sequence[int] | None | bool = False,
+    pad_batch: bool = False,
+    batch_buckets: Sequence[int] | None = None,
     **generate_kwargs: Any,
 ) -> torch.Tensor:
     """``model.generate(input_ids, attention_mask=..., **generate_kwargs)`` (a Hugging Face
@@ -83,9 +84,9 @@ def generate(
 
     The padding is masked out (``attention_mask`` 0) and takes the model's pad token, else its end
     of sequence token, else 0. ``input_ids`` must already be left-padded if its rows differ in
-    length (``attention_mask`` says where). ``batch_buckets`` (``None``: powers of two; ``False``:
-    off) pads the batch too, with copies of the first row, whose results are dropped: rows are
-    independent, so the copies change nothing. Only the token tensor is returned
+    length (``attention_mask`` says where). ``pad_batch=True`` pads the batch too, to
+    ``next_bucket(rows, batch_buckets)``, with copies of the first row whose results are dropped:
+    rows are independent, so the copies change nothing. Only the token tensor is returned
     (``return_dict_in_generate`` is not supported)."""
     if generate_kwargs.get("return_dict_in_generate"):
         raise ValueError("nkipy_core.buckets.generate returns the tokens only")
@@ -94,7 +95,7 @@ def generate(
     rows, length = input_ids.shape
     padded_ids = pad_to_bucket(input_ids, 1, _pad_token(model), buckets, "left")
     padded_mask = pad_to_bucket(attention_mask, 1, 0, buckets, "left")
-    if batch_buckets is not False:
+    if pad_batch:
         extra = next_bucket(rows, batch_buckets) - rows
         padded_ids = torch.cat([padded_ids, padded_ids[:1].expand(extra, -1)])
         padded_mask = torch.cat([padded_mask, padded_mask[:1].expand(extra, -1)])

@@ -43,27 +43,23 @@ def summarise(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         reasons: dict[str, list[str]] = collections.defaultdict(list)
         for r in compiles:
             for reason in r["reasons"] or [{"what": FIRST}]:
-                values = reasons[reason["what"]]
-                if "new" in reason:
-                    values.append(f"{reason['new']} vs {reason['old']}")
-                else:
-                    values.append("")
+                value = f"{reason['new']} vs {reason['old']}" if "new" in reason else ""
+                reasons[reason["what"]].append(value)
+        rows: list[dict[str, Any]] = [
+            {
+                "what": what,
+                "compiles": len(values),
+                "values": list(dict.fromkeys(v for v in values if v)),
+            }
+            for what, values in reasons.items()
+        ]
+        rows.sort(key=lambda row: (row["what"] != FIRST, -row["compiles"], row["what"]))
         summary.append(
             {
                 "function": function,
                 "kernel_graphs": len(compiles),
                 "kinds": dict(sorted(kinds.items())),
-                "reasons": sorted(
-                    (
-                        {
-                            "what": what,
-                            "compiles": len(values),
-                            "values": list(dict.fromkeys(v for v in values if v)),
-                        }
-                        for what, values in reasons.items()
-                    ),
-                    key=lambda row: (row["what"] != FIRST, -row["compiles"], row["what"]),
-                ),
+                "reasons": rows,
             }
         )
     return sorted(summary, key=lambda f: (-f["kernel_graphs"], f["function"]))
