@@ -46,6 +46,26 @@ def _graph_source_is_forgotten() -> bool:
     return before and not after and torch.equal(gm(torch.ones(1)), torch.full((1,), 2.0))
 
 
+def _resume_code_knows_its_function() -> bool:
+    """The code dynamo resumes a function in after a graph break maps to the function's code."""
+    seen = []
+
+    def backend(gm, inputs):
+        seen.append(_torch.TracingContext.get_traced_code()[0])
+        return gm
+
+    def broken(x):
+        x = x + 1
+        torch._dynamo.graph_break()
+        return x * 2
+
+    torch.compiler.reset()
+    torch.compile(broken, backend=backend)(torch.ones(2))
+    first, resumed = seen
+    metadata = _torch.ContinueExecutionCache.generated_code_metadata
+    return first is broken.__code__ and metadata.get(resumed).code is broken.__code__
+
+
 def _untraced_is_honoured() -> None:
     """Dynamo breaks the graph at an untraced function and calls it as is (not compiling)."""
     seen = []
@@ -194,6 +214,7 @@ CANARIES = {
     "mark_dynamo_propagated_dynamic_indices": lambda: (
         _params(_torch.mark_dynamo_propagated_dynamic_indices) == ["t", "dims"]
     ),
+    "ContinueExecutionCache": _resume_code_knows_its_function,
     "BackendCompilerFailed": lambda: (
         "inner_exception" in _params(_torch.BackendCompilerFailed.__init__)
     ),

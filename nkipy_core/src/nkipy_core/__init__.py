@@ -16,6 +16,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported lazily at run time)
+    from nkipy_core import buckets as buckets
     from nkipy_core import config as config
     from nkipy_core import knp as knp
     from nkipy_core.cache.kernel_cache import STATS as _STATS
@@ -40,6 +41,7 @@ if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported l
     from nkipy_core.errors import NkipyError as NkipyError
     from nkipy_core.errors import PluginConflictError as PluginConflictError
     from nkipy_core.errors import PluginError as PluginError
+    from nkipy_core.errors import RecompileLimitError as RecompileLimitError
     from nkipy_core.errors import RuntimeNotFoundError as RuntimeNotFoundError
     from nkipy_core.errors import RuntimeUnavailableError as RuntimeUnavailableError
     from nkipy_core.errors import SpecializationLimitError as SpecializationLimitError
@@ -66,6 +68,8 @@ if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported l
 
 _EXPORTS = {
     "knp": "nkipy_core.knp",
+    # padding a dimension to a few sizes, where that is sound (prompts, batches): few kernel graphs
+    "buckets": "nkipy_core.buckets",
     "config": "nkipy_core.config",
     # the plugin manager: ``plugins.register(obj, ...)`` and ``plugins.reload()`` for packs
     # registered in-process (pack tests, notebooks)
@@ -101,6 +105,7 @@ _EXPORTS = {
             "NkipyError",
             "PluginConflictError",
             "PluginError",
+            "RecompileLimitError",
             "RuntimeNotFoundError",
             "RuntimeUnavailableError",
             "SpecializationLimitError",

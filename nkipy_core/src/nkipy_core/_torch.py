@@ -274,6 +274,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
         "torch._functorch._aot_autograd.runtime_wrappers",
         "mark_dynamo_propagated_dynamic_indices",
     ),
+    # the frames dynamo resumes a function in after a graph break, mapped to that function:
+    # their compiles count as the function's (``observe/recompiles.py``)
+    "ContinueExecutionCache": ("torch._dynamo.resume_execution", "ContinueExecutionCache"),
     # what torch.compile raises when a backend fails: the test harness reports it
     "BackendCompilerFailed": ("torch._dynamo.exc", "BackendCompilerFailed"),
     # PyTorch's OpInfo database: the conformance harness's cases

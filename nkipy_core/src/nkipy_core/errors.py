@@ -21,6 +21,7 @@ __all__ = [
     "NkipyError",
     "PluginConflictError",
     "PluginError",
+    "RecompileLimitError",
     "RuntimeNotFoundError",
     "RuntimeUnavailableError",
     "SpecializationLimitError",
@@ -108,6 +109,15 @@ class UnsupportedOpsError(NkipyError):
 
 class SpecializationLimitError(NkipyError):
     """Strict mode: a graph with symbolic sizes met more size sets than ``max_specializations``."""
+
+
+class RecompileLimitError(NkipyError):
+    """A compiled function needed more kernel graphs than ``max_kernels``: its message lists
+    what recompiled and why (the input whose size, stride or dtype changed) and what to do.
+
+    Not a ``SpecializationLimitError``: that one is strict mode's answer to running out of
+    specialisations, whereas this one is asked for (``max_kernels``, ``NKIPY_MAX_KERNELS``) to
+    find a recompile storm in CI, and is raised in strict mode or not."""
 
 
 class Unsupported(Exception):  # noqa: N818 - named for how rules read: `raise Unsupported("...")`

@@ -7,10 +7,13 @@ device this machine lacks while CMD runs on the ``cpu`` runtime. Both read the s
 (``nkipy_core.plugin.manager.get()``), so what they show is what ``torch.compile`` will do.
 ``nkipy-ops stats DIR`` answers "which kernels did my last run spend its time in?" from the
 counters a program writes under its kernel cache at exit (``nkipy_core.observe.profiling``).
-``nkipy-ops cache`` lists, checks, prunes, exports and imports the kernel cache.
+``nkipy-ops explain DIR`` answers "why did my function compile so many kernel graphs?" from the
+line each compile appends there (``nkipy_core.observe.recompiles``). ``nkipy-ops cache`` lists,
+checks, prunes, exports and imports the kernel cache.
 
 Each command is a module of this package (``ops_list``, ``coverage``, ``doctor``, ``precompile``,
-``stats``, ``new_pack``, ``cache``) over shared parts (``command``: exit codes and the usage error;
+``stats``, ``explain``, ``new_pack``, ``cache``) over shared parts (``command``: exit codes and
+the usage error;
 ``format``: tables and ``--format``; ``installed``: the plugin and runtime rows); this one holds
 the argument parser and the dispatch to them.
 """
@@ -26,6 +29,7 @@ from nkipy_core.cli import cache
 from nkipy_core.cli.command import EXIT_ERROR, EXIT_OK, UsageError
 from nkipy_core.cli.coverage import OPSETS
 from nkipy_core.cli.doctor import CORE_DISTRIBUTION, cmd_doctor, distribution_version
+from nkipy_core.cli.explain import cmd_explain
 from nkipy_core.cli.new_pack import cmd_new_pack
 from nkipy_core.cli.ops_list import cmd_list
 from nkipy_core.cli.precompile import cmd_precompile
@@ -146,6 +150,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--rank", type=int, help="only this rank's counters")
     stats.set_defaults(handler=cmd_stats)
+
+    explain = commands.add_parser(
+        "explain",
+        parents=[common],
+        help="kernel graphs per compiled function and why each recompile happened",
+        description="Summarise the compiles recorded in the kernel cache DIR: per compiled "
+        "function, how many kernel graphs it needed and, grouped, what differed from the nearest "
+        "graph already compiled (an input's size, stride or dtype, or a guard).",
+    )
+    explain.add_argument(
+        "cache",
+        nargs="?",
+        metavar="DIR",
+        help="kernel cache directory (default: NKIPY_CACHE, else ./nkipy_cache)",
+    )
+    explain.add_argument(
+        "--all",
+        action="store_true",
+        help="every recorded run, not only the last one (each rank's last process)",
+    )
+    explain.set_defaults(handler=cmd_explain)
 
     cache.add_parser(commands, common)
     return parser

@@ -297,6 +297,14 @@ NKIPY_MEMORY_LIMIT = _declare(
     "`DeviceOutOfMemoryError` (a `torch.OutOfMemoryError`). Unset: no limit but the device's.",
     owner=CORE,
 )
+NKIPY_MAX_KERNELS = _declare(
+    "NKIPY_MAX_KERNELS",
+    kind=COUNT,
+    meaning="The most kernel graphs one compiled function may need (its recompiles and "
+    "specialisations together) when `init_nkipy_backend(max_kernels=...)` names none; one more "
+    "raises `RecompileLimitError`, which says what recompiled and why. Unset: no limit.",
+    owner=CORE,
+)
 NKIPY_EAGER_FUSION = _declare(
     "NKIPY_EAGER_FUSION",
     kind=FLAG,

@@ -41,6 +41,11 @@ def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         )
 
 
+def _positive_or_none(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None:
+        _positive(instance, attribute, value)
+
+
 def _memory_limit(value: int | str | None) -> int | None:
     """A memory limit as bytes: an int, or a size in words (``"16GiB"``); ``None``: no limit."""
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
@@ -76,6 +81,10 @@ class Config:
     #: static kernel graphs compiled per graph with symbolic sizes (one per size set) before
     #: further sizes run as torch on CPU; see ``nkipy_core.dynamo.specialize``
     max_specializations: int = attrs.field(default=32, validator=_positive)
+    #: the most kernel graphs one compiled function may need (its dynamo graphs, recompiles and
+    #: specialisations together) before ``RecompileLimitError``: a recompile storm found in CI
+    #: (``NKIPY_MAX_KERNELS``; ``None``: no limit); see ``nkipy_core.observe.recompiles``
+    max_kernels: int | None = attrs.field(default=None, validator=_positive_or_none)
     #: random ops draw from torch's CPU generator on the host (bit-exact with eager) instead of
     #: the kernels' Philox stream (see ``nkipy_core.compiler.rng``)
     fallback_random: bool = False
@@ -128,6 +137,7 @@ def _resolve(
     target: str | None = None,
     precompile: str | None = None,
     memory_limit: int | str | None = None,
+    max_kernels: int | None = None,
     **settings,
 ) -> Config:
     """A configuration from the given settings, the environment and the defaults: the one place
@@ -142,6 +152,7 @@ def _resolve(
         target=target or env.NKIPY_TARGET.get(),
         precompile=precompile or env.NKIPY_PRECOMPILE.get(),
         memory_limit=memory_limit or env.NKIPY_MEMORY_LIMIT.get(),
+        max_kernels=env.NKIPY_MAX_KERNELS.get() if max_kernels is None else max_kernels,
         **{"eager_fusion": env.NKIPY_EAGER_FUSION.get(), **settings},
     )
 
@@ -160,6 +171,7 @@ def init_nkipy_backend(
     precompile: str | None = None,
     memory_limit: int | str | None = None,
     eager_fusion: bool | None = None,
+    max_kernels: int | None = None,
 ) -> Config:
     """Configure the nkipy backend for this process.
 
@@ -180,6 +192,8 @@ def init_nkipy_backend(
     raises ``DeviceOutOfMemoryError``, a ``torch.OutOfMemoryError`` (see docs/device.md).
     ``eager_fusion`` (``NKIPY_EAGER_FUSION``, default on) queues eager ops on the device and runs
     them as fused kernels where a value is needed; off runs one kernel per op (see docs/device.md).
+    ``max_kernels`` (``NKIPY_MAX_KERNELS``; default: no limit) makes a compiled function that needs
+    more kernel graphs than that raise ``RecompileLimitError`` (see docs/shapes.md).
 
     Before any call, the first use of the backend or the device (a compile, ``.to("nkipy")``)
     configures the process with these same defaults, and the first call replaces that implicit
@@ -196,6 +210,7 @@ def init_nkipy_backend(
         target=target,
         precompile=precompile,
         memory_limit=memory_limit,
+        max_kernels=max_kernels,
         log_level=log_level,
         additional_compiler_args=additional_compiler_args,
         strict=strict,

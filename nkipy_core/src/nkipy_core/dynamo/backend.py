@@ -7,7 +7,8 @@ when its sizes are symbolic, becomes a ``SpecializedGraph`` that compiles one st
 size set it is called with. The compilers are serialisable for torch's AOTAutograd cache, so a
 new process with warm caches skips AOTAutograd's trace too (``nkipy_core.dynamo.aot_cache``). An
 inference graph for which AOTAutograd's runtime wrapper would do nothing is called without it
-(``nkipy_core.dynamo.direct_call``).
+(``nkipy_core.dynamo.direct_call``). Each call is a new kernel graph of the compiled function,
+explained and counted against ``max_kernels`` (``nkipy_core.observe.recompiles``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from nkipy_core.config.settings import current
 from nkipy_core.dynamo import aot_cache, direct_call
 from nkipy_core.dynamo.aot_cache import NkipyGraph
 from nkipy_core.dynamo.specialize import SpecializedGraph, specializable
+from nkipy_core.observe import recompiles
 from nkipy_core.plugin import manager as plugins
 
 
@@ -35,6 +37,16 @@ def nkipy_backend(
 ):
     """Compile a dynamo graph; ``options`` are ``init_nkipy_backend`` settings for this function."""
     config = current().override(options)
+    function, frame, fresh = _function_and_frame()
+    names = [str(n.target) for n in gm.graph.find_nodes(op="placeholder")]
+    recompiles.compiled(
+        function,
+        frame,
+        recompiles.signature(example_inputs, names=names),
+        config,
+        kind="dynamo graph",
+        fresh=fresh,
+    )
     loaded = plugins.get(strict=config.strict)
     decompositions = loaded.decompositions.table(loaded.lowerings.ops())
 
@@ -50,7 +62,16 @@ def nkipy_backend(
             if symbolic:
                 name = f"the {kind} graph of {_frame_name()}"
                 marks = direct_call.dynamic_output_dims() if why_wrapped is None else ()
-                specialized = SpecializedGraph(graph, inputs, config, name, compile_callable, marks)
+                specialized = SpecializedGraph(
+                    graph,
+                    inputs,
+                    config,
+                    name,
+                    compile_callable,
+                    marks,
+                    function=function,
+                    names=names if kind == "forward" else None,
+                )
                 return NkipyGraph(
                     specialized,
                     config,
@@ -88,12 +109,31 @@ def compile_callable(gm: torch.fx.GraphModule, inputs: Sequence[Any], config) ->
     return entry(compile_graph(gm, inputs, config))
 
 
+def _code_name(code: Any) -> str:
+    return f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+
+
 def _frame_name() -> str:
     """The compiled Python function and dynamo's compile id, to name a graph in warnings."""
     codes = _torch.TracingContext.get_traced_code() or []
     compile_id = _torch.CompileContext.current_compile_id()
     if not codes:
         return "a function"
-    code = codes[0]
-    where = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+    where = _code_name(codes[0])
     return f"{where}, compile {compile_id}" if compile_id is not None else where
+
+
+def _function_and_frame() -> tuple[str, str, bool]:
+    """The function ``torch.compile`` wrapped, the frame dynamo compiles a graph of (the same,
+    except in a frame dynamo resumes the function in after a graph break), and whether this is
+    the function's first compile since dynamo's caches were new (``torch.compiler.reset()``)."""
+    codes = _torch.TracingContext.get_traced_code() or []
+    if not codes:
+        return "a function", "a function", False
+    code = root = codes[0]
+    resumed = _torch.ContinueExecutionCache.generated_code_metadata
+    while (metadata := resumed.get(root)) is not None:
+        root = metadata.code
+    compile_id = _torch.CompileContext.current_compile_id()
+    first = code is root and compile_id is not None and compile_id.frame_compile_id == 0
+    return _code_name(root), _code_name(code), first

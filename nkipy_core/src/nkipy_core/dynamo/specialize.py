@@ -18,7 +18,9 @@ symbolic dimensions as AOTAutograd's runtime wrapper would. Past ``max_specializ
 sets, calls with new sizes run the symbolic graph op by op in eager torch: counted in
 ``cache_stats()["unspecialized_calls"]`` and warned about once per graph; in strict mode that
 is a ``SpecializationLimitError`` instead. A graph whose sizes depend on tensor values, not
-only on its inputs' sizes, is not specialised (see ``specializable``).
+only on its inputs' sizes, is not specialised (see ``specializable``). Each size set after the
+first is a new kernel graph of the compiled function: explained by the sizes that differ from the
+nearest size set compiled, and counted against ``max_kernels`` (``nkipy_core.observe.recompiles``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from nkipy_core.cache.kernel_cache import STATS
 from nkipy_core.compiler.fallback import FallbackWarning
 from nkipy_core.config.settings import Config
 from nkipy_core.errors import SpecializationLimitError
+from nkipy_core.observe import recompiles
 
 log = logging.getLogger("nkipy.specialize")
 
@@ -186,7 +189,10 @@ class SpecializedGraph:
     the call's sizes, compiling it on first use (see the module docstring).
 
     ``output_dims``: (output index, dimensions) to mark as dynamic on each call's outputs, when
-    no AOTAutograd runtime wrapper does it (``direct_call.dynamic_output_dims``)."""
+    no AOTAutograd runtime wrapper does it (``direct_call.dynamic_output_dims``). ``function``:
+    the compiled function the graph belongs to, whose kernel graphs it counts into; ``names``:
+    the dynamo graph's names of the inputs, to explain a new size set with (a forward graph
+    takes the dynamo graph's inputs in order; ignored unless there are as many)."""
 
     def __init__(
         self,
@@ -196,12 +202,16 @@ class SpecializedGraph:
         name: str,
         compile_static: Callable[[torch.fx.GraphModule, Sequence[Any], Config], Callable],
         output_dims: Sequence[tuple[int, set[int]]] = (),
+        function: str = "a function",
+        names: Sequence[str] | None = None,
     ):
         self.gm = gm
         self.config = config
         self.name = name
         self.compile_static = compile_static
         self.output_dims = tuple(output_dims)
+        self.function = function
+        self.names = names
         scalars = scalar_inputs(gm)
         #: the positions of the arguments a static copy takes (``None``: all of them)
         self.taken = (
@@ -231,6 +241,14 @@ class SpecializedGraph:
         return outputs
 
     def _specialize(self, key: tuple, like: Sequence[Any]) -> Callable:
+        recompiles.compiled(
+            self.function,
+            self.name,
+            recompiles.signature(like, key, self.names),
+            self.config,
+            kind="size set",
+            counts=bool(self.compiled),  # the first is the compile of the graph itself
+        )
         static, inputs = specialize(self.gm, key, like)
         STATS["specializations"] += 1
         log.info(
