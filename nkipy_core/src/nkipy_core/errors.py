@@ -25,6 +25,7 @@ __all__ = [
     "RuntimeNotFoundError",
     "RuntimeUnavailableError",
     "SpecializationLimitError",
+    "UnsafeCacheError",
     "Unsupported",
     "UnsupportedOpsError",
     "UnsupportedTorchError",
