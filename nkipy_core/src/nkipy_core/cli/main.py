@@ -114,6 +114,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="kernel cache directory (default: NKIPY_CACHE, else ./nkipy_cache)",
     )
     pre.add_argument("--target", help="hardware target to compile for (NKIPY_TARGET; e.g. trn2)")
+    pre.add_argument(
+        "--record",
+        metavar="MANIFEST",
+        help="only record the kernels COMMAND needs into MANIFEST (JSON), compiling nothing",
+    )
+    pre.add_argument(
+        "--from",
+        dest="from_manifest",
+        metavar="MANIFEST",
+        help="compile every kernel of MANIFEST for --runtime, without running a command",
+    )
+    pre.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="compiles at once with --from (default: one per core if the compiler is a process)",
+    )
     pre.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND")
     pre.set_defaults(handler=cmd_precompile)
 

@@ -19,7 +19,7 @@ import torch.fx
 from nkipy_core.buffers import memory
 from nkipy_core.cache import keys
 from nkipy_core.cache.kernel_cache import STATS, KernelCache
-from nkipy_core.compiler import precompile
+from nkipy_core.compiler import manifest, precompile
 from nkipy_core.compiler.kernel_call import PLAIN, Boundary, KernelCall
 from nkipy_core.compiler.key_parts import core_version, placeholder_key, runtime_tag, versions_key
 from nkipy_core.compiler.lower import lower_subgraph, output_orders
@@ -106,7 +106,7 @@ def _find_or_lower(
         devices = [memory.is_nkipy(n.meta.get("val")) for n in results]
     else:
         devices = [on_device] * len(results)
-    indexed = cache.get_index(fx_key)
+    indexed = None if manifest.recording() else cache.get_index(fx_key)
     if indexed is not None:
         call = load_kernel(
             cache,
@@ -122,6 +122,7 @@ def _find_or_lower(
         if call is not None:
             return call
     kernel = lower(sub, name)
+    manifest.RECORDER.note(kernel, name)
     ir_text = format_kernel(kernel, with_origin=False)
     kernel_key = keys.kernel_key(ir_text, runtime.name, tag, options.compiler_args, versions_key())
     loaded = cache.load(kernel_key)
@@ -198,48 +199,19 @@ def load_kernel(
 
 
 def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall, float | None]:
-    """Compile a lowered kernel, store its cache entry and index it; the call and compile seconds.
+    """Compile a lowered kernel, store its cache entry and index it; the call and compile seconds
+    (``None`` when another process compiled it meanwhile, see ``compile_into_cache``).
 
-    The compile and store hold the kernel's compile lock, so ranks sharing the cache compile it
-    once: a rank that waited for another's compile loads that entry instead, and its seconds are
-    ``None``. Safe to run in a worker thread (the cache writes are atomic, the counters are the
-    caller's). A kernel the cache could not store (read-only, full disk) is not indexed either:
-    an index entry would only send the next process to an entry that is not there."""
+    A kernel the cache could not store (read-only, full disk) is not indexed either: an index
+    entry would only send the next process to an entry that is not there."""
     cache = KernelCache(config.nkipy_cache)
-    seconds = None
-    ops = profiling.op_counts(job.kernel)
-    with cache.compile_lock(job.kernel_key):
-        stored = cache.load(job.kernel_key, count_miss=False)
-        in_cache = stored is not None
-        if stored is not None:
-            executable = runtime.load(stored[1], Signature.of(job.kernel), job.options)
-            log.info(
-                "kernel %s was compiled by another process while this one waited; loaded it",
-                job.name,
-            )
-        else:
-            start = time.monotonic()
-            executable = runtime.compile(job.kernel, job.options)
-            seconds = time.monotonic() - start
-            in_cache = (
-                cache.store(
-                    job.kernel_key,
-                    _entry_files(job),
-                    executable.artifacts(),
-                    _entry_meta(job, runtime, seconds),
-                )
-                is not None
-            )
-            log.info(
-                "compiled kernel %s (%s) for %s in %.2f s into cache entry %s",
-                job.name,
-                profiling.op_summary(ops),
-                runtime.name,
-                seconds,
-                job.kernel_key,
-            )
+    files = {"graph.py": job.sub.code.encode()}
+    executable, seconds, in_cache = compile_into_cache(
+        cache, job.kernel, job.kernel_key, job.name, job.options, runtime, files
+    )
     if in_cache:
         cache.put_index(job.fx_key, {"kernel": job.kernel_key})
+    ops = profiling.op_counts(job.kernel)
     stats = profiling.record(cache.root, job.kernel_key, job.name, ops, executable.signature)
     call = KernelCall(
         job.name,
@@ -255,24 +227,77 @@ def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall
     return call, seconds
 
 
-def _entry_files(job: _Lowered) -> dict[str, bytes]:
+def compile_into_cache(
+    cache: KernelCache,
+    kernel: Any,
+    kernel_key: str,
+    name: str,
+    options: CompileOptions,
+    runtime,
+    files: dict[str, bytes],
+) -> tuple[Any, float | None, bool]:
+    """(executable, compile seconds, whether it is in the cache) of a lowered kernel, compiled
+    and stored unless another process did it first.
+
+    The compile and store hold the kernel's compile lock, so ranks sharing the cache compile it
+    once: a rank that waited for another's compile loads that entry instead, and its seconds are
+    ``None``. Safe to run in a worker thread (the cache writes are atomic, the counters are the
+    caller's). ``files``: what the entry holds for people beside the kernel's IR and code."""
+    seconds = None
+    with cache.compile_lock(kernel_key):
+        stored = cache.load(kernel_key, count_miss=False)
+        in_cache = stored is not None
+        if stored is not None:
+            executable = runtime.load(stored[1], Signature.of(kernel), options)
+            log.info(
+                "kernel %s was compiled by another process while this one waited; loaded it",
+                name,
+            )
+        else:
+            ir_text = format_kernel(kernel, with_origin=False)
+            manifest.check_compiled(ir_text, name)
+            start = time.monotonic()
+            executable = runtime.compile(kernel, options)
+            seconds = time.monotonic() - start
+            in_cache = (
+                cache.store(
+                    kernel_key,
+                    {**files, **_entry_files(kernel)},
+                    executable.artifacts(),
+                    _entry_meta(kernel, name, ir_text, runtime, options, seconds),
+                )
+                is not None
+            )
+            log.info(
+                "compiled kernel %s (%s) for %s in %.2f s into cache entry %s",
+                name,
+                profiling.op_summary(profiling.op_counts(kernel)),
+                runtime.name,
+                seconds,
+                kernel_key,
+            )
+    return executable, seconds, in_cache
+
+
+def _entry_files(kernel: Any) -> dict[str, bytes]:
+    """The kernel as people read it: its NumPy code (never run from here) and IR."""
     return {
-        "graph.py": job.sub.code.encode(),
-        "kernel.py": codegen.generate(job.kernel).encode(),
-        "kernel.ir": format_kernel(job.kernel).encode(),
+        "kernel.py": codegen.generate(kernel).encode(),
+        "kernel.ir": format_kernel(kernel).encode(),
     }
 
 
-def _entry_meta(job: _Lowered, runtime, seconds: float) -> dict[str, Any]:
-    kernel = job.kernel
+def _entry_meta(
+    kernel: Any, name: str, ir_text: str, runtime, options: CompileOptions, seconds: float
+) -> dict[str, Any]:
     return {
-        "name": job.name,
+        "name": name,
         "runtime": runtime.name,
-        "compiler_args": job.options.compiler_args,
+        "compiler_args": options.compiler_args,
         "nkipy_core": core_version(),
         "inputs": [str(t) for t in kernel.input_types],
         "outputs": [str(t) for t in kernel.output_types],
-        "ir_sha256": keys.digest(format_kernel(kernel, with_origin=False)),
+        "ir_sha256": keys.digest(ir_text),
         "ops": profiling.op_counts(kernel),
         "compile_seconds": round(seconds, 3),
     }
@@ -372,3 +397,51 @@ def compile_kernels(
 def _parse_type(text: str) -> TensorType:
     dtype, dims = text[:-1].split("[")
     return TensorType(tuple(int(d) for d in dims.split("x") if d), DType(dtype))
+
+
+def compile_listed(
+    listed: Sequence[tuple[str, Any]],
+    config: Config,
+    runtime,
+    report: precompile.Report,
+    jobs: int | None = None,
+) -> None:
+    """Compile kernels given as IR (a precompile manifest, ``manifest.kernels_of``) into the
+    cache for ``runtime``, each under the key a program's process looks it up by; counted in
+    ``report`` (compiled, already cached, failed: a failure is recorded, never raised).
+
+    Compiles run on ``jobs`` threads (default: one per core when the runtime's compiler is a
+    subprocess, else one), with the progress bar of ``CompileProgress``."""
+    cache = KernelCache(config.nkipy_cache)
+    options = config.compile_options()
+    tag = runtime_tag(runtime, options)
+    versions = versions_key()
+    todo = []
+    for name, kernel in listed:
+        text = format_kernel(kernel, with_origin=False)
+        key = keys.kernel_key(text, runtime.name, tag, options.compiler_args, versions)
+        if cache.load(key, count_miss=False) is not None:
+            report.record_cached()
+        else:
+            todo.append((name, kernel, key))
+    parallel = getattr(runtime, "parallel_compile", False)
+    workers = max(1, min(len(todo), jobs or (os.cpu_count() or 1 if parallel else 1)))
+
+    with CompileProgress(len(todo), runtime.name) as progress:
+
+        def compile_one(job: tuple[str, Any, str]) -> None:
+            name, kernel, key = job
+            try:
+                _, seconds, _ = compile_into_cache(cache, kernel, key, name, options, runtime, {})
+            except Exception as exc:  # noqa: BLE001 - every kernel gets its chance
+                report.record_failed(name, exc)
+            else:
+                if seconds is None:
+                    report.record_cached()
+                else:
+                    report.record_compiled(seconds)
+            finally:
+                progress.done()
+
+        with ThreadPoolExecutor(workers, thread_name_prefix="nkipy-compile") as pool:
+            list(pool.map(compile_one, todo))

@@ -289,6 +289,20 @@ NKIPY_PRECOMPILE_REPORT = _declare(
     "(`nkipy-ops precompile` sets it).",
     owner=CORE,
 )
+NKIPY_MANIFEST_RECORD = _declare(
+    "NKIPY_MANIFEST_RECORD",
+    kind=PATH,
+    meaning="A precompile manifest (JSON) into which the process records every kernel it "
+    "lowers, merged at exit (`nkipy-ops precompile --record` sets it).",
+    owner=CORE,
+)
+NKIPY_MANIFEST = _declare(
+    "NKIPY_MANIFEST",
+    kind=PATH,
+    meaning="The precompile manifest this host's kernel cache was built from: a kernel compiled "
+    "at run time that it does not list is counted (`unlisted_kernels`) and warned about once.",
+    owner=CORE,
+)
 NKIPY_MEMORY_LIMIT = _declare(
     "NKIPY_MEMORY_LIMIT",
     kind=BYTES,
