@@ -256,6 +256,9 @@ def _compile_lowered(job: _Lowered, config: Config, runtime) -> tuple[KernelCall
 
 
 def _entry_files(job: _Lowered) -> dict[str, bytes]:
+    """The files of a cache entry beside the runtime's artifacts, for people: the FX graph, the
+    kernel as NumPy source (``kernel.py``, runnable on its own but never executed by nkipy) and
+    its IR with origins."""
     return {
         "graph.py": job.sub.code.encode(),
         "kernel.py": codegen.generate(job.kernel).encode(),

@@ -1,7 +1,9 @@
 """NumPy code generation: a kernel as a readable, standalone ``kernel.py``.
 
 The generated module defines ``kernel(*params) -> tuple`` and depends only on NumPy and ml_dtypes.
-The cpu runtime executes exactly this source, so what a user reads in the cache is what ran.
+The cpu runtime executes the source this module generates from a kernel, whether the kernel was
+just lowered or parsed from a cache entry's IR (``runtime.cpu``); the ``kernel.py`` of a cache
+entry is the same source, written for people to read and run, and never executed by nkipy.
 """
 
 from __future__ import annotations
@@ -186,7 +188,8 @@ def _random_input(t: TensorType) -> str:
 def load(
     source: str, filename: str = "<nkipy kernel>", communicator: Callable[..., Any] | None = None
 ):
-    """Execute generated source and return its ``kernel`` function; its collectives run through
+    """Execute source that ``generate`` made in this process (never source read from a file) and
+    return its ``kernel`` function; its collectives run through
     ``communicator`` (see ``numpy_support._collective``), which is set after the module's own
     ``_COMMUNICATOR = None`` so that the source stays runnable on its own."""
     namespace: dict[str, Any] = {"__name__": "nkipy_kernel"}
