@@ -94,13 +94,20 @@ def _implicit_broadcasts(kernel: Kernel) -> dict[int, tuple[Value, ...]]:
     return operands
 
 
+@functools.lru_cache(maxsize=1)
+def _helpers_source() -> str:
+    """The helpers' source, copied into every module: read once (``inspect`` reads and tokenizes
+    the file, most of the time ``generate`` took, which the cpu runtime spends on every load)."""
+    return "\n\n".join(inspect.getsource(f) for f in HELPERS)
+
+
 def generate(kernel: Kernel) -> str:
     """Source of a module whose ``kernel`` function computes ``kernel``.
 
     Two things differ from one line per op in program order: values that depend on no parameter
     are computed at module level, once, and a broadcast feeding an elementwise op is left to
     NumPy's implicit broadcasting (and not written at all if nothing else reads it)."""
-    helpers = "\n\n".join(inspect.getsource(f) for f in HELPERS)
+    helpers = _helpers_source()
     params = ", ".join(p.name for p in kernel.params)
     substituted = _implicit_broadcasts(kernel)
     load_time = _load_time(kernel)
