@@ -75,7 +75,13 @@ def test_entry_holds_graph_source_ir_meta_and_artifacts(arithmetic, tmp_path):
         and meta["inputs"] == ["f32[3x4]"]
         and meta["outputs"] == ["f32[3x4]"]
     )
-    assert set(meta["files"]) == {"graph.py", "kernel.ir", "kernel.py", "artifacts/kernel.py"}
+    assert set(meta["files"]) == {
+        "graph.py",
+        "kernel.ir",
+        "kernel.py",
+        "artifacts/kernel.ir",
+        "artifacts/kernel.data.json",
+    }
     assert "torch.ops.aten.exp.default" in (entry / "graph.py").read_text()
     assert "= exp(%v0)" in (entry / "kernel.ir").read_text()
     assert "def kernel(v0):" in (entry / "kernel.py").read_text()
@@ -95,16 +101,15 @@ def test_warm_cache_in_a_new_process_skips_lowering(tmp_path):
 def test_corrupt_entry_is_detected_logged_and_rebuilt(arithmetic, tmp_path, caplog):
     compile_once(tmp_path / "c")
     (entry,) = (tmp_path / "c" / "kernels").iterdir()
-    (entry / "artifacts" / "kernel.py").write_text(
-        "def kernel(v0):\n    return (v0 * 0,)\n"
-    )  # silently wrong
+    ir = entry / "artifacts" / "kernel.ir"
+    ir.write_text(ir.read_text().replace("exp(%v0)", "neg(%v0)"))  # silently wrong
     torch._dynamo.reset()
     before = cache_stats["corrupt"]
     with caplog.at_level(logging.WARNING, logger="nkipy.cache"):
         compile_once(tmp_path / "c")  # asserts the result is right, not the tampered one
     assert cache_stats["corrupt"] == before + 1
     assert (
-        "is corrupt or partial (artifacts/kernel.py does not match its checksum); rebuilding it"
+        "is corrupt or partial (artifacts/kernel.ir does not match its checksum); rebuilding it"
         in caplog.text
     )
     meta = json.loads((entry / "meta.json").read_text())  # rebuilt in place

@@ -2,6 +2,9 @@
 
 import numpy as np
 
+#: the host functions custom calls may name here
+NKIPY_HOST_FUNCTIONS = ("scaled_add", "wrong_shape")
+
 
 def scaled_add(config, a, b):
     """``a + s * b`` with the scale ``s`` in the config text."""

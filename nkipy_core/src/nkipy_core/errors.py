@@ -17,6 +17,7 @@ __all__ = [
     "ConfigurationError",
     "DeviceError",
     "DeviceOutOfMemoryError",
+    "IRParseError",
     "LoweringError",
     "NkipyError",
     "PluginConflictError",
@@ -89,6 +90,15 @@ class CacheLockTimeoutError(CacheError):
 
 class VerificationError(NkipyError):
     """An NKIPy kernel is ill-typed; the message names the op and the lowering rule that built it."""
+
+
+class IRParseError(VerificationError):
+    """IR text is not a kernel as nkipy prints it (``nkipy_core.ir.parser``): the message names the
+    line and what was expected there. Raised, for one, when a cache entry's kernel was altered."""
+
+    def __init__(self, line: int, message: str):
+        self.line = line
+        super().__init__(f"IR text, line {line}: {message}")
 
 
 class LoweringError(NkipyError):

@@ -26,6 +26,8 @@ from .kernel import KERNELS, NKIKernel
 
 TARGET = "AwsNeuronCustomNativeKernel"
 HOST = f"{__name__}:run"
+#: the host functions custom calls may name in this module (nkipy_core's ``_custom_call``)
+NKIPY_HOST_FUNCTIONS = ("run",)
 FORMAT = "nkipy-nki/1"
 
 

@@ -280,7 +280,9 @@ def compile_into_cache(
 
 
 def _entry_files(kernel: Any) -> dict[str, bytes]:
-    """The kernel as people read it: its NumPy code (never run from here) and IR."""
+    """The files of a cache entry beside the runtime's artifacts, for people: the kernel as NumPy
+    source (``kernel.py``, runnable on its own but never executed by nkipy) and its IR with
+    origins."""
     return {
         "kernel.py": codegen.generate(kernel).encode(),
         "kernel.ir": format_kernel(kernel).encode(),

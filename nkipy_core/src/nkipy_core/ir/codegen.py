@@ -1,7 +1,9 @@
 """NumPy code generation: a kernel as a readable, standalone ``kernel.py``.
 
 The generated module defines ``kernel(*params) -> tuple`` and depends only on NumPy and ml_dtypes.
-The cpu runtime executes exactly this source, so what a user reads in the cache is what ran.
+The cpu runtime executes the source this module generates from a kernel, whether the kernel was
+just lowered or parsed from a cache entry's IR (``runtime.cpu``); the ``kernel.py`` of a cache
+entry is the same source, written for people to read and run, and never executed by nkipy.
 """
 
 from __future__ import annotations
@@ -92,13 +94,20 @@ def _implicit_broadcasts(kernel: Kernel) -> dict[int, tuple[Value, ...]]:
     return operands
 
 
+@functools.lru_cache(maxsize=1)
+def _helpers_source() -> str:
+    """The helpers' source, copied into every module: read once (``inspect`` reads and tokenizes
+    the file, most of the time ``generate`` took, which the cpu runtime spends on every load)."""
+    return "\n\n".join(inspect.getsource(f) for f in HELPERS)
+
+
 def generate(kernel: Kernel) -> str:
     """Source of a module whose ``kernel`` function computes ``kernel``.
 
     Two things differ from one line per op in program order: values that depend on no parameter
     are computed at module level, once, and a broadcast feeding an elementwise op is left to
     NumPy's implicit broadcasting (and not written at all if nothing else reads it)."""
-    helpers = "\n\n".join(inspect.getsource(f) for f in HELPERS)
+    helpers = _helpers_source()
     params = ", ".join(p.name for p in kernel.params)
     substituted = _implicit_broadcasts(kernel)
     load_time = _load_time(kernel)
@@ -186,7 +195,8 @@ def _random_input(t: TensorType) -> str:
 def load(
     source: str, filename: str = "<nkipy kernel>", communicator: Callable[..., Any] | None = None
 ):
-    """Execute generated source and return its ``kernel`` function; its collectives run through
+    """Execute source that ``generate`` made in this process (never source read from a file) and
+    return its ``kernel`` function; its collectives run through
     ``communicator`` (see ``numpy_support._collective``), which is set after the module's own
     ``_COMMUNICATOR = None`` so that the source stays runnable on its own."""
     namespace: dict[str, Any] = {"__name__": "nkipy_kernel"}

@@ -9,10 +9,15 @@ import importlib
 
 import numpy as np
 
+#: The module attribute that declares a module's custom call host functions, a tuple of their
+#: names (``NKIPY_HOST_FUNCTIONS = ("run",)``): a custom call's ``host`` may name only those.
+#: ``_custom_call`` spells it out, as it is copied into ``kernel.py`` without this module.
+HOST_FUNCTIONS = "NKIPY_HOST_FUNCTIONS"
+
 #: What runs this module's collectives: ``None``, or a callable ``(kind, x, groups, **params)``
 #: returning this rank's result. Kernel code never imports a transport (``kernel.py`` must run with
 #: NumPy alone), so whoever executes a kernel installs one in the kernel's globals: the cpu runtime
-#: puts its torch.distributed communicator there when it loads ``kernel.py`` (``codegen.load``).
+#: puts its torch.distributed communicator there when it loads a kernel's code (``codegen.load``).
 _COMMUNICATOR = None
 
 
@@ -110,12 +115,20 @@ def _collective(kind, x, groups, **params):
 def _custom_call(host, config, shape, dtype, *operands):
     """The custom_call primitive on the host: ``host`` (``module:function``) computes it.
 
-    The function is imported on every call (a dictionary lookup once imported), so a kernel file
-    that holds a custom call runs wherever the module providing it is installed. A builtin
-    ``RuntimeError`` on a result of the wrong type: ``kernel.py`` runs standalone.
+    The module is imported on every call (a dictionary lookup once imported), so a kernel file
+    that holds a custom call runs wherever the module providing it is installed; the function
+    must be one the module declares a host function (``NKIPY_HOST_FUNCTIONS``, see
+    ``HOST_FUNCTIONS``), so a name cannot pick any function that happens to take two arguments.
+    A builtin ``RuntimeError`` on a result of the wrong type: ``kernel.py`` runs standalone.
     """
     module, _, name = host.partition(":")
-    result = np.asarray(getattr(importlib.import_module(module), name)(config, *operands))
+    found = importlib.import_module(module)
+    if name not in getattr(found, "NKIPY_HOST_FUNCTIONS", ()):
+        raise RuntimeError(
+            f"custom call host {host} is not a host function: {module}.NKIPY_HOST_FUNCTIONS "
+            f"does not list {name!r}"
+        )
+    result = np.asarray(getattr(found, name)(config, *operands))
     if result.shape != tuple(shape) or result.dtype != np.dtype(dtype):
         raise RuntimeError(
             f"custom call {host} returned {result.dtype}{list(result.shape)}, but its kernel declares "

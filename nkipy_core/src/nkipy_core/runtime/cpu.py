@@ -3,18 +3,28 @@
 Every stage before the hardware runs here, so the whole pipeline is testable on any machine.
 It is registered through the same ``nkipy_register_runtimes`` hook as any plugin's runtime
 (entry point ``cpu`` of nkipy-core), with the lowest priority: any available device wins.
+
+Its artifacts are data, not code: the kernel's IR text (``kernel.ir``) and what that text shows
+only by digest (``kernel.data.json``, see ``printer.kernel_data``). Loading one parses the text
+strictly (``ir.parser``) and generates the NumPy code anew, so the code that runs is always
+nkipy's own, made from a verified kernel: whoever can write into a kernel cache cannot make a
+process that uses it run their code. The ``kernel.py`` of a cache entry is for people to read.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
 
+from nkipy_core.errors import VerificationError
 from nkipy_core.ir import codegen
 from nkipy_core.ir.graph import Kernel
+from nkipy_core.ir.parser import parse_kernel
+from nkipy_core.ir.printer import format_kernel, kernel_data
 from nkipy_core.ir.types import TensorType
 from nkipy_core.plugin.hookspecs import hookimpl
 from nkipy_core.runtime.base import (
@@ -26,7 +36,9 @@ from nkipy_core.runtime.base import (
 )
 from nkipy_core.runtime.communicator import TorchDistributedCommunicator
 
-SOURCE = "kernel.py"
+#: the artifacts: the kernel's IR text, and its constants and opaque strings (JSON)
+IR = "kernel.ir"
+DATA = "kernel.data.json"
 
 #: bytes from which a contiguous copy goes through torch's copy kernel. glibc's memmove, which
 #: NumPy copies with, is about ten times slower when source and destination lie 16 bytes apart
@@ -75,14 +87,15 @@ _ERRSTATE = _errstate_ignore()
 
 
 class CpuExecutable:
-    def __init__(
-        self, source: str, signature: Signature, communicator: TorchDistributedCommunicator
-    ):
-        self.source = source
-        self.signature = signature
+    """A kernel as NumPy code that nkipy generated from it; ``source`` is that code."""
+
+    def __init__(self, kernel: Kernel, communicator: TorchDistributedCommunicator):
+        self.kernel = kernel
+        self.signature = Signature.of(kernel)
+        self.source = codegen.generate(kernel)
         self._fn = codegen.load(
-            source,
-            filename=f"<nkipy cpu kernel {hash(source) & 0xFFFF:04x}>",
+            self.source,
+            filename=f"<nkipy cpu kernel {hash(self.source) & 0xFFFF:04x}>",
             communicator=communicator,
         )
 
@@ -106,7 +119,8 @@ class CpuExecutable:
                 return self._fn(*arrays)
 
     def artifacts(self) -> Mapping[str, bytes]:
-        return {SOURCE: self.source.encode()}
+        data = json.dumps(kernel_data(self.kernel), indent=1, sort_keys=True)
+        return {IR: format_kernel(self.kernel, with_origin=False).encode(), DATA: data.encode()}
 
 
 class CpuRuntime:
@@ -131,12 +145,21 @@ class CpuRuntime:
         return True, ""
 
     def compile(self, kernel: Kernel, options: CompileOptions) -> CpuExecutable:
-        return CpuExecutable(codegen.generate(kernel), Signature.of(kernel), self.communicator)
+        return CpuExecutable(kernel, self.communicator)
 
     def load(
         self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions
     ) -> CpuExecutable:
-        return CpuExecutable(artifacts[SOURCE].decode(), signature, self.communicator)
+        """The executable of stored ``artifacts``: their kernel parsed (``IRParseError`` if it is
+        not one nkipy printed, or names a host function no imported module declares) and its
+        code generated anew."""
+        kernel = parse_kernel(artifacts[IR].decode(), _data(artifacts[DATA]))
+        if Signature.of(kernel) != signature:
+            raise VerificationError(
+                f"the stored kernel {kernel.name} has the signature {Signature.of(kernel)}, "
+                f"its entry says {signature}: clear the kernel cache"
+            )
+        return CpuExecutable(kernel, self.communicator)
 
     # -- device memory ---------------------------------------------------------------------
 
@@ -246,6 +269,17 @@ def _new_memory(out: np.ndarray, arrays: Sequence[np.ndarray], owned: list[np.nd
         if np.may_share_memory(out, other):
             return False
     return True
+
+
+def _data(raw: bytes) -> dict[str, str]:
+    """The ``kernel.data.json`` artifact: a JSON object of strings, else a ``VerificationError``."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise VerificationError(f"{DATA} is not a JSON object of strings: clear the kernel cache")
+    return data
 
 
 @lru_cache(maxsize=1024)
