@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # what ``__getattr__`` returns, for type checkers (imported l
     from nkipy_core.compiler.fallback import FallbackWarning as FallbackWarning
     from nkipy_core.compiler.kernel_call import live_kernels as live_kernels
     from nkipy_core.compiler.lowering import LoweringContext as LoweringContext
+    from nkipy_core.compiler.manifest import ManifestWarning as ManifestWarning
     from nkipy_core.compiler.regions import kernel_boundary as kernel_boundary
     from nkipy_core.compiler.regions import on_cpu as on_cpu
     from nkipy_core.config.env import declare_env as declare_env
@@ -89,6 +90,7 @@ _EXPORTS = {
     "FallbackWarning": ("nkipy_core.compiler.fallback", "FallbackWarning"),
     "CacheWarning": ("nkipy_core.cache.kernel_cache", "CacheWarning"),
     "CacheTrustWarning": ("nkipy_core.cache.trust", "CacheTrustWarning"),
+    "ManifestWarning": ("nkipy_core.compiler.manifest", "ManifestWarning"),
     "hookimpl": ("nkipy_core.plugin.hookspecs", "hookimpl"),
     "LoweringContext": ("nkipy_core.compiler.lowering", "LoweringContext"),
     "on_cpu": ("nkipy_core.compiler.regions", "on_cpu"),
