@@ -134,3 +134,37 @@ def test_randint_beyond_int32_stays_out_of_kernels_where_integers_are_32_bits(
     texts = [(e / "artifacts" / HLO_TEXT).read_text() for e in _nrt_entries(cache)]
     assert texts and any("ui32" in t or "u32[" in t for t in texts)
     assert any("u64[" in t for t in texts) == wide_in_kernel
+
+
+def test_a_recorded_manifest_compiles_for_nrt_without_the_program(tmp_path, standin, monkeypatch):
+    """``precompile --record`` then ``--from``: the kernels a training step lowered on the cpu
+    runtime are compiled for nrt from the manifest alone, once; a second pass compiles nothing."""
+    from nkipy_core.compiler import manifest
+    from nkipy_core.compiler.kernels import compile_listed
+    from nkipy_core.config.settings import current
+
+    torch._dynamo.reset()
+    path = tmp_path / "manifest.json"
+    monkeypatch.setenv("NKIPY_MANIFEST_RECORD", str(path))
+    monkeypatch.setattr(manifest, "RECORDER", manifest._Recorder())
+    init_nkipy_backend(nkipy_cache=tmp_path / "recording", runtime="cpu")
+    torch.manual_seed(0)
+    model = Tiny()
+    ids, target_ids = torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 8))
+    torch.compile(train_step, backend="nkipy")(model, ids, target_ids)
+    recorded = manifest.write(path, manifest.RECORDER)
+    monkeypatch.delenv("NKIPY_MANIFEST_RECORD")
+    assert recorded >= 2  # forward and backward at least
+
+    runtime = precompile.target_runtime("nrt")  # the stand-in compiler makes it available
+    cache = tmp_path / "build"
+    config = current().override({"nkipy_cache": str(cache), "target": "trn2"})
+    report = precompile.Report()
+    compile_listed(manifest.kernels_of(path), config, runtime, report)
+    assert report.failures == [] and report.compiled == recorded
+    assert len(neuronx_cc_standin.calls(standin)) == recorded == len(_nrt_entries(cache))
+
+    again = precompile.Report()
+    compile_listed(manifest.kernels_of(path), config, runtime, again)
+    assert again.cached == recorded and again.compiled == 0
+    assert len(neuronx_cc_standin.calls(standin)) == recorded
