@@ -168,3 +168,38 @@ def test_a_recorded_manifest_compiles_for_nrt_without_the_program(tmp_path, stan
     compile_listed(manifest.kernels_of(path), config, runtime, again)
     assert again.cached == recorded and again.compiled == 0
     assert len(neuronx_cc_standin.calls(standin)) == recorded
+
+
+def test_a_tampered_neff_is_compiled_again_never_loaded(tmp_path, standin, monkeypatch):
+    """A NEFF changed in the cache, its checksum rewritten to match (what someone who can write
+    the cache would do), has no valid seal: the kernel is compiled again, the NEFF replaced."""
+    import hashlib
+    import json
+
+    from nkipy_core import cache_stats
+
+    def step():
+        torch._dynamo.reset()
+        monkeypatch.setattr(precompile, "REPORT", precompile.Report())
+        init_nkipy_backend(
+            nkipy_cache=tmp_path / "cache", runtime="cpu", precompile="nrt", target="trn2"
+        )
+        x = torch.linspace(-1, 1, 32).reshape(4, 8)
+        torch.testing.assert_close(
+            torch.compile(lambda t: torch.tanh(t) * t, backend="nkipy")(x), torch.tanh(x) * x
+        )
+        return precompile.REPORT
+
+    assert step().compiled == 1
+    (entry,) = _nrt_entries(tmp_path / "cache")
+    neff = entry / "artifacts" / NEFF
+    neff.write_bytes(b"\x7fELF planted" + neff.read_bytes())
+    meta = json.loads((entry / "meta.json").read_text())
+    meta["files"][f"artifacts/{NEFF}"] = hashlib.sha256(neff.read_bytes()).hexdigest()
+    (entry / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+    cache_stats.clear()
+    assert step().compiled == 1 and cache_stats["untrusted"] >= 1
+    (entry,) = _nrt_entries(tmp_path / "cache")
+    assert not (entry / "artifacts" / NEFF).read_bytes().startswith(b"\x7fELF planted")
+    assert len(neuronx_cc_standin.calls(standin)) == 2
