@@ -152,8 +152,11 @@ GOOD = textwrap.dedent("""\
 """)
 
 
-def test_the_sample_text_parses():
+def test_the_sample_text_parses_and_no_text_is_an_error():
     assert format_kernel(parse_kernel(GOOD), with_origin=False) == GOOD
+    for text in ("", "\n", GOOD.rstrip("\n")):
+        with pytest.raises(IRParseError, match="line 1: expected|line 5: expected a newline"):
+            parse_kernel(text)
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,8 @@ def parse_kernel(text: str, data: Mapping[str, str] | None = None) -> Kernel:
 
 
 class _Parser:
+    """One text's parse: the types of the values defined so far, the data not yet used."""
+
     def __init__(self, text: str, data: dict[str, str]):
         self.text = text
         self.data = data
@@ -76,7 +78,7 @@ class _Parser:
         for number, line in enumerate(lines, 1):
             if not line.isprintable():
                 raise IRParseError(number, "expected printable characters only")
-        header = _HEADER.fullmatch(lines[0])
+        header = _HEADER.fullmatch(lines[0]) if lines else None
         if header is None:
             raise IRParseError(1, "expected `kernel NAME(%v0: TYPE, ...) {`")
         name, params = header.groups()
