@@ -70,29 +70,31 @@ class Host:
     def cache(self) -> Path:
         return self.cwd / "nkipy_cache"
 
-    def run(self, fn: str = "a") -> dict:
-        proc = subprocess.run(
-            [sys.executable, "-c", PROGRAM, fn],
+    def _python(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, *args],
             cwd=self.cwd,
             env=self.env,
             capture_output=True,
             text=True,
             timeout=300,
         )
+
+    def run(self, fn: str = "a") -> collections.Counter:
+        proc = self._python("-c", PROGRAM, fn)
         assert proc.returncode == 0, proc.stderr
         stats = collections.Counter(json.loads(proc.stdout.strip().splitlines()[-1]))
         assert stats["ok"]
         return stats  # a counter: a count not in cache_stats is 0
 
+    def fails(self, fn: str = "a") -> str:
+        """The program's error output, which it must fail with."""
+        proc = self._python("-c", PROGRAM, fn)
+        assert proc.returncode != 0
+        return proc.stderr
+
     def cli(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run(
-            [sys.executable, "-m", "nkipy_core.cli.main", *args],
-            cwd=self.cwd,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        proc = self._python("-m", "nkipy_core.cli.main", *args)
         if ok:
             assert proc.returncode == 0, proc.stdout + proc.stderr
         return proc
@@ -190,15 +192,8 @@ def test_the_compiled_function_reports_an_unsafe_cache_as_a_typed_error(tmp_path
     host = Host(tmp_path, "h")
     host.cache.mkdir()
     host.cache.chmod(0o777)
-    proc = subprocess.run(
-        [sys.executable, "-c", PROGRAM, "a"],
-        cwd=host.cwd,
-        env=host.env,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode != 0
-    assert "UnsafeCacheError" in proc.stderr and "chmod go-w" in proc.stderr
+    error = host.fails()
+    assert "UnsafeCacheError" in error and "chmod go-w" in error
 
 
 def test_everything_created_is_private_whatever_the_umask(tmp_path):
@@ -221,14 +216,7 @@ def test_a_key_file_others_can_read_is_refused(tmp_path):
     host.run()
     key = host.home / ".config" / "nkipy" / "cache.key"
     key.chmod(0o644)
-    proc = subprocess.run(
-        [sys.executable, "-c", PROGRAM, "a"],
-        cwd=host.cwd,
-        env=host.env,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode != 0 and "chmod 600" in proc.stderr
+    assert "chmod 600" in host.fails()
 
 
 def keygen(host: Host, name: str) -> tuple[Path, str]:
@@ -266,34 +254,28 @@ def test_two_hosts_share_an_exported_cache_and_the_second_compiles_nothing(tmp_p
     assert "sealed" in listing and "local" in listing
 
 
+def shared_tier_reader(tmp_path: Path, name: str, shared: Path, trusted_key: str) -> Host:
+    """A host reading ``shared`` as its shared tier, trusting one key."""
+    trusted = tmp_path / f"{name}.trusted"
+    trusted.write_text(trusted_key + "\n")
+    return Host(
+        tmp_path, name, NKIPY_CACHE_SHARED=str(shared), NKIPY_CACHE_TRUSTED_KEYS=str(trusted)
+    )
+
+
 def test_a_shared_tier_is_used_when_signed_by_a_trusted_key_and_not_otherwise(tmp_path):
     build = Host(tmp_path, "build")
     signing_key, public = keygen(build, "buildbox")
     build.env["NKIPY_CACHE_SIGNING_KEY"] = str(signing_key)
     build.run()
-    trusted = tmp_path / "trusted"
-    trusted.write_text(public + "\n")
-    fleet = Host(
-        tmp_path,
-        "fleet",
-        NKIPY_CACHE_SHARED=str(build.cache),
-        NKIPY_CACHE_TRUSTED_KEYS=str(trusted),
-    )
+    fleet = shared_tier_reader(tmp_path, "fleet", build.cache, public)
     stats = fleet.run()
     assert stats["compiled_kernels"] == 0 and stats["shared_hits"] == 1
     assert "signed by buildbox" in fleet.cli("cache", "ls").stdout
 
     # a foreign signature: a key the fleet does not list
     _, other = keygen(Host(tmp_path, "attacker"), "attacker")
-    foreign = tmp_path / "foreign"
-    foreign.write_text(other + "\n")
-    stranger = Host(
-        tmp_path,
-        "stranger",
-        NKIPY_CACHE_SHARED=str(build.cache),
-        NKIPY_CACHE_TRUSTED_KEYS=str(foreign),
-    )
-    stats = stranger.run()
+    stats = shared_tier_reader(tmp_path, "stranger", build.cache, other).run()
     assert stats["compiled_kernels"] == 1 and stats["untrusted"] >= 1
     assert any("CacheTrustWarning" in w for w in stats["warnings"])
 
