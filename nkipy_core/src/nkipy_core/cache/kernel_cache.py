@@ -592,8 +592,10 @@ def read_entry(entry: Path, sealed_ok: bool) -> tuple[dict[str, Any], dict[str, 
     except FileNotFoundError:
         seal_text = None
     why = verdict(meta_bytes, seal_text, sealed_ok)
-    meta = json.loads(meta_bytes) if why is not None else None
-    if meta is None or meta.get("key") != entry.name:  # vouched for, but for another key
+    if why is None:
+        raise Untrusted(str(entry))
+    meta = json.loads(meta_bytes)
+    if meta.get("key") != entry.name:  # vouched for, but as another kernel
         raise Untrusted(str(entry))
     for name, expected in meta["files"].items():
         if hashlib.sha256((entry / name).read_bytes()).hexdigest() != expected:

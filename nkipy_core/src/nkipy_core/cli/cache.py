@@ -289,11 +289,13 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise UsageError(f"the kernel cache {cache.root} cannot be written")
     installed, present, refused = [], [], []
     for key, files in sorted(_read_archive(Path(args.file)).items()):
-        meta = files.pop("meta.json", None)
+        meta = files.pop("meta.json", b"")
         seal_text = files.pop(trust.SEAL_FILE, None)
-        why = trust.verdict(meta, seal_text, sealed_ok=False) if meta is not None else None
+        why = trust.verdict(meta, seal_text, sealed_ok=False) if meta else None
         reason = None
-        if why is None:
+        if not meta:
+            reason = "it has no meta.json"
+        elif why is None:
             reason = "not signed by a trusted key (NKIPY_CACHE_TRUSTED_KEYS) nor pinned"
         else:
             listed = json.loads(meta)
@@ -310,7 +312,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         if cache.entry_dir(key).exists():
             present.append(key)
             continue
-        content = json.loads(seal_text or b"{}")
+        content = json.loads(seal_text or b"{}")  # verdict read it: JSON
         cache.install(key, files, meta, {**content, "mac": trust.seal(meta)})
         installed.append({"key": key, "trust": why})
     report = {"installed": installed, "already_present": len(present), "refused": refused}
