@@ -66,6 +66,46 @@ def _resume_code_knows_its_function() -> bool:
     return first is broken.__code__ and metadata.get(resumed).code is broken.__code__
 
 
+def _module_stacks_reach_backward_nodes() -> bool:
+    """Forward nodes name the module they ran in, backward nodes their forward node's module,
+    and gradient accumulations carry no stack (``compiler.blocks`` infers theirs)."""
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(3, 3) for _ in range(2))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x) + x
+            return x.sum()
+
+    graphs = []
+
+    def keep(gm, _):
+        graphs.append(gm)
+        return gm
+
+    torch.compiler.reset()
+    compiled = torch.compile(Two(), backend=_torch.aot_autograd(fw_compiler=keep, bw_compiler=keep))
+    compiled(torch.ones(2, 3, requires_grad=True)).backward()
+    paths = [
+        {path for path, _ in _torch.module_stack(n) or []}
+        for g in graphs
+        for n in g.graph.find_nodes(op="call_function", target=torch.ops.aten.mm.default)
+    ]
+    accumulations = [
+        n
+        for n in graphs[1].graph.nodes
+        if n.op == "call_function" and _torch.module_stack(n) is None
+    ]
+    return (
+        len(graphs) == 2
+        and all(any(p.endswith(("layers.0", "layers.1")) for p in s) for s in paths)
+        and bool(accumulations)
+    )
+
+
 def _untraced_is_honoured() -> None:
     """Dynamo breaks the graph at an untraced function and calls it as is (not compiling)."""
     seen = []
@@ -176,6 +216,7 @@ CANARIES = {
     "profiler_enabled": lambda: _torch.profiler_enabled() is False,
     "graph_codegen": lambda: type(_torch.graph_codegen(torch.fx.Graph())) is torch.fx.graph.CodeGen,
     "forget_graph_source": _graph_source_is_forgotten,
+    "module_stack": _module_stacks_reach_backward_nodes,
     "resolve_process_group": lambda: callable(
         torch.distributed.distributed_c10d._resolve_process_group
     ),

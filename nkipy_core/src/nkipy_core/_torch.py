@@ -217,6 +217,16 @@ def forget_graph_source(gm: torch.fx.GraphModule) -> None:
     linecache.cache.pop(key, None)
 
 
+def module_stack(node: torch.fx.Node) -> list[tuple[str, Any]] | None:
+    """The modules a node of an AOTAutograd graph was traced inside, outermost first, as
+    (path, class) pairs: dynamo's ``nn_module_stack``, or, on a backward node, the copy
+    AOTAutograd made of its forward node's (``fwd_nn_module_stack``). ``None`` when the node
+    carries neither (graph inputs, and the backward's gradient accumulations, which AOTAutograd
+    leaves untagged); an empty list for an op of the top-level module."""
+    stack = node.meta.get("nn_module_stack", node.meta.get("fwd_nn_module_stack"))
+    return None if stack is None else list(stack.values())
+
+
 # -- torch.distributed ----------------------------------------------------------------------------
 
 
@@ -320,6 +330,7 @@ __all__ = [
     "dispatcher_handle",
     "forget_graph_source",
     "graph_codegen",
+    "module_stack",
     "is_any_autocast_enabled",
     "is_traceable_wrapper_subclass",
     "neg_view",

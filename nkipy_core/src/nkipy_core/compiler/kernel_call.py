@@ -95,6 +95,7 @@ class KernelCall(torch.nn.Module):
     ):
         super().__init__()
         _LIVE.add(self)
+        self._orders = tuple(orders)
         #: this kernel's counters (``nkipy_core.kernel_stats()``), shared by its other calls
         self.stats = stats
         self.kernel_name = name
@@ -119,6 +120,22 @@ class KernelCall(torch.nn.Module):
         #: the one output, returned as the kernel gives it (no tuple, no permutation, real)
         self.single = (
             not tuple_output and self.inverse_orders == (None,) and not self._viewed_complex
+        )
+
+    def twin(self, name: str) -> KernelCall:
+        """Another call of this kernel, for a subgraph identical to this one elsewhere in the
+        graph (a repeated layer): same executable and counters, its own NumPy views (the tensors
+        at its argument positions are other ones: that layer's weights)."""
+        return KernelCall(
+            name,
+            self.executable,
+            self.runtime,
+            self.tuple_output,
+            self.entry,
+            self.on_device,
+            self._orders,
+            self.stats,
+            self.boundary,
         )
 
     def _execute(self, run, inputs: list, *outputs):

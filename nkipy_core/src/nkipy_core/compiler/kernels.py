@@ -82,6 +82,13 @@ def boundary_of(sub: torch.fx.GraphModule) -> Boundary:
     )
 
 
+def _fx_key(sub: torch.fx.GraphModule, config: Config, runtime) -> str:
+    """The FX index key of a subgraph under ``config`` for ``runtime``."""
+    tag = runtime_tag(runtime, config.compile_options())
+    base_key = keys.fx_base(versions_key(), runtime.name, tag, config.additional_compiler_args)
+    return _subgraph_key(sub, base_key)
+
+
 def _find_or_lower(
     sub: torch.fx.GraphModule,
     name: str,
@@ -89,14 +96,13 @@ def _find_or_lower(
     runtime,
     on_device: bool | None,
     lower,
+    fx_key: str,
 ) -> KernelCall | _Lowered:
     """The kernel's call rebuilt from the cache (through the fx index without lowering, or by
     its kernel key after lowering), else the lowered kernel still to compile."""
     cache = KernelCache(config.nkipy_cache)
     options = config.compile_options()
     tag = runtime_tag(runtime, options)
-    base_key = keys.fx_base(versions_key(), runtime.name, tag, config.additional_compiler_args)
-    fx_key = _subgraph_key(sub, base_key)
     result = next(iter(sub.graph.find_nodes(op="output"))).args[0]
     tuple_output = isinstance(result, (tuple, list))
     results = result if tuple_output else [result]
@@ -323,7 +329,9 @@ def compile_kernel(
     Outputs land on the ``nkipy`` device when ``on_device`` says so, else where the graph's
     example values were (the inputs' device for graphs traced by dynamo).
     """
-    found = _find_or_lower(sub, name, config, runtime, on_device, lower)
+    found = _find_or_lower(
+        sub, name, config, runtime, on_device, lower, _fx_key(sub, config, runtime)
+    )
     if isinstance(found, KernelCall):
         return found
     call, seconds = _compile_lowered(found, config, runtime)
@@ -339,15 +347,38 @@ def compile_kernels(
 ) -> list[KernelCall | None]:
     """``compile_kernel`` for the subgraphs of one graph, calls in the order given.
 
+    Subgraphs with the same FX key (identical layers, ``compiler.blocks``) are looked up,
+    lowered and compiled once: the others get a ``KernelCall.twin`` of the first's call.
     Lowering and cache lookups run in this thread, one kernel after the other; the compiles the
     cache misses run on up to ``os.cpu_count()`` threads when the runtime sets
     ``parallel_compile`` (its compiler is a subprocess), else here. With a ``report`` (ahead-of-time
     compiles), a kernel that fails is recorded there and its call is ``None`` instead of raising.
     """
+    fx_keys = [_fx_key(sub, config, runtime) for _, sub in subs]
+    first = {key: i for i, key in reversed(list(enumerate(fx_keys)))}
+    distinct = [(i, name, sub) for i, (name, sub) in enumerate(subs) if first[fx_keys[i]] == i]
+    calls = _compile_distinct(distinct, fx_keys, config, runtime, report)
+    for i, (name, _) in enumerate(subs):
+        if i not in calls:
+            call = calls[first[fx_keys[i]]]
+            calls[i] = None if call is None else call.twin(name)
+    return [calls[i] for i in range(len(subs))]
+
+
+def _compile_distinct(
+    subs: Sequence[tuple[int, str, torch.fx.GraphModule]],
+    fx_keys: Sequence[str],
+    config: Config,
+    runtime,
+    report: precompile.Report | None,
+) -> dict[int, KernelCall | None]:
+    """``compile_kernels`` of subgraphs with distinct FX keys: their calls by position."""
     found: list[KernelCall | _Lowered | None] = []
-    for name, sub in subs:
+    for i, name, sub in subs:
         try:
-            found.append(_find_or_lower(sub, name, config, runtime, None, lower_subgraph))
+            found.append(
+                _find_or_lower(sub, name, config, runtime, None, lower_subgraph, fx_keys[i])
+            )
         except Exception as exc:  # noqa: BLE001 - precompile records every failure and goes on
             if report is None:
                 raise
@@ -393,7 +424,7 @@ def compile_kernels(
                 report.record_compiled(seconds)
         compiled.append(call)
     done = iter(compiled)
-    return [next(done) if isinstance(f, _Lowered) else f for f in found]
+    return {i: next(done) if isinstance(f, _Lowered) else f for (i, _, _), f in zip(subs, found)}
 
 
 def _parse_type(text: str) -> TensorType:

@@ -74,7 +74,7 @@ def _lower(
     if not any(isinstance(d, LoweringRule) for d in decisions.values()):
         gm.meta[FALLBACKS] = fallbacks
         return gm
-    fused, subs = partition(gm, decisions)
+    fused, subs = partition(gm, decisions, config.dedup_layers)
     for (name, _), call in zip(subs, compile_kernels(subs, config, runtime, report)):
         setattr(fused, name, call)
     fused.recompile()

@@ -328,6 +328,15 @@ NKIPY_EAGER_FUSION = _declare(
     "`torch.use_deterministic_algorithms(True)`).",
     owner=CORE,
 )
+NKIPY_DEDUP_LAYERS = _declare(
+    "NKIPY_DEDUP_LAYERS",
+    kind=FLAG,
+    default=True,
+    meaning="On: a compiled graph's repeated layers (items of a `ModuleList` or `Sequential` of "
+    "one of the model's own module classes, running the same ops) become one kernel per distinct "
+    "layer, compiled once and called once per layer; off: each supported region is one kernel.",
+    owner=CORE,
+)
 NKIPY_CACHE_LOCK_TIMEOUT = _declare(
     "NKIPY_CACHE_LOCK_TIMEOUT",
     kind=SECONDS,

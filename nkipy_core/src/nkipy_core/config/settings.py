@@ -101,6 +101,11 @@ class Config:
     #: eager ops on the device are queued and run as fused kernels where torch needs a value
     #: (``device/fusion.py``); off: one kernel per op (``NKIPY_EAGER_FUSION``)
     eager_fusion: bool = True
+    #: a graph's repeated layers (a model's own module class, items of a container, running the
+    #: same ops) become one kernel per distinct layer, called once per layer, instead of being
+    #: fused with the rest; off: each supported region is one kernel (``NKIPY_DEDUP_LAYERS``;
+    #: see ``nkipy_core.compiler.blocks``)
+    dedup_layers: bool = True
 
     def compile_options(self) -> CompileOptions:
         """What a runtime compiles and loads a kernel with under this configuration."""
@@ -153,7 +158,11 @@ def _resolve(
         precompile=precompile or env.NKIPY_PRECOMPILE.get(),
         memory_limit=memory_limit or env.NKIPY_MEMORY_LIMIT.get(),
         max_kernels=env.NKIPY_MAX_KERNELS.get() if max_kernels is None else max_kernels,
-        **{"eager_fusion": env.NKIPY_EAGER_FUSION.get(), **settings},
+        **{
+            "eager_fusion": env.NKIPY_EAGER_FUSION.get(),
+            "dedup_layers": env.NKIPY_DEDUP_LAYERS.get(),
+            **settings,
+        },
     )
 
 
@@ -172,6 +181,7 @@ def init_nkipy_backend(
     memory_limit: int | str | None = None,
     eager_fusion: bool | None = None,
     max_kernels: int | None = None,
+    dedup_layers: bool | None = None,
 ) -> Config:
     """Configure the nkipy backend for this process.
 
@@ -194,6 +204,9 @@ def init_nkipy_backend(
     them as fused kernels where a value is needed; off runs one kernel per op (see docs/device.md).
     ``max_kernels`` (``NKIPY_MAX_KERNELS``; default: no limit) makes a compiled function that needs
     more kernel graphs than that raise ``RecompileLimitError`` (see docs/shapes.md).
+    ``dedup_layers`` (``NKIPY_DEDUP_LAYERS``, default on) compiles a model's repeated layers as
+    one kernel per distinct layer, called once per layer; off fuses them with the rest (see
+    docs/architecture.md).
 
     Before any call, the first use of the backend or the device (a compile, ``.to("nkipy")``)
     configures the process with these same defaults, and the first call replaces that implicit
@@ -217,6 +230,7 @@ def init_nkipy_backend(
         max_specializations=max_specializations,
         fallback_random=fallback_random,
         **({} if eager_fusion is None else {"eager_fusion": eager_fusion}),
+        **({} if dedup_layers is None else {"dedup_layers": dedup_layers}),
     )
     with _lock:
         if _explicit and _config != config:

@@ -147,7 +147,13 @@ def loads(data: bytes, config: Config) -> torch.fx.GraphModule | None:
     cache = KernelCache(config.nkipy_cache)
     options = config.compile_options()
     root: dict[str, Any] = dict(stored.constants)
+    # a repeated layer's kernel is loaded once and called through twins
+    loaded: dict[tuple, KernelCall] = {}
     for k in stored.kernels:
+        same = (k.key, k.tuple_output, k.on_device, k.orders, k.boundary)
+        if same in loaded:
+            root[k.attribute] = loaded[same].twin(k.name)
+            continue
         call = load_kernel(
             cache,
             k.key,
@@ -167,7 +173,7 @@ def loads(data: bytes, config: Config) -> torch.fx.GraphModule | None:
                 k.key,
             )
             return None
-        root[k.attribute] = call
+        root[k.attribute] = loaded[same] = call
     graph = torch.fx.Graph()
     nodes: list[torch.fx.Node] = []
     for n in stored.nodes:

@@ -2,8 +2,9 @@
 
 ``QuickStartMLP`` is the model of the quick-start guide; ``LlamaBlock`` is one Llama-style
 decoder layer (RMSNorm, rotary embeddings, causal self-attention, SwiGLU MLP) written the way
-real model code is written, so that compiling it exercises the ops such code produces. Both are
-initialised deterministically from a seed, independently of torch's global RNG.
+real model code is written, so that compiling it exercises the ops such code produces;
+``LlamaModel`` stacks such layers between an embedding and an LM head. All are initialised
+deterministically from a seed, independently of torch's global RNG.
 """
 
 from __future__ import annotations
@@ -144,3 +145,37 @@ class LlamaBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x + self.attention(self.input_norm(x))
         return h + self.mlp(self.post_attention_norm(h))
+
+
+class LlamaModel(nn.Module):
+    """A Llama decoder: token embedding, ``layers`` ``LlamaBlock``s (an ``nn.ModuleList``, as
+    Llama implementations hold them), a final RMSNorm and the LM head; returns the logits."""
+
+    def __init__(
+        self,
+        layers: int = 2,
+        config: LlamaConfig | None = None,
+        *,
+        vocab: int = 256,
+        sdpa: bool = False,
+        seed: int = 0,
+    ):
+        super().__init__()
+        self.config = config = config or LlamaConfig()
+        self.vocab = vocab
+        self.embed_tokens = nn.Embedding(vocab, config.hidden)
+        self.layers = nn.ModuleList(LlamaBlock(config, sdpa=sdpa) for _ in range(layers))
+        self.norm = RMSNorm(config.hidden, config.eps)
+        self.lm_head = nn.Linear(config.hidden, vocab, bias=False)
+        _init_(self, seed)
+
+    def example_input(self, *, seed: int = 0) -> torch.Tensor:
+        c = self.config
+        generator = torch.Generator().manual_seed(seed)
+        return torch.randint(0, self.vocab, (c.batch, c.seq), generator=generator)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed_tokens(ids)
+        for layer in self.layers:
+            h = layer(h)
+        return self.lm_head(self.norm(h))
