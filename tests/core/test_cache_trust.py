@@ -139,7 +139,7 @@ def test_tampered_artifact_is_rebuilt_never_run(tmp_path):
     host = Host(tmp_path, "h")
     host.run()
     entry = entry_of(host.cache)
-    (artifact,) = (entry / "artifacts").iterdir()
+    artifact = next((entry / "artifacts").iterdir())
     artifact.write_bytes(artifact.read_bytes() + b"\n# changed\n")
     stats = host.run()
     assert stats["corrupt"] == 1 and stats["compiled_kernels"] == 1

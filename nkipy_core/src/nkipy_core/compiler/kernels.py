@@ -26,6 +26,7 @@ from nkipy_core.compiler.lower import lower_subgraph, output_orders
 from nkipy_core.compiler.lowering import tensor_type
 from nkipy_core.compiler.plan import RULE
 from nkipy_core.config.settings import Config
+from nkipy_core.errors import VerificationError
 from nkipy_core.ir import codegen
 from nkipy_core.ir.printer import format_kernel
 from nkipy_core.ir.types import DType, TensorType
@@ -132,7 +133,12 @@ def _find_or_lower(
     ir_text = format_kernel(kernel, with_origin=False)
     kernel_key = keys.kernel_key(ir_text, runtime.name, tag, options.compiler_args, versions_key())
     loaded = cache.load(kernel_key)
-    if loaded is None:
+    executable = (
+        None
+        if loaded is None
+        else _load_executable(cache, kernel_key, runtime, loaded[1], Signature.of(kernel), options)
+    )
+    if executable is None:
         return _Lowered(
             name,
             sub,
@@ -145,7 +151,6 @@ def _find_or_lower(
             orders,
             boundary,
         )
-    executable = runtime.load(loaded[1], Signature.of(kernel), options)
     cache.put_index(fx_key, {"kernel": kernel_key})
     log.debug("kernel %s lowered to cache entry %s, which holds it compiled", name, kernel_key)
     stats = profiling.record(
@@ -162,6 +167,26 @@ def _find_or_lower(
         stats,
         boundary,
     )
+
+
+def _load_executable(
+    cache: KernelCache,
+    key: str,
+    runtime,
+    artifacts: dict[str, bytes],
+    signature: Signature,
+    options: CompileOptions,
+) -> Any | None:
+    """The runtime's executable of a cache entry; ``None``, the entry counted as corrupt and
+    removed, when the runtime refuses its artifacts (the ``cpu`` runtime parses its IR, strictly):
+    an entry that passes its checks but is not a kernel is compiled again, never an error."""
+    try:
+        return runtime.load(artifacts, signature, options)
+    except VerificationError as exc:
+        log.warning("nkipy cache: entry %s does not load (%s); rebuilding it", key, exc)
+        STATS["corrupt"] += 1
+        cache.remove(key)
+        return None
 
 
 def load_kernel(
@@ -188,7 +213,9 @@ def load_kernel(
     signature = Signature(
         [_parse_type(t) for t in meta["inputs"]], [_parse_type(t) for t in meta["outputs"]]
     )
-    executable = runtime.load(artifacts, signature, options)
+    executable = _load_executable(cache, key, runtime, artifacts, signature, options)
+    if executable is None:
+        return None
     log.debug("kernel %s loaded from cache entry %s without lowering", name, key)
     stats = profiling.record(cache.root, key, name, meta.get("ops", {}), signature)
     return KernelCall(
@@ -252,9 +279,15 @@ def compile_into_cache(
     seconds = None
     with cache.compile_lock(kernel_key):
         stored = cache.load(kernel_key, count_miss=False)
-        in_cache = stored is not None
-        if stored is not None:
-            executable = runtime.load(stored[1], Signature.of(kernel), options)
+        executable = (
+            None
+            if stored is None
+            else _load_executable(
+                cache, kernel_key, runtime, stored[1], Signature.of(kernel), options
+            )
+        )
+        in_cache = executable is not None
+        if executable is not None:
             log.info(
                 "kernel %s was compiled by another process while this one waited; loaded it",
                 name,
