@@ -385,7 +385,8 @@ def test_compile_cache_and_fallback_decisions_are_logged(arithmetic, caplog):
     assert "plan of a graph of 3 op(s) for cpu reused from the cache" in warm
     for messages in (restored, warm):
         assert any(
-            m.startswith("nkipy cache: hit for kernel ") and m.endswith("(nkipy_kernel_0, cpu; sealed)")
+            m.startswith("nkipy cache: hit for kernel ")
+            and m.endswith("(nkipy_kernel_0, cpu; sealed)")
             for m in messages
         )
 
