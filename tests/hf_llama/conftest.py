@@ -13,6 +13,7 @@ sys.path.insert(0, str(EXAMPLES))
 @pytest.fixture
 def nki_overrides() -> bool:
     """Whether the NKI overrides are on (tox env ``all``): RMSNorm and softmax are then custom
-    calls, with which the decoder layers are not recognised as repeated, so each graph is one
-    kernel (as with ``dedup_layers=False``); without them the layers share one kernel."""
+    calls, with which the decoder layers of an inference graph are not recognised as repeated,
+    so each such graph is one kernel (as with ``dedup_layers=False``); without them the layers
+    share one kernel."""
     return os.environ.get("NKIPY_NKI_OVERRIDES") == "1"

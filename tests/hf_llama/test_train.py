@@ -20,17 +20,17 @@ def model_and_batch():
     )
 
 
-def test_losses_equal_eager_with_masks_from_torchs_generator(model_and_batch, nki_overrides):
+def test_losses_equal_eager_with_masks_from_torchs_generator(model_and_batch):
     model, batch = model_and_batch
     result = compare(model, batch, STEPS, fallback_random=True)
     assert result["max_difference"] <= EXACT_TOLERANCE, (result["losses"], result["expected"])
     assert result["losses"][-1] < result["losses"][0]  # it trains
     # forward and backward, each cut at the decoder layers (repeated layers compiled once); the
     # masks drawn on the host cut the forward's layers once more
-    assert result["kernels"] == (2 if nki_overrides else 8) and result["fallback_ops"] == 0
+    assert result["kernels"] == 8 and result["fallback_ops"] == 0
 
 
-def test_losses_follow_eager_with_masks_drawn_in_the_kernels(model_and_batch, nki_overrides):
+def test_losses_follow_eager_with_masks_drawn_in_the_kernels(model_and_batch):
     """The kernels' masks are not torch's: the curves differ, within the tolerance."""
     model, batch = model_and_batch
     result = compare(model, batch, STEPS)
@@ -39,4 +39,4 @@ def test_losses_follow_eager_with_masks_drawn_in_the_kernels(model_and_batch, nk
         result["expected"],
     )
     assert result["losses"][-1] < result["losses"][0]
-    assert result["kernels"] == (2 if nki_overrides else 7) and result["fallback_ops"] == 0
+    assert result["kernels"] == 7 and result["fallback_ops"] == 0
