@@ -72,7 +72,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -561,7 +561,7 @@ _LAYOUT = ("kernels", "index", "locks", "tmp")
 
 class Untrusted(Exception):
     """An entry or index file nothing vouches for (see ``trust``), or one vouched for under
-    another key than its name."""
+    another key than its name; the message says which."""
 
 
 @attrs.frozen
@@ -591,21 +591,44 @@ def read_entry(entry: Path, sealed_ok: bool) -> tuple[dict[str, Any], dict[str, 
         seal_text = (entry / SEAL_FILE).read_bytes()
     except FileNotFoundError:
         seal_text = None
-    why = verdict(meta_bytes, seal_text, sealed_ok)
-    if why is None:
-        raise Untrusted(str(entry))
-    meta = json.loads(meta_bytes)
-    if meta.get("key") != entry.name:  # vouched for, but as another kernel
-        raise Untrusted(str(entry))
-    for name, expected in meta["files"].items():
-        if hashlib.sha256((entry / name).read_bytes()).hexdigest() != expected:
-            raise ValueError(f"{name} does not match its checksum")
+    meta, why = vouched_meta(entry.name, meta_bytes, seal_text, sealed_ok)
+    contents = checked_files(meta, lambda name: (entry / name).read_bytes())
     artifacts = {
-        name.removeprefix("artifacts/"): (entry / name).read_bytes()
-        for name in meta["files"]
+        name.removeprefix("artifacts/"): data
+        for name, data in contents.items()
         if name.startswith("artifacts/")
     }
     return meta, artifacts, why
+
+
+def vouched_meta(
+    key: str, meta_bytes: bytes, seal_text: bytes | None, sealed_ok: bool
+) -> tuple[dict[str, Any], str]:
+    """(meta, why it is trusted) of entry ``key``; ``Untrusted``, saying why, when nothing
+    vouches for its ``meta.json`` (``sealed_ok`` as in ``trust.verdict``) or it was vouched for
+    as another kernel."""
+    why = verdict(meta_bytes, seal_text, sealed_ok)
+    if why is None:
+        raise Untrusted(
+            "not sealed by your key, signed by a trusted key or pinned"
+            if sealed_ok
+            else "not signed by a trusted key (NKIPY_CACHE_TRUSTED_KEYS) nor pinned"
+        )
+    meta = json.loads(meta_bytes)
+    if meta.get("key") != key:
+        raise Untrusted("its metadata names another key")
+    return meta, why
+
+
+def checked_files(meta: dict[str, Any], read: Callable[[str], bytes]) -> dict[str, bytes]:
+    """The bytes of every file ``meta`` lists, each read once with ``read``; ``ValueError`` when
+    one does not match its checksum."""
+    contents = {}
+    for name, expected in meta["files"].items():
+        contents[name] = read(name)
+        if hashlib.sha256(contents[name]).hexdigest() != expected:
+            raise ValueError(f"{name} does not match its checksum")
+    return contents
 
 
 def _index_seal(key: str, value: Any) -> str:

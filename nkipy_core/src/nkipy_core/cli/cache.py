@@ -12,7 +12,6 @@ or mounts the export as a shared tier, and compiles nothing.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import re
@@ -26,8 +25,10 @@ from nkipy_core.cache.kernel_cache import (
     STATS,
     KernelCache,
     Untrusted,
+    checked_files,
     read_entry,
     shared_tiers,
+    vouched_meta,
 )
 from nkipy_core.cli.command import EXIT_OK, UsageError, cache_dir
 from nkipy_core.cli.format import emit, format_table, table_section
@@ -57,9 +58,10 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _SECONDS[match.group(2)]
 
 
-def _entry_row(path: Path, tier: str, sealed_ok: bool) -> dict[str, Any]:
-    """What ``ls`` and ``verify`` say about one entry directory."""
-    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+def _entry_row(path: Path, tier: str, sealed_ok: bool, size: int | None = None) -> dict[str, Any]:
+    """What ``ls`` and ``verify`` say about one entry directory (``size``: its bytes, if known)."""
+    if size is None:
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     row: dict[str, Any] = {
         "key": path.name,
         "tier": tier,
@@ -78,7 +80,7 @@ def _entry_row(path: Path, tier: str, sealed_ok: bool) -> dict[str, Any]:
 
 def _rows(root: Path) -> list[dict[str, Any]]:
     cache = KernelCache(root)
-    rows = [_entry_row(e.path, "local", True) for e in cache.entries()]
+    rows = [_entry_row(e.path, "local", True, e.size) for e in cache.entries()]
     for tier in shared_tiers():
         for entry in sorted((tier / "kernels").glob("*")):
             rows.append(_entry_row(entry, str(tier), False))
@@ -291,20 +293,16 @@ def cmd_import(args: argparse.Namespace) -> int:
     for key, files in sorted(_read_archive(Path(args.file)).items()):
         meta = files.pop("meta.json", b"")
         seal_text = files.pop(trust.SEAL_FILE, None)
-        why = trust.verdict(meta, seal_text, sealed_ok=False) if meta else None
         reason = None
-        if not meta:
-            reason = "it has no meta.json"
-        elif why is None:
-            reason = "not signed by a trusted key (NKIPY_CACHE_TRUSTED_KEYS) nor pinned"
-        else:
-            listed = json.loads(meta)
-            if listed.get("key") != key:
-                reason = "its metadata names another key"
-            elif set(listed["files"]) != set(files) or any(
-                hashlib.sha256(files[n]).hexdigest() != d for n, d in listed["files"].items()
-            ):
-                reason = "a file does not match its checksum"
+        try:
+            if not meta:
+                raise ValueError("it has no meta.json")
+            listed, why = vouched_meta(key, meta, seal_text, sealed_ok=False)
+            if set(listed["files"]) != set(files):
+                raise ValueError("its files are not those its metadata lists")
+            checked_files(listed, files.__getitem__)
+        except (Untrusted, ValueError) as exc:
+            reason = str(exc)
         if reason is not None:
             STATS["untrusted"] += 1
             refused.append({"key": key, "reason": reason})
