@@ -12,9 +12,12 @@ from nkipy_core.testing import (
     assert_conformance,
     conformance_cases,
     expected_failures_for,
+    families,
     lowered_ops,
     run_conformance,
+    run_sweep,
 )
+from nkipy_core.testing.sweep import family
 
 aten = torch.ops.aten
 DIST = "conformance-test-pack"
@@ -206,3 +209,34 @@ def test_expected_failures_file_is_rewritten_from_a_run_keeping_reasons(tmp_path
 def test_malformed_expected_failures_name_the_line(line):
     with pytest.raises(ValueError, match=r"<expected failures>:[12]: "):
         ExpectedFailures.parse(line)
+
+
+def test_the_sweep_holds_every_op_of_the_graphs_to_strict_mode(test_pack):
+    report = run_sweep(include={"neg", "exp", "sin", "abs", "view_as_real"}, backward=False)
+    rows = {r.op: r for r in report.rows}
+    print(report.table())
+    assert rows["neg"].status == "pass", rows["neg"]
+    assert rows["exp"].status == "fail" and "not close" in rows["exp"].note
+    # strict: an op left on CPU (declined, or lowered by no pack) is an error naming it
+    assert rows["sin"].status == "fail" and "aten::sin.default" in rows["sin"].note
+    assert rows["abs"].status == "fail" and "aten::abs.default" in rows["abs"].note
+    # a complex-only OpInfo runs at complex64
+    assert rows["view_as_real"].dtype == "complex64"
+    assert families(report)["complex"] == {"pass": 0, "fallback": 0, "fail": 1, "skip": 0}
+    assert families(report)["other"]["pass"] == 1
+
+
+def test_families_of_opinfo_names():
+    assert [
+        family(n)
+        for n in (
+            "linalg.svd",
+            "cholesky",
+            "fft.rfft2",
+            "stft",
+            "special.bessel_j0",
+            "polygamma.polygamma_n_1",
+            "view_as_complex",
+            "add",
+        )
+    ] == ["linalg", "linalg", "fft", "fft", "special", "special", "complex", "other"]

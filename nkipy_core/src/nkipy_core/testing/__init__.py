@@ -14,6 +14,7 @@ from nkipy_core.testing.conformance import (
     run_conformance,
 )
 from nkipy_core.testing.expected_failures import ExpectedFailures, expected_failures_for
+from nkipy_core.testing.sweep import families, run_sweep
 
 __all__ = [
     "ConformanceReport",
@@ -28,6 +29,8 @@ __all__ = [
     "lowered_ops",
     "run_case",
     "run_conformance",
+    "run_sweep",
     "expected_failures_for",
+    "families",
     "upcast",
 ]

@@ -86,6 +86,7 @@ __all__ = [
     "load_op_db",
     "lowered_ops",
     "run_case",
+    "run_cases",
     "run_conformance",
 ]
 
@@ -200,46 +201,60 @@ def run_conformance(
     is reset between samples and cases, and warnings other than nkipy's are silenced.
     ``progress`` is called with each row as it completes.
     """
-    start = time.monotonic()
     cases = conformance_cases(target, include=include, exclude=exclude)
     ops = sorted({op for case in cases for op in case.targets})
+    return run_cases(
+        [(case, dtype) for case in cases for dtype in dtypes],
+        lowered=ops,
+        max_samples=max_samples,
+        backward=backward,
+        backward_samples=backward_samples,
+        inference_for_backward_samples=inference_for_backward_samples,
+        search_samples=search_samples,
+        op_budget=op_budget,
+        budget=budget,
+        tolerances=tolerances,
+        cache_dir=cache_dir,
+        options=options,
+        seed=seed,
+        progress=progress,
+    )
+
+
+def run_cases(
+    runs: Sequence[tuple[OpCase, torch.dtype]],
+    *,
+    lowered: Sequence[str] = (),
+    op_budget: float | None = 60.0,
+    budget: float | None = None,
+    cache_dir: str | Path | None = None,
+    progress: Callable[[OpResult], None] | None = None,
+    **sampling: Any,
+) -> ConformanceReport:
+    """Run each ``(case, dtype)`` with ``run_case`` in one kernel cache, within the budgets;
+    rows the run's ``budget`` no longer reaches are ``skip``. ``sampling`` is ``run_case``'s."""
+    start = time.monotonic()
     rows: list[OpResult] = []
     with kernel_cache(cache_dir) as cache:
-        for case in cases:
-            for dtype in dtypes:
-                if budget is not None and time.monotonic() - start > budget:
-                    row = OpResult(
-                        case.name,
-                        str(dtype).removeprefix("torch."),
-                        "skip",
-                        case.targets,
-                        note="time budget of the run exhausted",
-                    )
-                else:
-                    remaining = (
-                        None if budget is None else max(0.0, budget - (time.monotonic() - start))
-                    )
-                    per_op = (
-                        op_budget if remaining is None else min(op_budget or math.inf, remaining)
-                    )
-                    row = run_case(
-                        case,
-                        dtype=dtype,
-                        max_samples=max_samples,
-                        backward=backward,
-                        backward_samples=backward_samples,
-                        inference_for_backward_samples=inference_for_backward_samples,
-                        search_samples=search_samples,
-                        tolerances=tolerances,
-                        cache_dir=cache,
-                        options=options,
-                        time_budget=per_op,
-                        seed=seed,
-                    )
-                rows.append(row)
-                if progress is not None:
-                    progress(row)
-    return ConformanceReport(tuple(rows), tuple(ops), time.monotonic() - start)
+        for case, dtype in runs:
+            if budget is not None and time.monotonic() - start > budget:
+                row = OpResult(
+                    case.name,
+                    str(dtype).removeprefix("torch."),
+                    "skip",
+                    case.targets,
+                    note="time budget of the run exhausted",
+                )
+            else:
+                remaining = (
+                    None if budget is None else max(0.0, budget - (time.monotonic() - start))
+                )
+                per_op = op_budget if remaining is None else min(op_budget or math.inf, remaining)
+                row = run_case(case, dtype=dtype, cache_dir=cache, time_budget=per_op, **sampling)
+            rows.append(row)
+            if progress is not None:
+                progress(row)
+    return ConformanceReport(tuple(rows), tuple(lowered), time.monotonic() - start)
 
 
 def assert_conformance(

@@ -162,7 +162,7 @@ def run_case(
         return done("skip", f"no OpInfo covers {', '.join(case.targets)}")
     if dtype not in opinfo.supported_dtypes("cpu"):
         return done("skip", f"OpInfo does not support {dtype_name}")
-    random = [t for t in case.targets if _is_random(t)]
+    random = [t for t in case.targets if _is_random(t)] if case.targets else _random_opinfo(opinfo)
     seed = _seed(case.name, seed)
     tol = _tolerance(dtype, tolerances)
     want_bwd = (
@@ -238,15 +238,27 @@ def _is_random(overload: str) -> bool:
         return False
 
 
+def _random_opinfo(opinfo: Any) -> bool:
+    """Whether the ATen op an OpInfo is named for draws random numbers (for the sweep's cases,
+    which have no targets to ask)."""
+    for name in {opinfo.aten_name, opinfo.name, opinfo.name.removeprefix("nn.functional.")}:
+        packet = getattr(torch.ops.aten, name, None)
+        overloads = packet.overloads() if packet is not None else ()
+        if any(_is_random(f"aten::{name}.{overload}") for overload in overloads):
+            return True
+    return False
+
+
 def _classify(
     case: OpCase, results: list[SampleOutcome], seen: set[str], truncated: bool, done
 ) -> OpResult:
+    # a case without targets (the OpInfo sweep) is about every op of its graphs
     packets = {packet(t) for t in case.targets}
     fallbacks: dict[str, str] = {}
     others: dict[str, str] = {}
     for r in results:
         for op, why in r.fallbacks.items():
-            (fallbacks if packet(op) in packets else others).setdefault(op, why)
+            (fallbacks if not packets or packet(op) in packets else others).setdefault(op, why)
     lowered = tuple(sorted(t for t in case.targets if t in seen and t not in fallbacks))
     counts = dict(
         samples=len({r.index for r in results if not r.skipped}),
@@ -275,7 +287,7 @@ def _classify(
         op, why = sorted(fallbacks.items())[0]
         more = f" (+{len(fallbacks) - 1} more)" if len(fallbacks) > 1 else ""
         return done("fallback", one_line(f"{op}: {why}{more}") + budget, **counts)
-    if not lowered:
+    if case.targets and not lowered:
         ran = sorted(seen) or ["nothing"]
         return done(
             "skip",
