@@ -69,6 +69,30 @@ def multiply(a, b):
     )
 
 
+def divide(a, b):
+    """The complex quotient of two pairs (broadcasting) by Smith's algorithm (R. L. Smith,
+    "Algorithm 116: Complex division", CACM 5(8), 1962), as c10's ``complex`` divides: the
+    divisor's larger part is the pivot, so ``|b|²`` is never formed and cannot overflow. A zero
+    divisor divides each part by a zero, giving the infinities and NaNs real division gives."""
+    ar, ai, br, bi = a[..., REAL], a[..., IMAG], b[..., REAL], b[..., IMAG]
+    flip = knp.less(knp.abs(br), knp.abs(bi))
+    big, small = knp.where(flip, bi, br), knp.where(flip, br, bi)
+    ratio = knp.divide(small, big)
+    denominator = knp.add(big, knp.multiply(small, ratio))
+    # unflipped: ((ar + ai·r), (ai - ar·r)) / d; flipped: ((ar·r + ai), (ai·r - ar)) / d
+    real = knp.where(
+        flip, knp.add(knp.multiply(ar, ratio), ai), knp.add(ar, knp.multiply(ai, ratio))
+    )
+    imag = knp.where(
+        flip, knp.subtract(knp.multiply(ai, ratio), ar), knp.subtract(ai, knp.multiply(ar, ratio))
+    )
+    zero = knp.logical_and(knp.equal(br, 0), knp.equal(bi, 0))
+    return join(
+        knp.where(zero, knp.divide(ar, knp.abs(br)), knp.divide(real, denominator)),
+        knp.where(zero, knp.divide(ai, knp.abs(bi)), knp.divide(imag, denominator)),
+    )
+
+
 def conjugate(x):
     """The imaginary parts negated (``-0.0`` for ``0.0``, as torch's ``conj_physical``)."""
     return knp.multiply(x, np.array([1, -1], knp.dtype_of(x).numpy))

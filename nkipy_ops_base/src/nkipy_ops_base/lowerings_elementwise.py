@@ -232,11 +232,18 @@ _ROUNDING = {None: knp.divide, "trunc": _trunc_divide, "floor": knp.floor_divide
 _HALF_ROUNDING = {"trunc": _trunc_divide, "floor": _half_floor_divide}
 
 
-@RULES.register(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+@RULES.register(
+    aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode, complex=True
+)
 def div(ctx, x, other, *, rounding_mode=None):
     """A scalar ``other`` divides at f32 without being rounded to a half dtype first. A rounding
     division of half floats by a tensor runs in the half type itself: its quotient is rounded
-    to the dtype before it is truncated or floored."""
+    to the dtype before it is truncated or floored. Complex numbers divide by Smith's algorithm
+    (``complex_pairs.divide``; torch has no rounding division of them)."""
+    if ctx.complex:
+        return complex_pairs.divide(
+            complex_pairs.operand(ctx, x, 0), complex_pairs.operand(ctx, other, 1)
+        )
     dtype = ctx.out_dtype
     if rounding_mode is not None and dtype.is_half and not is_scalar(other):
         return _HALF_ROUNDING[rounding_mode](knp.astype(x, dtype), knp.astype(other, dtype))

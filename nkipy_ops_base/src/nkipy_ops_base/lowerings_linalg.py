@@ -17,6 +17,7 @@ import torch
 
 from nkipy_core import knp
 
+from . import complex_pairs
 from .conventions import require
 from .lowerings_reduction import p_norm
 from .opmath import opmath
@@ -25,8 +26,16 @@ from .rules import RULES
 aten = torch.ops.aten
 
 
-@RULES.register(aten.mm.default, aten.bmm.default, aten.dot.default, aten.mv.default)
+@RULES.register(aten.mm.default, aten.bmm.default, aten.dot.default, aten.mv.default, complex=True)
 def matmul(ctx, x, other):
+    """Complex operands multiply as four real products: ``(ArBr - AiBi) + i(ArBi + AiBr)``."""
+    if ctx.complex:
+        a, b = complex_pairs.operand(ctx, x, 0), complex_pairs.operand(ctx, other, 1)
+        ar, ai, br, bi = (p[..., part] for p in (a, b) for part in (0, 1))
+        return complex_pairs.join(
+            knp.subtract(knp.matmul(ar, br), knp.matmul(ai, bi)),
+            knp.add(knp.matmul(ar, bi), knp.matmul(ai, br)),
+        )
     return opmath(ctx.out_dtype, knp.matmul, x, other)
 
 
