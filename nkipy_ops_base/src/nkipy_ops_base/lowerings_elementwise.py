@@ -136,8 +136,6 @@ _BINARY = [
 ]
 
 _PREDICATES = [
-    (knp.equal, aten.eq.Tensor, aten.eq.Scalar),
-    (knp.not_equal, aten.ne.Tensor, aten.ne.Scalar),
     (knp.less, aten.lt.Tensor, aten.lt.Scalar),
     (knp.less_equal, aten.le.Tensor, aten.le.Scalar),
     (knp.greater, aten.gt.Tensor, aten.gt.Scalar),
@@ -154,6 +152,34 @@ _PREDICATES = [
 for _table, _factory in ((_UNARY, _arith), (_BINARY, _arith), (_PREDICATES, _predicate)):
     for _fn, *_ops in _table:
         RULES.register(*_ops)(_factory(_fn, _ops[0]))
+
+
+def _parts_compared(fn, combine, op):
+    """``fn`` of the operands; complex ones (pairs, a real operand with a zero imaginary part)
+    compared part by part, the two answers joined by ``combine``."""
+    real_rule = _predicate(fn, op)
+
+    def rule(ctx, x, other):
+        if not ctx.complex:
+            return real_rule(ctx, x, other)
+        which = 0 if complex_pairs.arg_is_complex(ctx, 0) else 1
+        dtype = knp.dtype_of((x, other)[which])
+        a, b = (
+            complex_pairs.pair(v, complex_pairs.arg_is_complex(ctx, i), dtype)
+            for i, v in enumerate((x, other))
+        )
+        parts = fn(a, b)
+        return combine(parts[..., complex_pairs.REAL], parts[..., complex_pairs.IMAG])
+
+    return _named(rule, op, "over the operands in their promoted dtype; complex ones part by part")
+
+
+RULES.register(aten.eq.Tensor, aten.eq.Scalar, complex=True)(
+    _parts_compared(knp.equal, knp.logical_and, aten.eq.Tensor)
+)
+RULES.register(aten.ne.Tensor, aten.ne.Scalar, complex=True)(
+    _parts_compared(knp.not_equal, knp.logical_or, aten.ne.Tensor)
+)
 
 
 def _scaled(ctx, fn, x, other, alpha):
