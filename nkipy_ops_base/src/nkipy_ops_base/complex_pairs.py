@@ -93,6 +93,40 @@ def divide(a, b):
     )
 
 
+def reciprocal(x):
+    """``1 / x`` as torch's complex ``reciprocal`` computes it: a complex division."""
+    return divide(np.array([1, 0], knp.dtype_of(x).numpy), x)
+
+
+def exp(x):
+    """``e^a (cos b, sin b)`` for ``x = a + ib``; a zero imaginary part stays exact (so
+    ``exp(inf + 0j)`` is ``inf + 0j``, not ``inf·sin 0`` = NaN)."""
+    a, b = x[..., REAL], x[..., IMAG]
+    scale = knp.exp(a)
+    real = knp.where(knp.equal(b, 0), scale, knp.multiply(scale, knp.cos(b)))
+    return join(real, knp.where(knp.equal(b, 0), b, knp.multiply(scale, knp.sin(b))))
+
+
+def log(x):
+    """The principal logarithm ``(log |x|, arg x)``."""
+    return join(knp.log(magnitude(x)), knp.arctan2(x[..., IMAG], x[..., REAL]))
+
+
+def power(base, exponent, scalar=None):
+    """``base ** exponent`` of pairs. A Python exponent of 2, 3 or -1 is products or a
+    reciprocal, as ATen's ``pow`` special-cases them; others are ``exp(exponent · log base)``,
+    with a zero base giving zero for an exponent of positive real part (``log 0`` is ``-inf``)."""
+    if scalar in (2, 3):
+        square = multiply(base, base)
+        return square if scalar == 2 else multiply(square, base)
+    if scalar == -1:
+        return reciprocal(base)
+    result = exp(multiply(exponent, log(base)))
+    zero = knp.logical_and(knp.equal(base[..., REAL], 0), knp.equal(base[..., IMAG], 0))
+    vanishes = knp.logical_and(zero, knp.greater(exponent[..., REAL], 0))
+    return knp.where(knp.expand_dims(vanishes, -1), 0, result)
+
+
 def conjugate(x):
     """The imaginary parts negated (``-0.0`` for ``0.0``, as torch's ``conj_physical``)."""
     return knp.multiply(x, np.array([1, -1], knp.dtype_of(x).numpy))

@@ -121,7 +121,6 @@ _UNARY = [
 ]
 
 _BINARY = [
-    (knp.power, aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar),
     (_maximum, aten.maximum.default),
     (_minimum, aten.minimum.default),
     (_fmax, aten.fmax.default),
@@ -149,9 +148,31 @@ _PREDICATES = [
     (knp.isinf, aten.isinf.default),
 ]
 
+#: ops of the tables that complex tensors have too: the ``complex_pairs`` function computing them
+_COMPLEX = {
+    aten.exp.default: complex_pairs.exp,
+    aten.log.default: complex_pairs.log,
+    aten.reciprocal.default: complex_pairs.reciprocal,
+}
+
+
+def _or_complex(real_rule, fn):
+    """``real_rule``, or ``fn`` of the pairs for a complex node."""
+
+    def rule(ctx, x):
+        return fn(complex_pairs.operand(ctx, x, 0)) if ctx.complex else real_rule(ctx, x)
+
+    rule.__name__ = rule.__qualname__ = real_rule.__name__
+    rule.__doc__ = f"{real_rule.__doc__} Complex tensors: ``complex_pairs.{fn.__name__}``."
+    return rule
+
+
 for _table, _factory in ((_UNARY, _arith), (_BINARY, _arith), (_PREDICATES, _predicate)):
     for _fn, *_ops in _table:
-        RULES.register(*_ops)(_factory(_fn, _ops[0]))
+        _rule = _factory(_fn, _ops[0])
+        if _ops[0] in _COMPLEX:
+            _rule = _or_complex(_rule, _COMPLEX[_ops[0]])
+        RULES.register(*_ops, complex=_ops[0] in _COMPLEX)(_rule)
 
 
 def _parts_compared(fn, combine, op):
@@ -172,6 +193,19 @@ def _parts_compared(fn, combine, op):
         return combine(parts[..., complex_pairs.REAL], parts[..., complex_pairs.IMAG])
 
     return _named(rule, op, "over the operands in their promoted dtype; complex ones part by part")
+
+
+_REAL_POW = _arith(knp.power, aten.pow.Tensor_Tensor)
+
+
+@RULES.register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, complex=True)
+def pow_(ctx, x, exponent):
+    """In torch's opmath; complex powers by ``complex_pairs.power``."""
+    if not ctx.complex:
+        return _REAL_POW(ctx, x, exponent)
+    scalar = exponent if is_scalar(exponent) else None
+    base, exponent = complex_pairs.operand(ctx, x, 0), complex_pairs.operand(ctx, exponent, 1)
+    return complex_pairs.power(base, exponent, scalar)
 
 
 RULES.register(aten.eq.Tensor, aten.eq.Scalar, complex=True)(
