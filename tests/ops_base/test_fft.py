@@ -118,6 +118,38 @@ def test_complex_division_and_products_match_eager():
     torch.testing.assert_close(strict(torch.angle)(r), torch.angle(r), equal_nan=True)
 
 
+def test_complex_exp_log_pow_reciprocal_mean_addmm_match_eager():
+    z = torch.tensor(
+        [1 + 2j, -3 + 0.5j, 0j, -2 + 0j, 40 + 3j, 0.5 - 1e-3j, 1e-20 + 1e-20j],
+        dtype=torch.complex64,
+    )
+    w = torch.tensor(
+        [0.5 + 0.5j, 2 + 0j, 1 + 0j, -1 + 1j, 0.1j, 3 - 1j, 1 + 0j], dtype=torch.complex64
+    )
+    cases = [
+        (torch.exp, (z,)),
+        (torch.log, (z[z != 0],)),
+        (torch.reciprocal, (z[z != 0],)),
+        (torch.square, (z,)),
+        (lambda a: a**3, (z,)),
+        (lambda a, b: a**b, (z[z != 0], w[z != 0])),
+        (lambda a: a**0.5, (z,)),
+        (lambda a: a.mean(0), (z,)),
+        (
+            torch.addmm,
+            tuple(
+                signal(*s, dtype=torch.complex64, seed=i)
+                for i, s in enumerate(((2, 3), (2, 4), (4, 3)))
+            ),
+        ),
+        (lambda a: torch.exp(a), (signal(0, 3, dtype=torch.complex64),)),
+    ]
+    for fn, args in cases:
+        torch.testing.assert_close(strict(fn)(*args), fn(*args), rtol=2e-5, atol=1e-5)
+    inf = torch.tensor([complex(math.inf, 0), complex(-math.inf, 0)], dtype=torch.complex64)
+    torch.testing.assert_close(strict(torch.exp)(inf), torch.exp(inf))
+
+
 class RotaryAttention(torch.nn.Module):
     """A Llama attention block: projections, complex RoPE (Meta's ``view_as_complex`` of pairs
     times ``freqs_cis``, ``view_as_real``, flatten), causal attention, output projection."""
