@@ -25,8 +25,11 @@ def signal(*shape, dtype=torch.float32, seed=0):
     return torch.randn(*shape, dtype=dtype, generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("n", [1, 2, 7, 16, 300, 1024], ids=lambda n: f"n{n}")
-@pytest.mark.parametrize("norm", [None, "ortho", "forward"])
+@pytest.mark.parametrize(
+    ("n", "norm"),
+    [(1, None), (2, "forward"), (7, "ortho"), (16, None), (300, "ortho"), (1024, "forward")],
+    ids=str,
+)
 def test_one_dimensional_transforms_match_eager(n, norm):
     """Direct lengths and split ones (past ``dft.DIRECT``: 300 = 15·20, 1024 = 32·32)."""
     x, z = signal(2, n), signal(2, n, dtype=torch.complex64, seed=1)
