@@ -98,13 +98,14 @@ def test_edge_values_spread_as_in_eager():
     assert torch.isinf(got.real).all() and not torch.isfinite(got).any()
 
 
-def test_a_prime_length_past_the_direct_limit_is_declined():
-    n = 1031  # prime, above dft.MAX_FACTOR: no split, and too long for one matrix
-    assert n > dft.MAX_FACTOR
-    with pytest.raises(Unsupported, match="prime length 1031"):
-        dft._check(n)
-    z = signal(n, dtype=torch.complex64)
-    with pytest.warns(UserWarning, match="_fft_c2c"):
+def test_a_length_with_a_large_prime_factor_is_declined():
+    """1031 is prime and above ``dft.MAX_FACTOR``: no split, and too long for one matrix."""
+    for n in (1031, 2 * 1031):
+        with pytest.raises(Unsupported, match=f"length {n}, whose prime factor 1031 > 1024"):
+            dft.check_length(n)
+    dft.check_length(2**16)  # splits into factors of 256
+    z = signal(2 * 1031, dtype=torch.complex64)
+    with pytest.warns(UserWarning, match="_fft_c2c.*prime factor 1031"):
         torch._dynamo.reset()
         got = torch.compile(torch.fft.fft, backend="nkipy")(z)
     torch.testing.assert_close(got, torch.fft.fft(z))

@@ -71,12 +71,19 @@ def _along(x, axis: int, matrix: np.ndarray, pair_in: bool, pair_out: bool):
     return knp.transpose(product, order + ([len(rest) + 1] if pair_out else []))
 
 
-def _check(n: int) -> None:
-    factor = _split(n)
-    if n > MAX_FACTOR and factor == 1:
+def check_length(n: int) -> None:
+    """Decline a length with a prime factor above ``MAX_FACTOR``: no split brings it lower."""
+    rest, factor, largest = n, 2, 1
+    while factor * factor <= rest:
+        while rest % factor == 0:
+            largest, rest = factor, rest // factor
+        factor += 1
+    largest = max(largest, rest)
+    if largest > MAX_FACTOR:
         raise Unsupported(
-            f"a DFT of prime length {n} > {MAX_FACTOR}: computed as a matrix product it would "
-            f"cost {n} multiply-adds per output and {(2 * n) ** 2} constants"
+            f"a DFT of length {n}, whose prime factor {largest} > {MAX_FACTOR} no split reduces: "
+            f"a matrix product of that length costs {largest} multiply-adds per output and "
+            f"{(2 * largest) ** 2} constants"
         )
 
 
@@ -88,7 +95,7 @@ def _split(n: int) -> int:
 def c2c(x, axis: int, sign: int, scale: float):
     """The transform ``scale · Σ_j x_j exp(sign·2πi·j·k/n)`` of pairs ``x`` along ``axis``."""
     n = x.shape[axis]
-    _check(n)
+    check_length(n)
     n1 = _split(n) if n > DIRECT else 1
     if n1 == 1:
         cos, sin = _cos_sin(n, n, n)
