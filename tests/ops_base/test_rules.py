@@ -499,6 +499,46 @@ def _complex_cases():
     yield case(aten.select.int, z, -2, 1, id="select-complex")
     yield case(aten.split_with_sizes.default, z, [1, 3], -1, id="split-complex")
     yield case(aten.cat.default, [z, t(2, 3, 4)], -1, id="cat-complex-real")
+    yield case(aten.div.Tensor, z, c(4), id="div-complex")
+    yield case(
+        aten.div.Tensor,
+        t(4),
+        torch.tensor([1 + 1j, 0j, 1e30 - 1e-30j]).reshape(3, 1),
+        id="div-real-complex",
+    )
+    yield case(aten.reciprocal.default, z, id="reciprocal-complex")
+    yield case(aten.exp.default, z, id="exp-complex")
+    yield case(aten.log.default, z, id="log-complex")
+    yield case(aten.pow.Tensor_Scalar, z, 2, id="pow-complex-square")
+    yield case(aten.pow.Tensor_Scalar, z, 0.5 + 1j, id="pow-complex-scalar")
+    yield case(aten.pow.Tensor_Tensor, z, w, id="pow-complex")
+    yield case(aten.mean.dim, z, [-1], id="mean-complex")
+    yield case(aten.eq.Tensor, z, torch.where(t(2, 3, 4) > 0, z, w), id="eq-complex")
+    yield case(aten.ne.Scalar, c(4), 0j, id="ne-complex-scalar")
+    yield case(aten.mm.default, c(3, 4), c(4, 2), id="mm-complex")
+    yield case(aten.addmm.default, c(2), c(3, 4), c(4, 2), beta=0.5, alpha=2j, id="addmm-complex")
+    yield case(aten.angle.default, z, id="angle-complex")
+    yield case(aten.angle.default, torch.tensor([-1.0, 0.0, -0.0, 2.0, math.nan]), id="angle-real")
+    yield case(
+        aten.scalar_tensor.default, 1 - 1j, dtype=torch.complex64, id="scalar_tensor-complex"
+    )
+    yield case(aten.slice_scatter.default, z, c(2, 3, 2), -1, 1, 3, id="slice_scatter-complex")
+    yield case(aten.select_scatter.default, z, c(2, 4), 1, -1, id="select_scatter-complex")
+    yield case(aten.constant_pad_nd.default, z, [1, 0, 0, 2], 1 - 1j, id="pad-complex")
+    yield case(aten.index_select.default, z, -1, torch.tensor([3, 0, 3]), id="index_select-complex")
+    yield case(aten._fft_c2c.default, c(3, 8), [1], 0, True)
+    yield case(aten._fft_c2c.default, c(2, 300), [1, 0], 1, False, id="fft_c2c-split-ortho-inverse")
+    yield case(aten._fft_r2c.default, t(3, 10), [0, 1], 2, True)
+    yield case(aten._fft_r2c.default, t(2, 260), [1], 0, False, id="fft_r2c-split-twosided")
+    yield case(aten._fft_c2r.default, c(3, 6), [1], 0, 10)
+    yield case(aten._fft_c2r.default, c(4, 131), [0, 1], 1, 261, id="fft_c2r-split-ortho")
+    yield case(aten.unfold.default, t(3, 10), 1, 4, 3)
+    yield case(aten.unfold.default, c(10, 2), 0, 4, 2, id="unfold-complex")
+    yield case(aten.unfold.default, torch.tensor(2.0), 0, 1, 1, id="unfold-0d")
+    yield case(aten.unfold_backward.default, t(3, 3, 4), [3, 10], 1, 4, 3)
+    yield case(
+        aten.unfold_backward.default, c(4, 2, 4), [10, 2], 0, 4, 2, id="unfold_backward-complex"
+    )
 
 
 def _shape_cases():

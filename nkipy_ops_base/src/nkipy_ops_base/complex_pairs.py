@@ -69,6 +69,64 @@ def multiply(a, b):
     )
 
 
+def divide(a, b):
+    """The complex quotient of two pairs (broadcasting) by Smith's algorithm (R. L. Smith,
+    "Algorithm 116: Complex division", CACM 5(8), 1962), as c10's ``complex`` divides: the
+    divisor's larger part is the pivot, so ``|b|²`` is never formed and cannot overflow. A zero
+    divisor divides each part by a zero, giving the infinities and NaNs real division gives."""
+    ar, ai, br, bi = a[..., REAL], a[..., IMAG], b[..., REAL], b[..., IMAG]
+    flip = knp.less(knp.abs(br), knp.abs(bi))
+    big, small = knp.where(flip, bi, br), knp.where(flip, br, bi)
+    ratio = knp.divide(small, big)
+    denominator = knp.add(big, knp.multiply(small, ratio))
+    # unflipped: ((ar + ai·r), (ai - ar·r)) / d; flipped: ((ar·r + ai), (ai·r - ar)) / d
+    real = knp.where(
+        flip, knp.add(knp.multiply(ar, ratio), ai), knp.add(ar, knp.multiply(ai, ratio))
+    )
+    imag = knp.where(
+        flip, knp.subtract(knp.multiply(ai, ratio), ar), knp.subtract(ai, knp.multiply(ar, ratio))
+    )
+    zero = knp.logical_and(knp.equal(br, 0), knp.equal(bi, 0))
+    return join(
+        knp.where(zero, knp.divide(ar, knp.abs(br)), knp.divide(real, denominator)),
+        knp.where(zero, knp.divide(ai, knp.abs(bi)), knp.divide(imag, denominator)),
+    )
+
+
+def reciprocal(x):
+    """``1 / x`` as torch's complex ``reciprocal`` computes it: a complex division."""
+    return divide(np.array([1, 0], knp.dtype_of(x).numpy), x)
+
+
+def exp(x):
+    """``e^a (cos b, sin b)`` for ``x = a + ib``; a zero imaginary part stays exact (so
+    ``exp(inf + 0j)`` is ``inf + 0j``, not ``inf·sin 0`` = NaN)."""
+    a, b = x[..., REAL], x[..., IMAG]
+    scale = knp.exp(a)
+    real = knp.where(knp.equal(b, 0), scale, knp.multiply(scale, knp.cos(b)))
+    return join(real, knp.where(knp.equal(b, 0), b, knp.multiply(scale, knp.sin(b))))
+
+
+def log(x):
+    """The principal logarithm ``(log |x|, arg x)``."""
+    return join(knp.log(magnitude(x)), knp.arctan2(x[..., IMAG], x[..., REAL]))
+
+
+def power(base, exponent, scalar=None):
+    """``base ** exponent`` of pairs. A Python exponent of 2, 3 or -1 is products or a
+    reciprocal, as ATen's ``pow`` special-cases them; others are ``exp(exponent · log base)``,
+    with a zero base giving zero for an exponent of positive real part (``log 0`` is ``-inf``)."""
+    if scalar in (2, 3):
+        square = multiply(base, base)
+        return square if scalar == 2 else multiply(square, base)
+    if scalar == -1:
+        return reciprocal(base)
+    result = exp(multiply(exponent, log(base)))
+    zero = knp.logical_and(knp.equal(base[..., REAL], 0), knp.equal(base[..., IMAG], 0))
+    vanishes = knp.logical_and(zero, knp.greater(exponent[..., REAL], 0))
+    return knp.where(knp.expand_dims(vanishes, -1), 0, result)
+
+
 def conjugate(x):
     """The imaginary parts negated (``-0.0`` for ``0.0``, as torch's ``conj_physical``)."""
     return knp.multiply(x, np.array([1, -1], knp.dtype_of(x).numpy))

@@ -9,6 +9,8 @@ value semantics, and AOTAutograd has made graphs functional before they are lowe
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from nkipy_core import knp
@@ -40,6 +42,17 @@ def polar(ctx, magnitude, angle):
     return complex_pairs.join(
         knp.multiply(magnitude, knp.cos(angle)), knp.multiply(magnitude, knp.sin(angle))
     )
+
+
+@RULES.register(aten.angle.default, complex=True)
+def angle(ctx, x):
+    """A complex number's argument, ``atan2(imag, real)``; a real number's is π below zero,
+    0 otherwise and NaN for NaN, as ATen's real ``angle``."""
+    if ctx.complex:
+        return knp.arctan2(x[..., complex_pairs.IMAG], x[..., complex_pairs.REAL])
+    x = knp.astype(x, ctx.out_dtype)
+    half_turn = knp.astype(knp.where(knp.less(x, 0), math.pi, 0.0), ctx.out_dtype)
+    return knp.where(knp.isnan(x), x, half_turn)
 
 
 @RULES.register(aten.complex.default, complex=True)

@@ -147,7 +147,12 @@ def col2im(ctx, x, output_size, kernel_size, dilation, padding, stride):
     ]
     columns = knp.reshape(
         upcast(batched, ctx.out_dtype),
-        (batched.shape[0], -1, math.prod(kernel_size), math.prod(grid)),
+        (
+            batched.shape[0],
+            batched.shape[1] // math.prod(kernel_size),
+            math.prod(kernel_size),
+            math.prod(grid),
+        ),
     )
     padded = [n + 2 * p for n, p in zip(output_size, padding)]
     full = windows.col2im(columns, padded, kernel_size, stride, dilation, grid)

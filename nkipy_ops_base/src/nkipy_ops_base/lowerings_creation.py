@@ -49,8 +49,10 @@ def fill_tensor(ctx, x, value):
     return knp.broadcast_to(_converted(ctx, value, 1), ctx.out.shape)
 
 
-@RULES.register(aten.scalar_tensor.default)
+@RULES.register(aten.scalar_tensor.default, complex=True)
 def scalar_tensor(ctx, s, **_):
+    if ctx.complex:
+        return complex_pairs.pair(s, False, ctx.out_dtype)
     return knp.full((), s, ctx.out_dtype)
 
 

@@ -121,7 +121,6 @@ _UNARY = [
 ]
 
 _BINARY = [
-    (knp.power, aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar),
     (_maximum, aten.maximum.default),
     (_minimum, aten.minimum.default),
     (_fmax, aten.fmax.default),
@@ -136,8 +135,6 @@ _BINARY = [
 ]
 
 _PREDICATES = [
-    (knp.equal, aten.eq.Tensor, aten.eq.Scalar),
-    (knp.not_equal, aten.ne.Tensor, aten.ne.Scalar),
     (knp.less, aten.lt.Tensor, aten.lt.Scalar),
     (knp.less_equal, aten.le.Tensor, aten.le.Scalar),
     (knp.greater, aten.gt.Tensor, aten.gt.Scalar),
@@ -151,9 +148,72 @@ _PREDICATES = [
     (knp.isinf, aten.isinf.default),
 ]
 
+#: ops of the tables that complex tensors have too: the ``complex_pairs`` function computing them
+_COMPLEX = {
+    aten.exp.default: complex_pairs.exp,
+    aten.log.default: complex_pairs.log,
+    aten.reciprocal.default: complex_pairs.reciprocal,
+}
+
+
+def _or_complex(real_rule, fn):
+    """``real_rule``, or ``fn`` of the pairs for a complex node."""
+
+    def rule(ctx, x):
+        return fn(complex_pairs.operand(ctx, x, 0)) if ctx.complex else real_rule(ctx, x)
+
+    rule.__name__ = rule.__qualname__ = real_rule.__name__
+    rule.__doc__ = f"{real_rule.__doc__} Complex tensors: ``complex_pairs.{fn.__name__}``."
+    return rule
+
+
 for _table, _factory in ((_UNARY, _arith), (_BINARY, _arith), (_PREDICATES, _predicate)):
     for _fn, *_ops in _table:
-        RULES.register(*_ops)(_factory(_fn, _ops[0]))
+        _rule = _factory(_fn, _ops[0])
+        if _ops[0] in _COMPLEX:
+            _rule = _or_complex(_rule, _COMPLEX[_ops[0]])
+        RULES.register(*_ops, complex=_ops[0] in _COMPLEX)(_rule)
+
+
+def _parts_compared(fn, combine, op):
+    """``fn`` of the operands; complex ones (pairs, a real operand with a zero imaginary part)
+    compared part by part, the two answers joined by ``combine``."""
+    real_rule = _predicate(fn, op)
+
+    def rule(ctx, x, other):
+        if not ctx.complex:
+            return real_rule(ctx, x, other)
+        which = 0 if complex_pairs.arg_is_complex(ctx, 0) else 1
+        dtype = knp.dtype_of((x, other)[which])
+        a, b = (
+            complex_pairs.pair(v, complex_pairs.arg_is_complex(ctx, i), dtype)
+            for i, v in enumerate((x, other))
+        )
+        parts = fn(a, b)
+        return combine(parts[..., complex_pairs.REAL], parts[..., complex_pairs.IMAG])
+
+    return _named(rule, op, "over the operands in their promoted dtype; complex ones part by part")
+
+
+_REAL_POW = _arith(knp.power, aten.pow.Tensor_Tensor)
+
+
+@RULES.register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, complex=True)
+def pow_(ctx, x, exponent):
+    """In torch's opmath; complex powers by ``complex_pairs.power``."""
+    if not ctx.complex:
+        return _REAL_POW(ctx, x, exponent)
+    scalar = exponent if is_scalar(exponent) else None
+    base, exponent = complex_pairs.operand(ctx, x, 0), complex_pairs.operand(ctx, exponent, 1)
+    return complex_pairs.power(base, exponent, scalar)
+
+
+RULES.register(aten.eq.Tensor, aten.eq.Scalar, complex=True)(
+    _parts_compared(knp.equal, knp.logical_and, aten.eq.Tensor)
+)
+RULES.register(aten.ne.Tensor, aten.ne.Scalar, complex=True)(
+    _parts_compared(knp.not_equal, knp.logical_or, aten.ne.Tensor)
+)
 
 
 def _scaled(ctx, fn, x, other, alpha):
@@ -232,11 +292,18 @@ _ROUNDING = {None: knp.divide, "trunc": _trunc_divide, "floor": knp.floor_divide
 _HALF_ROUNDING = {"trunc": _trunc_divide, "floor": _half_floor_divide}
 
 
-@RULES.register(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+@RULES.register(
+    aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode, complex=True
+)
 def div(ctx, x, other, *, rounding_mode=None):
     """A scalar ``other`` divides at f32 without being rounded to a half dtype first. A rounding
     division of half floats by a tensor runs in the half type itself: its quotient is rounded
-    to the dtype before it is truncated or floored."""
+    to the dtype before it is truncated or floored. Complex numbers divide by Smith's algorithm
+    (``complex_pairs.divide``; torch has no rounding division of them)."""
+    if ctx.complex:
+        return complex_pairs.divide(
+            complex_pairs.operand(ctx, x, 0), complex_pairs.operand(ctx, other, 1)
+        )
     dtype = ctx.out_dtype
     if rounding_mode is not None and dtype.is_half and not is_scalar(other):
         return _HALF_ROUNDING[rounding_mode](knp.astype(x, dtype), knp.astype(other, dtype))

@@ -21,6 +21,7 @@ import torch
 from nkipy_core import knp
 from nkipy_core.ir import DType
 
+from . import complex_pairs
 from .conventions import inverse_permutation, require
 from .opmath import is_array
 from .rules import RULES
@@ -61,11 +62,11 @@ def _overwrite(x, flat_index, values):
 # -- whole-slice gathers -------------------------------------------------------------------------
 
 
-@RULES.register(aten.index_select.default)
+@RULES.register(aten.index_select.default, complex=True)
 def index_select(ctx, x, dim, index):
-    if x.ndim == 0:  # the only valid index is 0
+    if x.ndim == ctx.complex:  # a 0-d tensor: the only valid index is 0
         return x
-    return knp.take(x, knp.reshape(index, (-1,)), axis=dim)
+    return knp.take(x, knp.reshape(index, (-1,)), axis=complex_pairs.dim(ctx, x, dim))
 
 
 @RULES.register(aten.embedding.default)

@@ -17,6 +17,7 @@ import torch
 
 from nkipy_core import knp
 
+from . import complex_pairs
 from .conventions import require
 from .lowerings_reduction import p_norm
 from .opmath import opmath
@@ -25,14 +26,43 @@ from .rules import RULES
 aten = torch.ops.aten
 
 
-@RULES.register(aten.mm.default, aten.bmm.default, aten.dot.default, aten.mv.default)
+def _complex_matmul(a, b):
+    """The product of complex matrices (pairs) as four real products:
+    ``(ArBr - AiBi) + i(ArBi + AiBr)``."""
+    ar, ai, br, bi = (p[..., part] for p in (a, b) for part in (0, 1))
+    return complex_pairs.join(
+        knp.subtract(knp.matmul(ar, br), knp.matmul(ai, bi)),
+        knp.add(knp.matmul(ar, bi), knp.matmul(ai, br)),
+    )
+
+
+@RULES.register(aten.mm.default, aten.bmm.default, aten.dot.default, aten.mv.default, complex=True)
 def matmul(ctx, x, other):
+    if ctx.complex:
+        return _complex_matmul(
+            complex_pairs.operand(ctx, x, 0), complex_pairs.operand(ctx, other, 1)
+        )
     return opmath(ctx.out_dtype, knp.matmul, x, other)
 
 
-@RULES.register(aten.addmm.default, aten.addmv.default)
+@RULES.register(aten.addmm.default, aten.addmv.default, complex=True)
 def addmm(ctx, bias, mat, other, *, beta=1, alpha=1):
-    """``beta · bias + alpha · (mat @ other)`` for a matrix or vector ``other``."""
+    """``beta · bias + alpha · (mat @ other)`` for a matrix or vector ``other``; complex
+    operands (and ``alpha``, ``beta``) by ``complex_pairs``."""
+    if ctx.complex:
+        product = _complex_matmul(
+            complex_pairs.operand(ctx, mat, 1), complex_pairs.operand(ctx, other, 2)
+        )
+        if alpha != 1:
+            product = complex_pairs.multiply(
+                product, complex_pairs.pair(alpha, False, ctx.out_dtype)
+            )
+        if beta == 0:
+            return knp.broadcast_to(product, ctx.out.shape)
+        bias = complex_pairs.operand(ctx, bias, 0)
+        if beta != 1:
+            bias = complex_pairs.multiply(bias, complex_pairs.pair(beta, False, ctx.out_dtype))
+        return knp.add(bias, product)
 
     def fn(c, a, b):
         product = knp.matmul(a, b)

@@ -32,8 +32,12 @@ def sum_(ctx, x, dim=None, keepdim=False, *, dtype=None):
     return knp.astype(knp.sum(x, axes(dim, x.ndim), keepdim, dtype), ctx.out_dtype)
 
 
-@RULES.register(aten.mean.dim, aten.mean.default)
+@RULES.register(aten.mean.dim, aten.mean.default, complex=True)
 def mean(ctx, x, dim=None, keepdim=False, *, dtype=None):
+    """A complex mean averages the real and imaginary parts apart."""
+    if ctx.complex:
+        x = complex_pairs.operand(ctx, x, 0)
+        return knp.mean(x, axes(dim, x.ndim - 1), keepdim, dtype=ctx.out_dtype)
     return knp.mean(x, axes(dim, x.ndim), keepdim, dtype=ctx.out_dtype)
 
 

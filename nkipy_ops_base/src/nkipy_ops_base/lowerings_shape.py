@@ -23,6 +23,7 @@ from nkipy_core.ir import DType
 
 from . import complex_pairs
 from .conventions import axes, inverse_permutation, require
+from .opmath import compute_dtype
 from .rules import RULES
 
 aten = torch.ops.aten
@@ -109,13 +110,21 @@ def repeat(ctx, x, repeats):
     return knp.reshape(knp.broadcast_to(knp.reshape(x, interleaved), tiled), ctx.out.shape)
 
 
-@RULES.register(aten.constant_pad_nd.default)
+@RULES.register(aten.constant_pad_nd.default, complex=True)
 def constant_pad_nd(ctx, x, pad, value=0):
-    """``pad`` lists (before, after) pairs starting from the last dimension."""
-    pairs = [(0, 0)] * (x.ndim - len(pad) // 2) + [
+    """``pad`` lists (before, after) pairs starting from the last dimension; a complex ``x``
+    pads its real parts with ``value``'s and its imaginary parts with ``value``'s imaginary part."""
+    rank = x.ndim - ctx.complex
+    pairs = [(0, 0)] * (rank - len(pad) // 2) + [
         (pad[i], pad[i + 1]) for i in reversed(range(0, len(pad), 2))
     ]
-    return knp.pad(x, pairs, value)
+    if not ctx.complex:
+        return knp.pad(x, pairs, value)
+    value = complex(value)
+    return complex_pairs.join(
+        knp.pad(x[..., complex_pairs.REAL], pairs, value.real),
+        knp.pad(x[..., complex_pairs.IMAG], pairs, value.imag),
+    )
 
 
 def _reflect(positions: np.ndarray, size: int) -> np.ndarray:
@@ -223,13 +232,15 @@ def _scatter_slice(x, src, dim: int, start: int, end: int, step: int):
     return knp.where(mask, placed, x)
 
 
-@RULES.register(aten.slice_scatter.default)
+@RULES.register(aten.slice_scatter.default, complex=True)
 def slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
+    dim = complex_pairs.dim(ctx, x, dim)
     return _scatter_slice(x, src, dim, *_slice_bounds(x.shape[dim], start, end, step))
 
 
-@RULES.register(aten.select_scatter.default)
+@RULES.register(aten.select_scatter.default, complex=True)
 def select_scatter(ctx, x, src, dim, index):
+    dim = complex_pairs.dim(ctx, x, dim)
     index %= x.shape[dim]
     return _scatter_slice(x, knp.expand_dims(src, dim), dim, index, index + 1, 1)
 
@@ -317,3 +328,42 @@ def as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
         )
         updated = knp.where(knp.greater(written, 0), placed, flat)
     return knp.reshape(updated, x.shape)
+
+
+def _windows(length: int, size: int, step: int) -> np.ndarray:
+    """The positions ``unfold`` reads along its dim: one row per window."""
+    starts = np.arange(0, length - size + 1, step) if length >= size else np.arange(0)
+    return starts[:, None] + np.arange(size)[None, :]
+
+
+@RULES.register(aten.unfold.default, complex=True)
+def unfold(ctx, x, dimension, size, step):
+    """Windows of ``size`` every ``step`` along ``dimension`` (a ``take`` of their positions),
+    the position within a window as a new last dim."""
+    rank = x.ndim - ctx.complex
+    if rank == 0:  # a 0-d tensor is one window of one element
+        return knp.reshape(x, ctx.out.shape)
+    dim = dimension % rank
+    windows = knp.take(x, _windows(x.shape[dim], size, step), axis=dim)
+    order = [d for d in range(windows.ndim) if d != dim + 1]
+    order.insert(rank, dim + 1)
+    return knp.transpose(windows, order)
+
+
+@RULES.register(aten.unfold_backward.default, complex=True)
+def unfold_backward(ctx, grad, input_sizes, dim, size, step):
+    """Each window's gradient added back to the positions it read (``scatter_add``, in f32 for
+    half floats)."""
+    rank = len(input_sizes)
+    if rank == 0:
+        return knp.reshape(grad, ctx.out.shape)
+    dim %= rank
+    positions = _windows(input_sizes[dim], size, step)
+    order = list(range(grad.ndim))
+    order.insert(dim + 1, order.pop(rank))
+    moved = knp.transpose(grad, order)
+    shape = list(moved.shape)
+    flat = knp.reshape(moved, [*shape[:dim], positions.size, *shape[dim + 2 :]])
+    compute = compute_dtype(ctx.out_dtype)
+    summed = knp.scatter_add(knp.zeros(ctx.out.shape, compute), positions.reshape(-1), flat, dim)
+    return knp.astype(summed, ctx.out_dtype)

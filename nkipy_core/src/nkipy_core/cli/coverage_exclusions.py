@@ -26,7 +26,6 @@ SYMBOLIC_SIZE_QUERY = (
 DATA_DEPENDENT_SHAPE = "data-dependent output shape: its size depends on the values, which a static kernel cannot express"
 HOST_SCALAR = "data-dependent host value: `.item()` hands a tensor element to Python on the host"
 STORAGE_RESIZE = "in-place storage resize: mutates a tensor's size at run time; functionalized graphs never hold it"
-COMPLEX_FFT = "complex FFT: no NKIPy primitive computes a Fourier transform (complex values are carried as real pairs; a DFT as matrix products would be quadratic)"
 
 CORE_ATEN_EXCLUSIONS: tuple[Exclusion, ...] = (
     *(
@@ -42,8 +41,6 @@ CORE_ATEN_EXCLUSIONS: tuple[Exclusion, ...] = (
     Exclusion("aten::nonzero.default", DATA_DEPENDENT_SHAPE),
     Exclusion("aten::_local_scalar_dense.default", HOST_SCALAR),
     Exclusion("aten::resize_.default", STORAGE_RESIZE),
-    Exclusion("aten::_fft_r2c.default", COMPLEX_FFT),
-    Exclusion("aten::_fft_c2r.default", COMPLEX_FFT),
 )
 
 #: opset name -> its exclusions

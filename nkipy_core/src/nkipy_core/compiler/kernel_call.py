@@ -246,7 +246,7 @@ class KernelCall(torch.nn.Module):
     def _laid_out(self, outputs: tuple[torch.Tensor, ...]):
         if self._viewed_complex:
             outputs = tuple(
-                torch.view_as_complex(t) if is_complex else t
+                _as_complex(t) if is_complex else t
                 for t, is_complex in zip(outputs, self.complex_outputs)
             )
         outputs = tuple(
@@ -302,3 +302,9 @@ def entry(gm: torch.fx.GraphModule) -> Callable[..., Any]:
     ):
         return gm.forward
     return call.as_graph if list(result) == body else gm.forward
+
+
+def _as_complex(t: torch.Tensor) -> torch.Tensor:
+    """A complex output from its real view. An empty one is made anew: NumPy gives empty
+    arrays zero strides, which ``view_as_complex`` rejects."""
+    return torch.view_as_complex(t if t.numel() else t.new_empty(t.shape))

@@ -51,6 +51,15 @@ EXTRA_OPINFOS: dict[str, tuple[str, ...]] = {
     "_scaled_dot_product_flash_attention_for_cpu": ("nn.functional.scaled_dot_product_attention",),
     "_scaled_dot_product_flash_attention": ("nn.functional.scaled_dot_product_attention",),
     "_scaled_dot_product_efficient_attention": ("nn.functional.scaled_dot_product_attention",),
+    "_fft_c2c": ("fft.fft", "fft.ifft", "fft.fft2", "fft.fftn", "fft.ifft2", "fft.ifftn", "istft"),
+    "_fft_r2c": (
+        *("fft.fft", "fft.rfft", "fft.ihfft", "fft.fft2", "fft.fftn", "fft.rfft2", "fft.rfftn"),
+        *("fft.ihfft2", "fft.ihfftn", "stft"),
+    ),
+    "_fft_c2r": (
+        *("fft.irfft", "fft.hfft", "fft.irfft2", "fft.irfftn", "fft.hfft2", "fft.hfftn"),
+        "istft",
+    ),
 }
 
 #: name prefixes whose last component is itself a torch op name
