@@ -16,6 +16,7 @@ from . import (  # noqa: F401
     lowerings_linalg,
     lowerings_nn,
     lowerings_normal,
+    lowerings_orthogonal_polynomials,
     lowerings_random,
     lowerings_reduction,
     lowerings_scan,
