@@ -196,9 +196,10 @@ def _zeta(x, q):
         knp.logical_and(negative_q, knp.not_equal(x, knp.floor(x))), math.nan, result
     )
     result = knp.where(knp.logical_and(negative_q, knp.equal(q, knp.floor(q))), math.inf, result)
-    # x = inf, as torch: q^-inf for q <= 1 and NaN above (its correction terms are 0 * inf)
+    # x = inf, as torch: inf for q < 1 (a term |q + k| < 1 is there), 1 at q = 1, and NaN
+    # above (its correction terms are 0 * inf)
     first = knp.where(knp.less(q, 1), math.inf, knp.where(knp.equal(q, 1), 1, math.nan))
-    result = knp.where(knp.logical_and(knp.equal(x, math.inf), knp.greater(q, 0)), first, result)
+    result = knp.where(knp.equal(x, math.inf), first, result)
     result = knp.where(knp.less(x, 1), math.nan, result)
     return knp.where(knp.equal(x, 1), math.inf, result)
 
