@@ -1,5 +1,6 @@
 """Special functions and sign manipulation: ``erfc``, ``erfinv``, ``lgamma``, ``digamma`` and
-its derivatives (``polygamma``), ``signbit``, ``copysign``, and ``atan2``'s ``out=`` form.
+its derivatives (``polygamma``), the Hurwitz zeta function (``special_zeta``), ``signbit``,
+``copysign``, and ``atan2``'s ``out=`` form.
 
 ``erfc`` and ``signbit`` are primitives (``1 - erf`` cancels to zero in the tail, and the sign
 of a NaN or of ``-0.0`` cannot be read without one). The others are composed here, the way XLA's
@@ -13,6 +14,8 @@ the IR keeps one primitive per thing only hardware can do:
 - ``polygamma``: order 1 is torch's trigamma series; higher orders the Hurwitz zeta function as
   Cephes computes it (ten terms, then Euler-Maclaurin), below 1/2 through the reflection formula
   with the derivatives of ``cot`` as polynomials; a few f32 ulps, about 1e-11 relative in f64.
+- ``special_zeta``: the same Hurwitz zeta sum with a tensor exponent (torch's kernel is that
+  Cephes routine); a negative ``q`` is moved above 0 by up to 16 explicit terms.
 - ``erfinv``: Giles' single-precision polynomial ("Approximating the erfinv function", 2010),
   accurate to a few f32 ulps; f64 adds two Newton steps on ``erf`` (as torch's ``calc_erfinv``
   does) for full double precision.
@@ -31,7 +34,7 @@ from nkipy_core import knp
 from nkipy_core.ir import DType
 
 from .conventions import require
-from .opmath import opmath
+from .opmath import is_array, opmath
 from .rules import RULES
 
 aten = torch.ops.aten
@@ -144,25 +147,61 @@ _ZETA_EULER_MACLAURIN = (
 )
 
 
-def _hurwitz_zeta(s: int, q):
-    """``ζ(s, q) = Σ (q + k)^-s`` for a static integer ``s >= 2`` and ``q >= 1/2``, as Cephes:
-    ten terms summed directly, then the Euler-Maclaurin tail from ``q + 9``."""
+def _hurwitz_zeta(s, q):
+    """``ζ(s, q) = Σ (q + k)^-s`` for ``s > 1`` (a static integer or an array) and ``q > 0``,
+    as Cephes: ten terms summed directly, then the Euler-Maclaurin tail from ``q + 9``."""
+    static = not is_array(s)
+    negated = -s if static else knp.negative(s)
     total = 0
     for k in range(10):
-        term = knp.power(knp.add(q, k), -s)
+        term = knp.power(knp.add(q, k), negated)
         total = knp.add(total, term)
     a = knp.add(q, 9)
+    s_minus_1 = s - 1 if static else knp.subtract(s, 1)
     total = knp.add(
-        total, knp.subtract(knp.divide(knp.multiply(term, a), s - 1), knp.multiply(term, 0.5))
+        total, knp.subtract(knp.divide(knp.multiply(term, a), s_minus_1), knp.multiply(term, 0.5))
     )
-    factor, power = 1.0, term
+    # the j-th correction is s (s+1) ... (s+2j) a^-(s+2j+1) / c_j, built up one factor at a
+    # time so that neither the rising product nor the power leaves the range for a large s
+    scaled = term
     for i, c in enumerate(_ZETA_EULER_MACLAURIN):
-        factor *= s + 2 * i
-        power = knp.divide(power, a)
-        total = knp.add(total, knp.divide(knp.multiply(power, factor), c))
-        factor *= s + 2 * i + 1
-        power = knp.divide(power, a)
+        scaled = knp.multiply(scaled, knp.divide(s + 2 * i if static else knp.add(s, 2 * i), a))
+        total = knp.add(total, knp.divide(scaled, c))
+        scaled = knp.multiply(
+            scaled, knp.divide(s + 2 * i + 1 if static else knp.add(s, 2 * i + 1), a)
+        )
     return total
+
+
+#: how far below 0 ``zeta``'s ``q`` may be: one term of the sum per unit
+_ZETA_NEGATIVE_SHIFTS = 16
+
+
+def _zeta(x, q):
+    """torch's ``special_zeta(x, q)``, the Hurwitz zeta function: ``inf`` at ``x = 1`` and at
+    ``q`` = 0, -1, -2, ...; NaN for ``x < 1``, and for ``q < 0`` unless ``x`` is an integer.
+    A negative ``q`` is first moved up by ``m = ceil(-q)``,
+    ``ζ(x, q) = Σ_{k<m} (q + k)^-x + ζ(x, q + m)``, the sum unrolled to 16 terms (NaN below
+    ``q = -16``; torch sums any number)."""
+    shift = knp.maximum(knp.ceil(knp.negative(q)), 0)
+    head = 0
+    for k in range(_ZETA_NEGATIVE_SHIFTS):
+        term = knp.power(knp.add(q, k), knp.negative(x))
+        head = knp.add(head, knp.where(knp.less(k, shift), term, 0))
+    moved = knp.add(q, shift)
+    result = knp.add(head, _hurwitz_zeta(x, knp.where(knp.equal(moved, 0), 1, moved)))
+    negative_q = knp.less_equal(q, 0)
+    result = knp.where(knp.greater(shift, _ZETA_NEGATIVE_SHIFTS), math.nan, result)
+    result = knp.where(
+        knp.logical_and(negative_q, knp.not_equal(x, knp.floor(x))), math.nan, result
+    )
+    result = knp.where(knp.logical_and(negative_q, knp.equal(q, knp.floor(q))), math.inf, result)
+    # x = inf, as torch: inf for q < 1 (a term |q + k| < 1 is there), 1 at q = 1, and NaN
+    # above (its correction terms are 0 * inf)
+    first = knp.where(knp.less(q, 1), math.inf, knp.where(knp.equal(q, 1), 1, math.nan))
+    result = knp.where(knp.equal(x, math.inf), first, result)
+    result = knp.where(knp.less(x, 1), math.nan, result)
+    return knp.where(knp.equal(x, 1), math.inf, result)
 
 
 def _cot_derivative(n: int) -> list[float]:
@@ -270,6 +309,13 @@ def polygamma(ctx, n, x):
     """Order 0 is ``digamma``, 1 trigamma (torch's own series), higher orders the Hurwitz zeta."""
     require(n >= 0, f"polygamma of negative order {n}")
     return opmath(ctx.out_dtype, _digamma if n == 0 else _trigamma if n == 1 else _polygamma(n), x)
+
+
+@RULES.register(
+    aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar
+)
+def zeta(ctx, x, q):
+    return opmath(ctx.out_dtype, _zeta, x, q)
 
 
 @RULES.register(aten.signbit.default)

@@ -5,6 +5,7 @@ from nkipy_core import hookimpl
 
 # Importing the modules registers their rules.
 from . import (  # noqa: F401
+    lowerings_bessel,
     lowerings_complex,
     lowerings_conv,
     lowerings_creation,
@@ -15,6 +16,8 @@ from . import (  # noqa: F401
     lowerings_indexing,
     lowerings_linalg,
     lowerings_nn,
+    lowerings_normal,
+    lowerings_orthogonal_polynomials,
     lowerings_random,
     lowerings_reduction,
     lowerings_scan,

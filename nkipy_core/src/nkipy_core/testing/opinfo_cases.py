@@ -164,6 +164,9 @@ def _opinfo_keys(opinfo: Any) -> set[str]:
                 keys.add(name[len(prefix) :])
         if name.startswith("torch."):
             keys.add(name[len("torch.") :])
+        if name.startswith("special."):
+            # ATen spells torch.special.f as special_f (some OpInfos give no aten_name)
+            keys.add("special_" + name[len("special.") :])
     return keys
 
 
