@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     lowerings_embedding_bag,
     lowerings_grid_sample,
     lowerings_indexing,
+    lowerings_integer,
     lowerings_linalg,
     lowerings_nn,
     lowerings_random,
