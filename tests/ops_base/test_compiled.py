@@ -365,6 +365,18 @@ PROGRAMS = {
         lambda: (randn(2, 3, 6, 8, dtype=torch.bfloat16),),
         True,
     ),
+    # col2im (unfold's backward) once failed to infer the channels of an empty batch
+    "unfold-empty-batch": (lambda x: F.unfold(x, 2, padding=1), lambda: (randn(0, 3, 4, 4),), True),
+    "pad-circular": (
+        lambda x: F.pad(x, (1, 2, 2, 0), mode="circular"),
+        lambda: (randn(2, 3, 4),),
+        True,
+    ),
+    "sgn-and-zero-grad": (
+        lambda x: torch.sgn(x) + x.new_empty_strided((3, 4), (1, 3)).zero_(),
+        lambda: (randn(3, 4),),
+        True,
+    ),
 }
 
 TOLERANCE = {

@@ -117,9 +117,13 @@ def gcd(ctx, a, b):
 
 @RULES.register(aten.lcm.default)
 def lcm(ctx, a, b):
-    """``|a / gcd * b|``, and 0 where the gcd is 0 (both operands 0)."""
+    """``|a / gcd * b|``, and 0 where the gcd is 0 (both operands 0). Past the dtype's range the
+    product wraps as torch's does: computed in int32 for narrower types (C's integer promotion),
+    so the absolute value is taken before the wrap."""
     a, b = (knp.broadcast_to(v, ctx.out.shape) for v in _integers(ctx, a, b))
     g = _gcd(a, b)
     zero = knp.equal(g, 0)
-    quotient = knp.floor_divide(a, knp.where(zero, 1, g))
-    return knp.where(zero, 0, knp.abs(knp.multiply(quotient, b)))
+    wide = DType.i32 if _bits(ctx.out_dtype) < 32 else ctx.out_dtype
+    quotient = knp.astype(knp.floor_divide(a, knp.where(zero, 1, g)), wide)
+    product = knp.abs(knp.multiply(quotient, knp.astype(b, wide)))
+    return knp.astype(knp.where(zero, 0, product), ctx.out_dtype)
