@@ -5,9 +5,11 @@ sorted sequences.
 
 Everything is expressed with the ``take``, ``take_along_axis`` and ``scatter_add`` primitives,
 and ``scatter_reduce`` for the ``amax``/``amin``/``prod`` reductions. Multi-dimensional and
-elementwise scatters address a flattened tensor with linear indices. A scatter that overwrites (``index_put`` without ``accumulate``, ``scatter``) places the sum of
-the values written to each position; ATen leaves the result undefined when indices repeat, and
-for distinct indices this is exact. ``index_put`` with one boolean mask (``x[mask] = v``) is a
+elementwise scatters address a flattened tensor with linear indices. A scatter that overwrites
+(``index_put`` without ``accumulate``, ``scatter``, ``max_unpool``'s decomposition) places the
+largest of the values written to each position: one of them, as ATen promises no more when
+indices repeat, and exactly the value when the repeats write equal values (``max_unpool`` of
+overlapping pooling windows, whose repeated indices carry the same maximum). ``index_put`` with one boolean mask (``x[mask] = v``) is a
 ``where``; reading with a boolean mask has a data-dependent shape and is declined, but a
 static number of the masked elements (``nonzero_static``, ``masked_scatter``'s backward) is
 gathered to the front by a scatter to their rank among the true elements. Searching
@@ -49,11 +51,14 @@ def _rank_in_mask(flat_mask, limit: int):
 
 
 def _overwrite(x, flat_index, values):
-    """``x`` (1-D or leading-axis) with ``values`` written at ``flat_index`` along axis 0.
+    """``x`` (1-D or leading-axis) with ``values`` written at ``flat_index`` along axis 0; a
+    position written several times gets the largest value (NaN if one is NaN).
 
     The hits are counted in f32 (exact up to 2**24 writes to one position): Neuron has no
     integer scatter-add, and counting in f32 keeps a float overwrite on the device."""
-    placed = knp.scatter_add(knp.zeros(x.shape, knp.dtype_of(x)), flat_index, values)
+    dtype = knp.dtype_of(x)
+    lowest = -np.inf if dtype.is_float else (np.iinfo(dtype.numpy).min if dtype.is_integer else 0)
+    placed = knp.scatter_reduce(knp.full(x.shape, lowest, dtype), flat_index, values, "max")
     hits = knp.scatter_add(
         knp.zeros((x.shape[0],), DType.f32), flat_index, knp.full(flat_index.shape, 1, DType.f32)
     )
