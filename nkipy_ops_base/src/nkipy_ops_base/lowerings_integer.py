@@ -48,11 +48,14 @@ def _by_powers_of_two(x, count, combine):
     return x
 
 
-def _shift_count(count, width: int):
-    """Whether ``count`` is a valid shift (``0 <= count < width``), and the count to apply:
-    ``count`` where valid, else ``width - 1`` (a signed right shift's sign fill)."""
+def _shift(ctx, x, count, combine):
+    """Whether each count is valid (``0 <= count < width``), and ``x`` shifted by ``combine``
+    by the count where valid, by ``width - 1`` elsewhere (a signed right shift's sign fill)."""
+    x, count = _integers(ctx, x, count)
+    width = _bits(ctx.out_dtype)
     valid = knp.logical_and(knp.greater_equal(count, 0), knp.less(count, width))
-    return valid, knp.where(valid, count, width - 1)
+    applied = knp.where(valid, count, width - 1)
+    return valid, _by_powers_of_two(knp.broadcast_to(x, ctx.out.shape), applied, combine)
 
 
 @RULES.register(
@@ -63,9 +66,7 @@ def _shift_count(count, width: int):
     aten.__lshift__.Scalar,
 )
 def bitwise_left_shift(ctx, x, count):
-    x, count = _integers(ctx, x, count)
-    valid, clipped = _shift_count(count, _bits(ctx.out_dtype))
-    shifted = _by_powers_of_two(knp.broadcast_to(x, ctx.out.shape), clipped, knp.multiply)
+    valid, shifted = _shift(ctx, x, count, knp.multiply)
     return knp.where(valid, shifted, 0)
 
 
@@ -77,9 +78,7 @@ def bitwise_left_shift(ctx, x, count):
     aten.__rshift__.Scalar,
 )
 def bitwise_right_shift(ctx, x, count):
-    x, count = _integers(ctx, x, count)
-    valid, clipped = _shift_count(count, _bits(ctx.out_dtype))
-    shifted = _by_powers_of_two(knp.broadcast_to(x, ctx.out.shape), clipped, knp.floor_divide)
+    valid, shifted = _shift(ctx, x, count, knp.floor_divide)
     return shifted if ctx.out_dtype.numpy.kind == "i" else knp.where(valid, shifted, 0)
 
 
