@@ -365,6 +365,24 @@ PROGRAMS = {
         lambda: (randn(2, 3, 6, 8, dtype=torch.bfloat16),),
         True,
     ),
+    # overlapping windows repeat an index, always with the same maximum: it is written once
+    "max-unpool-overlapping": (
+        lambda x: F.max_unpool2d(*F.max_pool2d(x, 3, stride=1, return_indices=True), 3, stride=1),
+        lambda: (randn(2, 3, 6, 6),),
+        True,
+    ),
+    # col2im (unfold's backward) once failed to infer the channels of an empty batch
+    "unfold-empty-batch": (lambda x: F.unfold(x, 2, padding=1), lambda: (randn(0, 3, 4, 4),), True),
+    "pad-circular": (
+        lambda x: F.pad(x, (1, 2, 2, 0), mode="circular"),
+        lambda: (randn(2, 3, 4),),
+        True,
+    ),
+    "sgn-and-zero-grad": (
+        lambda x: torch.sgn(x) + x.new_empty_strided((3, 4), (1, 3)).zero_(),
+        lambda: (randn(3, 4),),
+        True,
+    ),
 }
 
 TOLERANCE = {
@@ -585,3 +603,13 @@ def test_grouped_mm_experts_match_eager_for_offsets_given_at_run_time(graphs):
         for i, (a, e) in enumerate(zip(compiled_args, eager_args)):
             _assert_close(a.grad, e.grad, f"gradient of argument {i}, offsets {offsets}")
     assert len(graphs) == 2
+
+
+def test_an_overwrite_repeating_an_index_keeps_one_of_its_values():
+    """ATen leaves the winner unspecified; the kernel keeps one of the values, never a mix."""
+    x = torch.zeros(5)
+    index = torch.tensor([1, 3, 1, 1])
+    values = torch.tensor([2.0, -1.0, 7.0, -4.0])
+    out = torch.compile(lambda v: v.index_put((index,), values), backend="nkipy")(x)
+    assert out[1] in (2.0, 7.0, -4.0) and out[3] == -1.0
+    assert torch.equal(out[[0, 2, 4]], torch.zeros(3))

@@ -386,3 +386,71 @@ def test_attention_without_dropout_leaves_torchs_generator_alone(graphs, fallbac
         and nkipy_core.cache_stats["host_random_ops"] == host_ops
     )
     assert [sum(isinstance(m, KernelCall) for m in g.children()) for g in graphs] == [1]
+
+
+# -- inverse-CDF distributions and RReLU's noise ----------------------------------------------------
+
+
+def exponential_cdf(rate):
+    return lambda x: 1 - torch.exp(-rate * x.clamp(min=0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_exponential_follows_its_rate(dtype):
+    torch.manual_seed(0)
+    rate = 2.0
+    e = compiled(lambda x: x.exponential_(rate))(torch.zeros(N, dtype=dtype))
+    assert e.dtype == dtype and e.min() >= 0 and torch.isfinite(e).all()
+    assert_moments(e, 1 / rate, 1 / rate**2, 9 / rate**4)
+    assert_ks(e, exponential_cdf(rate))
+
+
+def test_cauchy_has_its_median_and_scale_and_stays_finite():
+    torch.manual_seed(0)
+    median, sigma = 1.5, 0.5
+    c = compiled(lambda x: x.cauchy_(median, sigma))(torch.zeros(N))
+    assert torch.isfinite(c).all()
+    assert_ks(c, lambda x: 0.5 + torch.atan((x - median) / sigma) / math.pi)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32])
+def test_geometric_counts_trials_to_the_first_success(dtype):
+    torch.manual_seed(0)
+    p = 0.3
+    g = compiled(lambda x: x.geometric_(p))(torch.zeros(N, dtype=dtype))
+    assert g.dtype == dtype and g.min() >= 1 and torch.equal(g, g.round())
+    assert_moments(g, 1 / p, (1 - p) / p**2, (1 - p) * (p**2 - 9 * p + 9) / p**4)
+    for k in range(1, 6):  # the probability mass function, k trials: p (1 - p)^(k - 1)
+        rate = p * (1 - p) ** (k - 1)
+        assert abs((g == k).double().mean().item() - rate) < 5 * math.sqrt(rate * (1 - rate) / N)
+
+
+def test_log_normal_is_the_exponential_of_a_normal():
+    torch.manual_seed(0)
+    mean, std = 0.5, 0.75
+    v = compiled(lambda x: x.log_normal_(mean, std))(torch.zeros(N))
+    assert v.min() > 0
+    assert_ks(v.log(), normal_cdf(mean, std))
+
+
+def test_rrelu_in_training_draws_a_uniform_slope_per_negative_element():
+    torch.manual_seed(0)
+    lower, upper = 0.1, 0.4
+    x = torch.cat([-torch.rand(N) - 0.5, torch.rand(N // 4)]).requires_grad_()
+    y = compiled(lambda v: F.rrelu(v, lower, upper, training=True))(x)
+    negative = x.detach() <= 0
+    assert torch.equal(y[~negative], x.detach()[~negative])
+    slopes = (y.detach() / x.detach())[negative]
+    assert slopes.min() >= lower and slopes.max() < upper
+    assert_ks(slopes, uniform_cdf(lower, upper))
+    y.sum().backward()  # the gradient is the slope the forward drew
+    torch.testing.assert_close(x.grad[negative], slopes)
+    assert torch.equal(x.grad[~negative], torch.ones(N // 4))
+
+
+def test_rrelu_in_eval_is_leaky_relu_with_the_mean_slope():
+    x = torch.tensor([-2.0, -0.5, 0.0, 0.5, 3.0, -math.inf, math.nan]).requires_grad_()
+    y = compiled(lambda v: F.rrelu(v, 0.1, 0.3, training=False))(x)
+    torch.testing.assert_close(y, F.leaky_relu(x.detach(), 0.2), equal_nan=True)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.tensor([0.2, 0.2, 0.2, 1, 1, 0.2, 0.2]))

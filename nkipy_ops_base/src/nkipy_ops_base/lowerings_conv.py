@@ -145,14 +145,11 @@ def col2im(ctx, x, output_size, kernel_size, dilation, padding, stride):
     grid = [
         windows.output_size(*g) for g in zip(output_size, kernel_size, stride, padding, dilation)
     ]
+    # the channel count is spelled out: -1 cannot be inferred from an empty batch
+    window = math.prod(kernel_size)
     columns = knp.reshape(
         upcast(batched, ctx.out_dtype),
-        (
-            batched.shape[0],
-            batched.shape[1] // math.prod(kernel_size),
-            math.prod(kernel_size),
-            math.prod(grid),
-        ),
+        (batched.shape[0], batched.shape[1] // window, window, math.prod(grid)),
     )
     padded = [n + 2 * p for n, p in zip(output_size, padding)]
     full = windows.col2im(columns, padded, kernel_size, stride, dilation, grid)

@@ -60,9 +60,13 @@ def scalar_tensor(ctx, s, **_):
     aten.empty.memory_format,
     aten.empty_strided.default,
     aten.empty_permuted.default,
+    aten.new_empty_strided.default,
+    aten._efficientzerotensor.default,
     complex=True,
 )
-def empty(ctx, size, *_, **__):
+def empty(ctx, *_, **__):
+    """Uninitialized memory as zeros; ``_efficientzerotensor`` is autograd's zero gradient (the
+    backward of ``sgn``), which must be zeros. Strides are the kernel's (contiguous)."""
     return knp.zeros(ctx.out.shape, ctx.out_dtype)
 
 

@@ -1,13 +1,18 @@
 """Gathers and scatters: ``index_select``, ``gather``, ``embedding``, advanced indexing
 (``index.Tensor``, ``index_put``), ``scatter``/``scatter_add``/``scatter_reduce``,
-``index_reduce``, ``put``, ``masked_scatter``; and searching sorted sequences.
+``index_reduce``, ``put``, ``masked_scatter`` and its backward, ``nonzero_static``; and searching
+sorted sequences.
 
 Everything is expressed with the ``take``, ``take_along_axis`` and ``scatter_add`` primitives,
 and ``scatter_reduce`` for the ``amax``/``amin``/``prod`` reductions. Multi-dimensional and
-elementwise scatters address a flattened tensor with linear indices. A scatter that overwrites (``index_put`` without ``accumulate``, ``scatter``) places the sum of
-the values written to each position; ATen leaves the result undefined when indices repeat, and
-for distinct indices this is exact. ``index_put`` with one boolean mask (``x[mask] = v``) is a
-``where``; reading with a boolean mask has a data-dependent shape and is declined. Searching
+elementwise scatters address a flattened tensor with linear indices. A scatter that overwrites
+(``index_put`` without ``accumulate``, ``scatter``, ``max_unpool``'s decomposition) places the
+largest of the values written to each position: one of them, as ATen promises no more when
+indices repeat, and exactly the value when the repeats write equal values (``max_unpool`` of
+overlapping pooling windows, whose repeated indices carry the same maximum). ``index_put`` with one boolean mask (``x[mask] = v``) is a
+``where``; reading with a boolean mask has a data-dependent shape and is declined, but a
+static number of the masked elements (``nonzero_static``, ``masked_scatter``'s backward) is
+gathered to the front by a scatter to their rank among the true elements. Searching
 sorted sequences (``bucketize``, ``searchsorted``) counts the boundaries below each value.
 """
 
@@ -47,11 +52,14 @@ def _rank_in_mask(flat_mask, limit: int):
 
 
 def _overwrite(x, flat_index, values):
-    """``x`` (1-D or leading-axis) with ``values`` written at ``flat_index`` along axis 0.
+    """``x`` (1-D or leading-axis) with ``values`` written at ``flat_index`` along axis 0; a
+    position written several times gets the largest value (NaN if one is NaN).
 
     The hits are counted in f32 (exact up to 2**24 writes to one position): Neuron has no
     integer scatter-add, and counting in f32 keeps a float overwrite on the device."""
-    placed = knp.scatter_add(knp.zeros(x.shape, knp.dtype_of(x)), flat_index, values)
+    dtype = knp.dtype_of(x)
+    lowest = -np.inf if dtype.is_float else (np.iinfo(dtype.numpy).min if dtype.is_integer else 0)
+    placed = knp.scatter_reduce(knp.full(x.shape, lowest, dtype), flat_index, values, "max")
     hits = knp.scatter_add(
         knp.zeros((x.shape[0],), DType.f32), flat_index, knp.full(flat_index.shape, 1, DType.f32)
     )
@@ -368,6 +376,48 @@ def masked_scatter(ctx, x, mask, source):
         return knp.reshape(flat_x, shape)
     taken = knp.take(knp.reshape(source, (-1,)), _rank_in_mask(flat_mask, source.size))
     return knp.reshape(knp.where(flat_mask, knp.astype(taken, knp.dtype_of(x)), flat_x), shape)
+
+
+def _compact(flat_mask, values, count: int, fill):
+    """The first ``count`` elements of 1-D ``values`` where ``flat_mask`` holds, in order, and
+    ``fill`` after the last one: each true element is scattered to its rank among the true
+    elements (a cumsum), the others and the true ones past ``count`` to a dropped extra slot.
+    Each kept slot receives one value, so the scatter-add places it exactly."""
+    rank = knp.subtract(knp.cumsum(knp.astype(flat_mask, DType.i64), 0), 1)
+    kept = knp.logical_and(flat_mask, knp.less(rank, count))
+    slot = knp.where(kept, rank, count)
+    dtype = knp.dtype_of(values)
+    placed = knp.scatter_add(knp.zeros((count + 1,), dtype), slot, knp.where(kept, values, 0))
+    filled = knp.scatter_add(knp.zeros((count + 1,), DType.f32), slot, knp.astype(kept, DType.f32))
+    return knp.where(knp.greater(filled[:count], 0), placed[:count], knp.asarray(fill, dtype))
+
+
+@RULES.register(aten.nonzero_static.default)
+def nonzero_static(ctx, x, *, size, fill_value=-1):
+    """The coordinates of the first ``size`` nonzero elements (row-major), one row each, and rows
+    of ``fill_value`` past the last one."""
+    flat_mask = knp.not_equal(knp.reshape(x, (-1,)), 0)
+    flat_index = knp.arange(flat_mask.shape[0], DType.i64)
+    found = _compact(flat_mask, flat_index, size, -1)
+    columns = [
+        knp.remainder(knp.floor_divide(found, stride), extent)
+        for stride, extent in zip(_strides(x.shape), x.shape, strict=True)
+    ]
+    coordinates = knp.stack(columns, axis=1) if columns else knp.zeros((size, 0), DType.i64)
+    missing = knp.expand_dims(knp.less(found, 0), 1)
+    return knp.astype(knp.where(missing, fill_value, coordinates), ctx.out_dtype)
+
+
+@RULES.register(aten.masked_scatter_backward.default)
+def masked_scatter_backward(ctx, grad, mask, sizes):
+    """The gradient of ``masked_scatter``'s ``source``: the gradient at the true positions of
+    ``mask``, in row-major order, then zeros, in the source's shape."""
+    flat_mask = knp.reshape(knp.broadcast_to(mask, grad.shape), (-1,))
+    count = math.prod(sizes)
+    if count == 0:
+        return knp.zeros(ctx.out.shape, ctx.out_dtype)
+    flat = _compact(flat_mask, knp.reshape(grad, (-1,)), count, 0)
+    return knp.reshape(flat, ctx.out.shape)
 
 
 # -- searching sorted sequences --------------------------------------------------------------------

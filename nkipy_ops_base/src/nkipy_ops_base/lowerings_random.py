@@ -1,4 +1,5 @@
-"""Random ops: uniform, normal, Bernoulli, dropout, ``randint`` and ``randperm`` from random bits.
+"""Random ops: uniform, normal, Bernoulli, dropout, ``randint``, ``randperm``, the inverse-CDF
+distributions (exponential, Cauchy, geometric, log-normal) and RReLU's noise, from random bits.
 
 Every rule turns the node's u32 Philox words (``ctx.random_bits``, see
 ``nkipy_core.compiler.rng``) into its distribution: uniform floats keep the top ``d`` bits of a
@@ -6,7 +7,9 @@ word, ``d`` the precision of the dtype (24 for f32; two words give 53 for f64), 
 ``2**-d``, so they are exact multiples of ``2**-d`` in ``[0, 1)`` like torch's; normals are
 Box-Muller over two uniforms; Bernoulli and dropout compare a uniform with ``p``; integers take a
 word modulo the range, one u32 word when every value fits int32 and two words as a u64 beyond;
-``randperm`` argsorts 64-bit random keys. (Normals from 24-bit uniforms stay within 5.8 standard
+``randperm`` argsorts 64-bit random keys; exponential, Cauchy and geometric values apply torch's
+inverse CDFs (``ATen/core/TransformationHelper.h``) to one uniform, log-normals exponentiate a
+normal. (Normals from 24-bit uniforms stay within 5.8 standard
 deviations; f64 ones, from 53-bit uniforms, within 8.6.) Neuron has no 64-bit integer arithmetic
 on trn1, so the u64 paths (f64 uniforms, wide ``randint``, ``randperm``) run on CPU there.
 
@@ -230,3 +233,88 @@ def randperm(ctx, n, *, generator=None, **_):
     _no_generator(generator)
     keys = _words64(ctx.random_bits((2, n)))
     return knp.astype(knp.argsort(keys), ctx.out_dtype)
+
+
+# -- inverse-CDF distributions ---------------------------------------------------------------------
+
+
+def _unit_for(ctx):
+    """One uniform per output element in ``[0, 1)``, in f32 (f64 for f64 outputs): torch draws
+    these in double, but Neuron has no f64, so narrower outputs use f32's 24-bit uniforms."""
+    compute = DType.f64 if ctx.out_dtype is DType.f64 else DType.f32
+    return uniforms(ctx, ctx.out.shape, compute)[0], compute
+
+
+@RULES.register(aten.exponential.default)
+def exponential(ctx, x, lambd=1.0, *, generator=None):
+    """``-log1p(-u) / lambda``, torch's CPU formula: ``u = 0`` gives 0, never infinity."""
+    _no_generator(generator)
+    dtype = _float_out(ctx)
+    u, _ = _unit_for(ctx)
+    return knp.astype(knp.multiply(knp.log1p(knp.negative(u)), -1.0 / lambd), dtype)
+
+
+@RULES.register(aten.cauchy.default)
+def cauchy(ctx, x, median=0.0, sigma=1.0, *, generator=None):
+    """``median + sigma tan(pi (u - 1/2))`` with ``u`` clipped to ``[eps, 1 - eps]`` (``eps`` of
+    the computing dtype), as torch clips it so that ``tan`` stays finite."""
+    _no_generator(generator)
+    dtype = _float_out(ctx)
+    u, compute = _unit_for(ctx)
+    eps = float(np.finfo(compute.numpy).eps)
+    u = knp.minimum(knp.maximum(u, eps), 1.0 - eps)
+    t = knp.tan(knp.multiply(knp.subtract(u, 0.5), math.pi))
+    return knp.astype(knp.add(knp.multiply(t, sigma), median), dtype)
+
+
+@RULES.register(aten.geometric.default)
+def geometric(ctx, x, p, *, generator=None):
+    """``ceil(log(u) / log1p(-p))``, the number of Bernoulli(``p``) trials up to the first success.
+
+    torch's ``u = 0`` (probability ``2**-53`` in its doubles) gives infinity; here ``u`` is
+    raised to the smallest positive uniform (``2**-24`` in f32), so every value is finite."""
+    _no_generator(generator)
+    require(0 < p < 1, f"geometric with p={p} outside (0, 1)")
+    u, compute = _unit_for(ctx)
+    u = knp.maximum(u, 2.0 ** -_DIGITS[compute])
+    trials = knp.ceil(knp.divide(knp.log(u), math.log1p(-p)))
+    return knp.astype(trials, ctx.out_dtype)
+
+
+@RULES.register(aten.log_normal.default)
+def log_normal(ctx, x, mean=1.0, std=2.0, *, generator=None):
+    """``exp(mean + std z)`` for a standard normal ``z`` (Box-Muller, as ``randn``)."""
+    _no_generator(generator)
+    dtype = _float_out(ctx)
+    z = standard_normal(ctx, ctx.out.shape, dtype)
+    return knp.astype(knp.exp(knp.add(knp.multiply(z, std), mean)), dtype)
+
+
+@RULES.register(aten.rrelu_with_noise_functional.default)
+def rrelu_with_noise(ctx, x, noise, lower=1.0 / 8, upper=1.0 / 3, training=False, generator=None):
+    """Randomized leaky ReLU; returns the output and the new ``noise`` (the slope applied to each
+    element, which the backward multiplies by). Training draws a slope uniform in
+    ``[lower, upper)`` for each element ``<= 0`` (1 elsewhere); evaluation uses the mean slope
+    ``(lower + upper) / 2`` and leaves ``noise`` as it was."""
+    _no_generator(generator)
+    dtype = _float_out(ctx)
+    negative = knp.less_equal(x, 0)
+    if not training:
+        slope = (lower + upper) / 2
+        return opmath(dtype, lambda v: knp.where(negative, knp.multiply(v, slope), v), x), noise
+    compute = compute_dtype(dtype)
+    u = uniforms(ctx, x.shape, compute)[0]
+    slopes = knp.where(negative, knp.add(knp.multiply(u, upper - lower), lower), 1.0)
+    out = knp.astype(knp.multiply(knp.astype(x, compute), slopes), dtype)
+    return out, knp.astype(slopes, knp.dtype_of(noise))
+
+
+@RULES.register(aten.rrelu_with_noise_backward.default)
+def rrelu_with_noise_backward(ctx, grad, x, noise, lower, upper, training, self_is_result):
+    """Training: the gradient times the slopes the forward drew (``noise``); evaluation: leaky
+    ReLU's gradient with the mean slope (``x`` may be the result: its sign is the input's)."""
+    if training:
+        return opmath(ctx.out_dtype, knp.multiply, grad, noise)
+    slope = (lower + upper) / 2
+    positive = knp.greater(x, 0)
+    return opmath(ctx.out_dtype, lambda g: knp.where(positive, g, knp.multiply(g, slope)), grad)

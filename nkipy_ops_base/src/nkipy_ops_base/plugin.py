@@ -14,6 +14,7 @@ from . import (  # noqa: F401
     lowerings_fft,
     lowerings_grid_sample,
     lowerings_indexing,
+    lowerings_integer,
     lowerings_linalg,
     lowerings_nn,
     lowerings_normal,
