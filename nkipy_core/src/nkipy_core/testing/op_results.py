@@ -162,7 +162,7 @@ def run_case(
         return done("skip", f"no OpInfo covers {', '.join(case.targets)}")
     if dtype not in opinfo.supported_dtypes("cpu"):
         return done("skip", f"OpInfo does not support {dtype_name}")
-    random = [t for t in case.targets if _is_random(t)] if case.targets else _random_opinfo(opinfo)
+    random = [t for t in case.targets if _is_random(t)]
     seed = _seed(case.name, seed)
     tol = _tolerance(dtype, tolerances)
     want_bwd = (
@@ -236,17 +236,6 @@ def _is_random(overload: str) -> bool:
         return torch.Tag.nondeterministic_seeded in resolve_op(overload).tags
     except (AttributeError, ValueError):
         return False
-
-
-def _random_opinfo(opinfo: Any) -> bool:
-    """Whether the ATen op an OpInfo is named for draws random numbers (for the sweep's cases,
-    which have no targets to ask)."""
-    for name in {opinfo.aten_name, opinfo.name, opinfo.name.removeprefix("nn.functional.")}:
-        packet = getattr(torch.ops.aten, name, None)
-        overloads = packet.overloads() if packet is not None else ()
-        if any(_is_random(f"aten::{name}.{overload}") for overload in overloads):
-            return True
-    return False
 
 
 def _classify(
