@@ -5,6 +5,7 @@ from nkipy_core import hookimpl
 
 # Importing the modules registers their rules.
 from . import (  # noqa: F401
+    lowerings_cholesky,
     lowerings_complex,
     lowerings_conv,
     lowerings_creation,

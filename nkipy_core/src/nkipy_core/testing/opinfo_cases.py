@@ -51,6 +51,12 @@ EXTRA_OPINFOS: dict[str, tuple[str, ...]] = {
     "_scaled_dot_product_flash_attention_for_cpu": ("nn.functional.scaled_dot_product_attention",),
     "_scaled_dot_product_flash_attention": ("nn.functional.scaled_dot_product_attention",),
     "_scaled_dot_product_efficient_attention": ("nn.functional.scaled_dot_product_attention",),
+    "linalg_cholesky_ex": ("linalg.cholesky",),
+    "linalg_lu_factor_ex": ("linalg.lu_factor", "lu"),
+    "linalg_inv_ex": ("linalg.inv",),
+    "_linalg_solve_ex": ("linalg.solve", "linalg.solve_ex"),
+    "_linalg_det": ("linalg.det",),
+    "_linalg_slogdet": ("linalg.slogdet", "logdet"),
 }
 
 #: name prefixes whose last component is itself a torch op name
