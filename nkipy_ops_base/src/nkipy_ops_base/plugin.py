@@ -14,6 +14,7 @@ from . import (  # noqa: F401
     lowerings_grid_sample,
     lowerings_indexing,
     lowerings_linalg,
+    lowerings_lu,
     lowerings_nn,
     lowerings_random,
     lowerings_reduction,
