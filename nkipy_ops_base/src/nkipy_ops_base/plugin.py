@@ -16,6 +16,7 @@ from . import (  # noqa: F401
     lowerings_linalg,
     lowerings_lu,
     lowerings_nn,
+    lowerings_qr,
     lowerings_random,
     lowerings_reduction,
     lowerings_scan,
