@@ -24,6 +24,7 @@ from . import (  # noqa: F401
     lowerings_sorting,
     lowerings_spatial,
     lowerings_special,
+    lowerings_spectral,
 )
 from .rules import RULES
 

@@ -57,6 +57,8 @@ EXTRA_OPINFOS: dict[str, tuple[str, ...]] = {
     "_linalg_solve_ex": ("linalg.solve", "linalg.solve_ex"),
     "_linalg_det": ("linalg.det",),
     "_linalg_slogdet": ("linalg.slogdet", "logdet"),
+    "_linalg_eigh": ("linalg.eigvalsh",),
+    "_linalg_svd": ("linalg.svdvals", "svd"),
 }
 
 #: name prefixes whose last component is itself a torch op name
