@@ -15,6 +15,7 @@ from . import (  # noqa: F401
     lowerings_indexing,
     lowerings_linalg,
     lowerings_lu,
+    lowerings_matrix_exp,
     lowerings_nn,
     lowerings_qr,
     lowerings_random,

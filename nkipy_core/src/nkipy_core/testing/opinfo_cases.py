@@ -59,6 +59,7 @@ EXTRA_OPINFOS: dict[str, tuple[str, ...]] = {
     "_linalg_slogdet": ("linalg.slogdet", "logdet"),
     "_linalg_eigh": ("linalg.eigvalsh",),
     "_linalg_svd": ("linalg.svdvals", "svd"),
+    "linalg_matrix_exp": ("matrix_exp",),
 }
 
 #: name prefixes whose last component is itself a torch op name
