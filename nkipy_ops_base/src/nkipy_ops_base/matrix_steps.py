@@ -1,6 +1,7 @@
-"""Building blocks of the factorizations that are unrolled over a static matrix size
-(``lowerings_cholesky``, ``lowerings_lu``): index masks, diagonals, triangles, substitution
-and row permutations, all batched over leading dimensions.
+"""Building blocks of the matrix algorithms that are unrolled over a static matrix size
+(``lowerings_cholesky``, ``lowerings_lu``, ``lowerings_qr``, ``lowerings_spectral``,
+``lowerings_matrix_exp``): index masks, diagonals, triangles and substitution, all batched over
+leading dimensions.
 
 Every algorithm here is a Python loop over the rows or columns of a matrix whose size is known
 when the kernel is built: each step is a handful of whole-matrix IR ops (a masked update, a
