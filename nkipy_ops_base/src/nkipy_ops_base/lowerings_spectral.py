@@ -23,6 +23,8 @@ reconstructions, gradients of gauge-invariant functions) matches to rounding.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from nkipy_core import knp
@@ -105,9 +107,16 @@ def _symmetrized(a, uplo: str):
     return knp.add(triangle(a, lower), mT(triangle(a, lower, strict=True)))
 
 
+def _zeros_like_outputs(ctx):
+    """The node's outputs for an input without elements (no rotation to gather for)."""
+    return tuple(knp.zeros(out.shape, out.dtype) for out in ctx.out)
+
+
 @RULES.register(aten._linalg_eigh.default)
 def linalg_eigh(ctx, a, UPLO="L", compute_v=True):  # noqa: N803 - ATen's argument name
     require_real(a, "symmetric eigendecomposition")
+    if math.prod(a.shape) == 0:
+        return _zeros_like_outputs(ctx)
     require_jacobi_order(a.shape[-1], "symmetric eigendecomposition")
     values, vectors = symmetric_eigen(_symmetrized(a, UPLO))
     if not compute_v:
@@ -122,6 +131,8 @@ def linalg_svd(ctx, a, full_matrices=False, compute_uv=True, *, driver=None):
         not (compute_uv and full_matrices) or m == n,
         "full_matrices SVD of a non-square matrix (its orthonormal completion is not computed)",
     )
+    if math.prod(a.shape) == 0:
+        return _zeros_like_outputs(ctx)
     u, sigma, v = _svd(a)
     if not compute_uv:
         dtype = knp.dtype_of(a)
@@ -146,7 +157,7 @@ def _tolerance(a, largest, atol, rtol):
 @RULES.register(aten.linalg_pinv.atol_rtol_tensor)
 def linalg_pinv(ctx, a, *, atol=None, rtol=None, hermitian=False):
     require_real(a, "pseudo-inverse")
-    if min(a.shape[-2:]) == 0:
+    if math.prod(a.shape) == 0:
         return knp.zeros(ctx.out.shape, knp.dtype_of(a))
     if hermitian:
         require_jacobi_order(a.shape[-1], "pseudo-inverse")
