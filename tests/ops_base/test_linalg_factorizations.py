@@ -168,3 +168,10 @@ def test_large_matrices_are_declined_with_the_size_bound(fn, n, reason):
     with pytest.raises(Exception, match=reason) as raised:
         strict(fn)(spd(n, n))
     assert "UnsupportedOpsError" in str(raised.value)
+
+
+def test_the_host_check_of_info_still_raises_torchs_error():
+    a = spd(3, 3)
+    a[1, 1] = -1.0
+    with pytest.raises(torch.linalg.LinAlgError, match="order 2 is not positive-definite"):
+        strict(torch.linalg.cholesky)(a)
