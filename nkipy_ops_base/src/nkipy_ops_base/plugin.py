@@ -6,6 +6,7 @@ from nkipy_core import hookimpl
 # Importing the modules registers their rules.
 from . import (  # noqa: F401
     lowerings_bessel,
+    lowerings_cholesky,
     lowerings_complex,
     lowerings_conv,
     lowerings_creation,
@@ -16,9 +17,12 @@ from . import (  # noqa: F401
     lowerings_indexing,
     lowerings_integer,
     lowerings_linalg,
+    lowerings_lu,
+    lowerings_matrix_exp,
     lowerings_nn,
     lowerings_normal,
     lowerings_orthogonal_polynomials,
+    lowerings_qr,
     lowerings_random,
     lowerings_reduction,
     lowerings_scan,
@@ -26,6 +30,7 @@ from . import (  # noqa: F401
     lowerings_sorting,
     lowerings_spatial,
     lowerings_special,
+    lowerings_spectral,
 )
 from .rules import RULES
 

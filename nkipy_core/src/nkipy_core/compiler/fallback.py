@@ -31,6 +31,20 @@ class FallbackWarning(UserWarning):
 FALLBACKS = "nkipy_fallbacks"
 
 
+#: ops that only check a kernel's results on the host and raise torch's error (the ``info`` of
+#: ``linalg.cholesky``/``inv``/``solve``/``lu_factor``); they compute nothing, so leaving them on
+#: CPU is no fallback. AOTAutograd wraps them in ``with_effects`` (they are effectful).
+_HOST_CHECKS = (torch.ops.aten._linalg_check_errors.default,)
+
+
+def _host_check(node: torch.fx.Node) -> bool:
+    return (
+        node.target is torch.ops.higher_order.with_effects
+        and len(node.args) > 1
+        and node.args[1] in _HOST_CHECKS
+    )
+
+
 def find_fallbacks(gm: torch.fx.GraphModule, decisions: dict[str, Any]) -> dict[str, str]:
     """Op name -> why it runs on CPU, for each op left on CPU (glue ops and ``getitem`` excepted)."""
     fallbacks: dict[str, str] = {}
@@ -39,7 +53,7 @@ def find_fallbacks(gm: torch.fx.GraphModule, decisions: dict[str, Any]) -> dict[
         if isinstance(decision, str):
             fallbacks.setdefault(op_name(node.target), decision)
         elif node.op == "call_function" and not isinstance(node.target, _torch.OpOverload):
-            if node.target not in (operator.getitem, regions.run_on_cpu):
+            if node.target not in (operator.getitem, regions.run_on_cpu) and not _host_check(node):
                 fallbacks.setdefault(
                     getattr(node.target, "__name__", str(node.target)), "not an ATen op"
                 )

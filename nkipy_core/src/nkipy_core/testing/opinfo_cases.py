@@ -60,6 +60,15 @@ EXTRA_OPINFOS: dict[str, tuple[str, ...]] = {
         *("fft.irfft", "fft.hfft", "fft.irfft2", "fft.irfftn", "fft.hfft2", "fft.hfftn"),
         "istft",
     ),
+    "linalg_cholesky_ex": ("linalg.cholesky",),
+    "linalg_lu_factor_ex": ("linalg.lu_factor", "lu"),
+    "linalg_inv_ex": ("linalg.inv",),
+    "_linalg_solve_ex": ("linalg.solve", "linalg.solve_ex"),
+    "_linalg_det": ("linalg.det",),
+    "_linalg_slogdet": ("linalg.slogdet", "logdet"),
+    "_linalg_eigh": ("linalg.eigvalsh",),
+    "_linalg_svd": ("linalg.svdvals", "svd"),
+    "linalg_matrix_exp": ("matrix_exp",),
 }
 
 #: name prefixes whose last component is itself a torch op name
