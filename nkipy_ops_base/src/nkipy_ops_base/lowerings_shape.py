@@ -38,7 +38,7 @@ def _slice_bounds(size: int, start, end, step: int) -> tuple[int, int, int]:
     return start, max(start, end), step
 
 
-@RULES.register(aten.view.default, complex=True)
+@RULES.register(aten.view.default, aten.view_copy.default, complex=True)
 def view(ctx, x, size):
     return knp.reshape(x, ctx.out.shape)
 
@@ -48,7 +48,7 @@ def expand(ctx, x, size, *, implicit=False):
     return knp.broadcast_to(x, ctx.out.shape)
 
 
-@RULES.register(aten.permute.default, complex=True)
+@RULES.register(aten.permute.default, aten.permute_copy.default, complex=True)
 def permute(ctx, x, dims):
     if complex_pairs.arg_is_complex(ctx):  # the pair dimension stays last
         dims = [*(complex_pairs.dim(ctx, x, d) for d in dims), x.ndim - 1]
@@ -76,6 +76,48 @@ def slice_(ctx, x, dim=0, start=None, end=None, step=1):
 @RULES.register(aten.select.int, complex=True)
 def select(ctx, x, dim, index):
     return x[_along(x.ndim, complex_pairs.dim(ctx, x, dim), index)]
+
+
+@RULES.register(aten.narrow_copy.default)
+def narrow_copy(ctx, x, dim, start, length):
+    start += x.shape[dim] if start < 0 else 0
+    return x[_along(x.ndim, dim, slice(start, start + length))]
+
+
+@RULES.register(aten.unbind_copy.int)
+def unbind_copy(ctx, x, dim=0):
+    return tuple(x[_along(x.ndim, dim, k)] for k in range(x.shape[dim]))
+
+
+def _windows(size: int, window: int, step: int) -> np.ndarray:
+    """``[count, window]`` positions along a dim of ``size`` read by ``unfold``: window ``w``
+    starts at ``w · step``."""
+    count = (size - window) // step + 1
+    return np.arange(count)[:, None] * step + np.arange(window)[None, :]
+
+
+@RULES.register(aten.unfold.default)
+def unfold(ctx, x, dimension, size, step):
+    """Sliding windows: dim ``dimension`` becomes the window count, and a new last dim of
+    ``size`` holds each window (a ``take`` of trace-time positions)."""
+    if x.ndim == 0:
+        return knp.reshape(x, ctx.out.shape)
+    dim = dimension % x.ndim
+    windows = knp.take(x, _windows(x.shape[dim], size, step), axis=dim)
+    return knp.transpose(windows, [*range(dim + 1), *range(dim + 2, x.ndim + 1), dim + 1])
+
+
+@RULES.register(aten.unfold_backward.default)
+def unfold_backward(ctx, grad, input_sizes, dim, size, step):
+    """Each window element's gradient is added back at the position it was read from."""
+    if len(input_sizes) == 0:
+        return knp.reshape(grad, ())
+    dim %= len(input_sizes)
+    positions = _windows(input_sizes[dim], size, step)
+    moved = knp.transpose(grad, [*range(dim + 1), grad.ndim - 1, *range(dim + 1, grad.ndim - 1)])
+    flat = knp.reshape(moved, [*grad.shape[:dim], positions.size, *grad.shape[dim + 1 : -1]])
+    zeros = knp.zeros(list(input_sizes), knp.dtype_of(grad))
+    return knp.scatter_add(zeros, positions.reshape(-1), flat, axis=dim)
 
 
 @RULES.register(aten.split_with_sizes.default, complex=True)
@@ -282,7 +324,7 @@ class _Strided:
         return len(np.unique(flat)) < flat.size
 
 
-@RULES.register(aten.as_strided.default)
+@RULES.register(aten.as_strided.default, aten.as_strided_copy.default)
 def as_strided(ctx, x, size, stride, storage_offset=None):
     """Element ``i`` of the result is storage element ``offset + Σ i_k · stride_k`` (``_Strided``);
     a contiguous result is a slice and a reshape, anything else a gather."""
