@@ -308,25 +308,36 @@ def batch_norm_with_update(ctx, x, weight, bias, running_mean, running_var, mome
 
 @RULES.register(aten.batch_norm_backward.default)
 def batch_norm_backward(
-    ctx, grad_out, x, weight, running_mean, running_var, save_mean, save_rstd, update, eps,
-    output_mask, reserve,
-):  # fmt: skip
+    ctx,
+    grad_out,
+    x,
+    weight,
+    running_mean,
+    running_var,
+    save_mean,
+    save_rstd,
+    update,
+    eps,
+    output_mask,
+    reserve,
+):
     """In training (``update``) the statistics are the saved batch ones, which depend on ``x``;
     in evaluation they are the running ones, constants: ``grad_input = grad · weight · rstd``."""
     channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     reduced = (0, *range(2, x.ndim))
+    compute = compute_dtype(knp.dtype_of(grad_out))
     if update:
         mean, rstd = save_mean, save_rstd
     else:
-        compute = compute_dtype(knp.dtype_of(grad_out))
         mean = running_mean
         rstd = knp.rsqrt(knp.add(knp.astype(running_var, compute), eps))
     mean, rstd = knp.reshape(mean, channel), knp.reshape(rstd, channel)
     mask = output_mask if update else [False, *output_mask[1:]]
     grads = _norm_backward(ctx, grad_out, x, mean, rstd, weight, reduced, channel, mask)
     if not update and output_mask[0]:
-        scale = rstd if weight is None else knp.multiply(rstd, knp.reshape(weight, channel))
-        grads[0] = opmath(ctx.out[0].dtype, knp.multiply, grad_out, scale)
+        if weight is not None:
+            rstd = knp.multiply(rstd, knp.reshape(knp.astype(weight, compute), channel))
+        grads[0] = knp.astype(knp.multiply(knp.astype(grad_out, compute), rstd), ctx.out[0].dtype)
     return tuple(
         v if v is None or k == 0 else knp.reshape(v, t.shape)
         for k, (v, t) in enumerate(zip(grads, ctx.out))
