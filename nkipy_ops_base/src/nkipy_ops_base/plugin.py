@@ -10,6 +10,7 @@ from . import (  # noqa: F401
     lowerings_creation,
     lowerings_elementwise,
     lowerings_embedding_bag,
+    lowerings_float_parts,
     lowerings_grid_sample,
     lowerings_indexing,
     lowerings_linalg,
