@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     lowerings_embedding_bag,
     lowerings_float_parts,
     lowerings_grid_sample,
+    lowerings_histogram,
     lowerings_indexing,
     lowerings_linalg,
     lowerings_nn,
