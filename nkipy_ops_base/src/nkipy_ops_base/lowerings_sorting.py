@@ -110,12 +110,13 @@ def nanmedian(ctx, x):
 
 @RULES.register(aten.mode.default)
 def mode(ctx, x, dim=-1, keepdim=False):
-    """The most frequent value along ``dim`` (the smallest among equally frequent ones) and the
-    index of its last occurrence, as torch's CPU kernel gives them. The row is sorted (stably);
-    at each sorted position the length of the run of equal values so far is the position less
-    the run's start (a running maximum of the starts); the first position where that length is
-    largest ends the winning run, whose last element is the value's last occurrence. NaNs count
-    as equal to each other (torch's value; its index for a NaN mode may differ)."""
+    """The most frequent value along ``dim`` (the smallest among equally frequent ones, as in
+    torch) and the index of its last occurrence (torch gives the index of an occurrence that its
+    unstable sort puts last: the same on short rows, any of them on longer ones). The row is
+    sorted stably; at each sorted position the length of the run of equal values so far is the
+    position less the run's start (a running maximum of the starts); the first position where
+    that length is largest ends the winning run. NaNs count as equal to each other, as in
+    torch."""
     if x.ndim == 0:
         return x, knp.zeros((), DType.i64)
     dim %= x.ndim
