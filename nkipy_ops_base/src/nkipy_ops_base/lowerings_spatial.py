@@ -157,9 +157,11 @@ def max_pool_with_indices_backward(
     return _scatter_to_indices(ctx, grad_output, x, indices, _spatial(ctx))
 
 
-@RULES.register(aten.adaptive_max_pool2d_backward.default)
-def adaptive_max_pool2d_backward(ctx, grad_output, x, indices):
-    return _scatter_to_indices(ctx, grad_output, x, indices, 2)
+@RULES.register(
+    aten.adaptive_max_pool2d_backward.default, aten.adaptive_max_pool3d_backward.default
+)
+def adaptive_max_pool_backward(ctx, grad_output, x, indices):
+    return _scatter_to_indices(ctx, grad_output, x, indices, _spatial(ctx))
 
 
 def _scatter_to_indices(ctx, grad_output, x, indices, spatial: int):
@@ -182,20 +184,33 @@ def _adaptive_windows(size: int, out: int) -> np.ndarray:
     return np.array([[min(s + j, e - 1) for j in range(longest)] for s, e in zip(starts, ends)])
 
 
-@RULES.register(aten.adaptive_max_pool2d.default)
-def adaptive_max_pool2d(ctx, x, output_size):
+@RULES.register(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
+def adaptive_max_pool(ctx, x, output_size):
     """Max over each window and its flat input position (first maximum in window order; the
-    repeated positions padding short windows come last and cannot win a tie)."""
-    rows, cols = (_adaptive_windows(n, o) for n, o in zip(x.shape[-2:], output_size))
-    (oh, lh), (ow, lw) = rows.shape, cols.shape
-    windows = knp.take(knp.take(x, rows, axis=-2), cols, axis=-1)  # (..., oh, lh, ow, lw)
-    lead = list(range(x.ndim - 2))
-    windows = knp.transpose(windows, [*lead, x.ndim - 2, x.ndim, x.ndim - 1, x.ndim + 1])
-    windows = knp.reshape(windows, (*x.shape[:-2], oh, ow, lh * lw))
+    repeated positions padding short windows come last and cannot win a tie). The windows are
+    gathered one spatial dim at a time, ``(..., o1, l1, o2, l2, …)``, then grouped as
+    ``(..., o1, o2, …, l1·l2·…)``."""
+    spatial = len(output_size)
+    sizes = x.shape[-spatial:]
+    positions = [_adaptive_windows(n, o) for n, o in zip(sizes, output_size)]
+    windows = x
+    for k, p in enumerate(positions):
+        windows = knp.take(windows, p, axis=x.ndim - spatial + 2 * k)
+    lead = list(range(x.ndim - spatial))
+    outs = [x.ndim - spatial + 2 * k for k in range(spatial)]
+    windows = knp.transpose(windows, [*lead, *outs, *(o + 1 for o in outs)])
+    out_shape = tuple(p.shape[0] for p in positions)
+    longest = math.prod(p.shape[1] for p in positions)
+    windows = knp.reshape(windows, (*x.shape[:-spatial], *out_shape, longest))
     which = knp.argmax(windows, -1, keepdims=True)
-    flat = (rows[:, None, :, None] * x.shape[-1] + cols[None, :, None, :]).reshape(oh, ow, lh * lw)
-    positions = knp.take_along_axis(knp.broadcast_to(flat, windows.shape), which, -1)
-    return knp.max(windows, -1), knp.squeeze(positions, -1)
+    flat = np.zeros(out_shape + tuple(p.shape[1] for p in positions), np.int64)
+    for k, p in enumerate(positions):
+        axes_shape = [1] * (2 * spatial)
+        axes_shape[k], axes_shape[spatial + k] = p.shape
+        flat = flat + p.reshape(axes_shape) * math.prod(sizes[k + 1 :])
+    flat = flat.reshape(*out_shape, longest)
+    found = knp.take_along_axis(knp.broadcast_to(flat, windows.shape), which, -1)
+    return knp.max(windows, -1), knp.squeeze(found, -1)
 
 
 def _averaging(size: int, out: int) -> np.ndarray:
