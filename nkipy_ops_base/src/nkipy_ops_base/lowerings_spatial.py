@@ -1,6 +1,6 @@
 """Spatial ops over the trailing 1, 2 or 3 dims, forward and backward: pooling (average, max and
-adaptive max with the indices torch returns, adaptive average) and resampling (nearest and
-bilinear upsampling).
+adaptive max with the indices torch returns, adaptive average) and resampling (nearest,
+bilinear and antialiased bilinear upsampling).
 
 Windows come from ``windows``; the averages' divisors depend only on shapes, so they are
 computed here as constants with ATen's rules for padding and ``ceil_mode``. Max-pool indices
@@ -19,7 +19,9 @@ import numpy as np
 import torch
 
 from nkipy_core import _torch, knp
+from nkipy_core.ir import DType
 
+from .conventions import require
 from .opmath import upcast
 from .rules import RULES
 from .windows import output_size, place_windows, window_slices
@@ -304,6 +306,50 @@ def upsample_nearest2d_backward(
 def upsample_bilinear2d(ctx, x, output_size, align_corners, scale_factors):
     sizes = zip(x.shape[-2:], ctx.out.shape[-2:], _scales(scale_factors))
     return _separable(ctx, x, [_linear(n, o, align_corners, s) for n, o, s in sizes])
+
+
+def _antialiased(size: int, out: int, align_corners: bool, scale: float | None, dtype):
+    """The ``(out, size)`` matrix of antialiased bilinear resampling (PIL's scheme, which ATen
+    follows): output ``i`` is centred at input coordinate ``s · (i + 0.5)`` and averages the
+    inputs under a triangle of half-width ``max(s, 1)`` around it, normalised to sum 1, where
+    ``s`` is ATen's source scale. Built in f64, rounded once to ``dtype``."""
+    if align_corners:
+        s = (size - 1) / (out - 1) if out > 1 else 0.0
+    else:
+        s = 1 / scale if scale else size / out
+    support, inverse = (s, 1 / s) if s >= 1 else (1.0, 1.0)
+    matrix = np.zeros((out, size))
+    for i in range(out):
+        center = s * (i + 0.5)
+        low = max(int(center - support + 0.5), 0)
+        high = min(int(center + support + 0.5), size)
+        weights = np.maximum(1 - np.abs((np.arange(low, high) - center + 0.5) * inverse), 0)
+        matrix[i, low:high] = weights / weights.sum()
+    return matrix.astype(dtype)
+
+
+def _matrix_dtype(ctx):
+    return np.float64 if ctx.out_dtype is DType.f64 else np.float32
+
+
+@RULES.register(aten._upsample_bilinear2d_aa.default)
+def upsample_bilinear2d_aa(ctx, x, output_size, align_corners, scales_h=None, scales_w=None):
+    """Floats only: torch resamples uint8 images in fixed point, with its own rounding."""
+    require(ctx.out_dtype.is_float, f"antialiased upsampling of {ctx.out_dtype.value}")
+    sizes = zip(x.shape[-2:], output_size, (scales_h, scales_w))
+    dtype = _matrix_dtype(ctx)
+    return _separable(ctx, x, [_antialiased(n, o, align_corners, s, dtype) for n, o, s in sizes])
+
+
+@RULES.register(aten._upsample_bilinear2d_aa_backward.default)
+def upsample_bilinear2d_aa_backward(
+    ctx, grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None
+):
+    sizes = zip(input_size[-2:], output_size, (scales_h, scales_w))
+    dtype = _matrix_dtype(ctx)
+    return _separable(
+        ctx, grad_output, [_antialiased(n, o, align_corners, s, dtype).T for n, o, s in sizes]
+    )
 
 
 @RULES.register(aten.upsample_bilinear2d_backward.default)
