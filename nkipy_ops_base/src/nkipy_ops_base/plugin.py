@@ -19,6 +19,7 @@ from . import (  # noqa: F401
     lowerings_random,
     lowerings_reduction,
     lowerings_scan,
+    lowerings_segment,
     lowerings_shape,
     lowerings_sorting,
     lowerings_spatial,
