@@ -41,9 +41,10 @@ _ZEROS, _BORDER, _REFLECTION = 0, 1, 2
 _CUBIC_A = -0.75
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class _AxisTap:
-    """One pixel along one axis: its coordinate (float, integral), weight, and d weight / d source."""
+    """One pixel along one axis: its coordinate (float, integral), weight, and d weight / d source.
+    Compared (and hashed) by identity: the taps of a point key its pixel values."""
 
     pixel: object
     weight: object
