@@ -145,9 +145,10 @@ def col2im(ctx, x, output_size, kernel_size, dilation, padding, stride):
     grid = [
         windows.output_size(*g) for g in zip(output_size, kernel_size, stride, padding, dilation)
     ]
+    taps = math.prod(kernel_size)  # the channel count is explicit: an empty batch has no -1
     columns = knp.reshape(
         upcast(batched, ctx.out_dtype),
-        (batched.shape[0], -1, math.prod(kernel_size), math.prod(grid)),
+        (batched.shape[0], batched.shape[1] // taps, taps, math.prod(grid)),
     )
     padded = [n + 2 * p for n, p in zip(output_size, padding)]
     full = windows.col2im(columns, padded, kernel_size, stride, dilation, grid)
