@@ -129,13 +129,8 @@ def segment_reduce_backward(
         result = segments.per_element(knp.divide(g, lengths))
     elif reduce in ("max", "min"):
         out_each = segments.per_element(out)
-        hit = knp.astype(
-            knp.logical_and(
-                segments.mask,
-                knp.equal(segments.spread(x), knp.expand_dims(out, segments.axis + 1)),
-            ),
-            compute,
-        )
+        equal = knp.equal(segments.spread(x), knp.expand_dims(out, segments.axis + 1))
+        hit = knp.where(segments.mask, knp.astype(equal, compute), 0)
         ties = knp.sum(hit, segments.axis + 1)
         share = segments.per_element(knp.divide(g, knp.maximum(ties, 1)))
         result = knp.where(knp.equal(x, out_each), share, 0)
