@@ -1,7 +1,9 @@
-"""``grid_sampler_2d`` and its backward: sampling an image at the points of a grid.
+"""``grid_sampler_2d``/``grid_sampler_3d`` and their backward: sampling an image (or a volume)
+at the points of a grid.
 
-Each output point reads a few input pixels ("taps") with weights: 2×2 for bilinear, the nearest
-pixel, 4×4 for bicubic (torch's cubic convolution, A = -0.75). A tap is the product of one tap
+Each output point reads a few input pixels ("taps") with weights: 2×2 (2×2×2) for bilinear
+(trilinear), the nearest pixel, 4×4 for bicubic (torch's cubic convolution, A = -0.75; 2-D
+only, as in torch). A tap is the product of one tap
 per axis, each carrying its pixel coordinate, its weight and the weight's derivative with respect
 to the source coordinate, so that one description serves the forward (gather, weigh, sum), the
 input gradient (scatter the weighted output gradient back to the pixels, ``scatter_add``) and the
@@ -21,6 +23,7 @@ a different pixel. Bilinear and nearest forwards then match torch bit for bit.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import attrs
@@ -38,9 +41,10 @@ _ZEROS, _BORDER, _REFLECTION = 0, 1, 2
 _CUBIC_A = -0.75
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class _AxisTap:
-    """One pixel along one axis: its coordinate (float, integral), weight, and d weight / d source."""
+    """One pixel along one axis: its coordinate (float, integral), weight, and d weight / d source.
+    Compared (and hashed) by identity: the taps of a point key its pixel values."""
 
     pixel: object
     weight: object
@@ -120,32 +124,49 @@ def _axis_taps(grid_coord, size: int, mode: int, padding_mode: int, align_corner
 
 
 class _Sampler:
-    """The taps of every grid point of an (N, C, H, W) input, flattened to (N, 1, P) each."""
+    """The taps of every grid point of an (N, C, *spatial) input, flattened to (N, 1, P) each.
+    Axes are in the grid's coordinate order (x = width, y = height, z = depth); a tap is one
+    axis tap per axis, in the order ATen's kernels visit them (z, then y, then x fastest)."""
 
     def __init__(self, shape, grid, mode: int, padding_mode: int, align_corners: bool):
-        self.n, self.c, self.h, self.w = shape
-        self.points = grid.shape[1] * grid.shape[2]
-        flat = knp.reshape(grid, (self.n, 1, self.points, 2))
-        self.along_x, self.x_slope = _axis_taps(
-            flat[..., 0], self.w, mode, padding_mode, align_corners
+        self.n, self.c, *spatial = shape
+        self.sizes = spatial[::-1]
+        self.points = math.prod(grid.shape[1:-1])
+        flat = knp.reshape(grid, (self.n, 1, self.points, len(self.sizes)))
+        self.axes, self.slopes = zip(
+            *(
+                _axis_taps(flat[..., k], size, mode, padding_mode, align_corners)
+                for k, size in enumerate(self.sizes)
+            )
         )
-        self.along_y, self.y_slope = _axis_taps(
-            flat[..., 1], self.h, mode, padding_mode, align_corners
-        )
-        self.taps = [(tx, ty) for ty in self.along_y for tx in self.along_x]
+        self.taps = [tap[::-1] for tap in itertools.product(*self.axes[::-1])]
 
-    def pixel(self, tx: _AxisTap, ty: _AxisTap):
-        """The flat pixel index of a tap (0 when outside) and whether it is inside the image."""
-        inside = knp.logical_and(
-            knp.logical_and(knp.greater_equal(tx.pixel, 0), knp.less(tx.pixel, self.w)),
-            knp.logical_and(knp.greater_equal(ty.pixel, 0), knp.less(ty.pixel, self.h)),
-        )
-        linear = knp.add(knp.multiply(ty.pixel, self.w), tx.pixel)
-        return knp.astype(knp.where(inside, linear, 0), DType.i64), inside
+    def pixel(self, taps):
+        """The flat pixel index of a tap (0 when outside) and whether it is inside the input.
+        The index is formed in integers: a half float holds pixel coordinates exactly, not
+        their flat positions."""
+        inside = None
+        for t, size in zip(taps, self.sizes):
+            within = knp.logical_and(knp.greater_equal(t.pixel, 0), knp.less(t.pixel, size))
+            inside = within if inside is None else knp.logical_and(inside, within)
+        linear, stride = 0, 1
+        for t, size in zip(taps, self.sizes):
+            coordinate = knp.astype(knp.where(inside, t.pixel, 0), DType.i64)
+            linear = knp.add(knp.multiply(coordinate, stride), linear)
+            stride *= size
+        return linear, inside
 
-    def read(self, image, tx: _AxisTap, ty: _AxisTap):
-        """The tap's pixel of every channel, (N, C, P); zero outside the image."""
-        index, inside = self.pixel(tx, ty)
+    def weight(self, taps, slope_axis: int | None = None):
+        """The product of the tap's weights (the weight's slope on ``slope_axis``, if given)."""
+        factors = [t.slope if k == slope_axis else t.weight for k, t in enumerate(taps)]
+        total = factors[0]
+        for factor in factors[1:]:
+            total = knp.multiply(total, factor)
+        return total
+
+    def read(self, image, taps):
+        """The tap's pixel of every channel, (N, C, P); zero outside the input."""
+        index, inside = self.pixel(taps)
         values = knp.take_along_axis(
             image, knp.broadcast_to(index, (self.n, self.c, self.points)), 2
         )
@@ -161,46 +182,49 @@ def _sum(terms):
 
 
 def _image(x, dtype):
-    n, c, h, w = x.shape
-    return knp.reshape(knp.astype(x, dtype), (n, c, h * w))
+    return knp.reshape(knp.astype(x, dtype), (*x.shape[:2], math.prod(x.shape[2:])))
 
 
 def _grid_gradient(sampler, image, grad):
-    """d loss / d grid, (N, P, 2): for each axis, the pixels times their weights' slopes, summed
-    over the taps and channels and chained through d source / d grid."""
-    xs, ys = list(enumerate(sampler.along_x)), list(enumerate(sampler.along_y))
-    values = {(i, j): sampler.read(image, tx, ty) for j, ty in ys for i, tx in xs}
-    # differences of pixels first, then weights: ATen's grouping, so that half floats round alike
-    dx = _sum(
-        knp.multiply(_sum(knp.multiply(values[i, j], tx.slope) for i, tx in xs), ty.weight)
-        for j, ty in ys
-    )
-    dy = _sum(
-        knp.multiply(_sum(knp.multiply(values[i, j], ty.slope) for j, ty in ys), tx.weight)
-        for i, tx in xs
-    )
+    """d loss / d grid, (N, P, axes): for each axis, the pixels times the slopes of their
+    weights along it, summed over that axis's taps first and then weighted by the other axes'
+    weights (ATen's grouping, so that half floats round alike), summed over the channels and
+    chained through d source / d grid."""
+    values = {taps: sampler.read(image, taps) for taps in sampler.taps}
     shape = (sampler.n, sampler.points)
-    gx = knp.multiply(knp.sum(knp.multiply(dx, grad), 1), knp.reshape(sampler.x_slope, shape))
-    gy = knp.multiply(knp.sum(knp.multiply(dy, grad), 1), knp.reshape(sampler.y_slope, shape))
-    return knp.stack([gx, gy], -1)
+    gradients = []
+    for k in range(len(sampler.axes)):
+        others = [t for t in sampler.taps if t[k] is sampler.axes[k][0]]
+        d = _sum(
+            knp.multiply(
+                _sum(
+                    knp.multiply(values[(*rest[:k], tk, *rest[k + 1 :])], tk.slope)
+                    for tk in sampler.axes[k]
+                ),
+                sampler.weight(tuple(t for j, t in enumerate(rest) if j != k)),
+            )
+            for rest in others
+        )
+        gradient = knp.sum(knp.multiply(d, grad), 1)
+        gradients.append(knp.multiply(gradient, knp.reshape(sampler.slopes[k], shape)))
+    return knp.stack(gradients, -1)
 
 
-@RULES.register(aten.grid_sampler_2d.default)
-def grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
+@RULES.register(aten.grid_sampler_2d.default, aten.grid_sampler_3d.default)
+def grid_sampler(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
     dtype = ctx.out_dtype
     sampler = _Sampler(
         x.shape, knp.astype(grid, dtype), interpolation_mode, padding_mode, align_corners
     )
     image = _image(x, dtype)
     out = _sum(
-        knp.multiply(sampler.read(image, tx, ty), knp.multiply(tx.weight, ty.weight))
-        for tx, ty in sampler.taps
+        knp.multiply(sampler.read(image, taps), sampler.weight(taps)) for taps in sampler.taps
     )
     return knp.astype(knp.reshape(out, ctx.out.shape), ctx.out_dtype)
 
 
-@RULES.register(aten.grid_sampler_2d_backward.default)
-def grid_sampler_2d_backward(
+@RULES.register(aten.grid_sampler_2d_backward.default, aten.grid_sampler_3d_backward.default)
+def grid_sampler_backward(
     ctx, grad_output, x, grid, interpolation_mode, padding_mode, align_corners, output_mask
 ):
     """``(grad_input, grad_grid)``; either is skipped (``None``) when ``output_mask`` says so."""
@@ -213,11 +237,12 @@ def grid_sampler_2d_backward(
     grad = knp.reshape(knp.astype(grad_output, dtype), (n, c, points))
     grad_input = grad_grid = None
     if output_mask[0]:
-        plane = knp.multiply(knp.reshape(knp.arange(n * c), (n, c, 1)), sampler.h * sampler.w)
+        extent = math.prod(sampler.sizes)
+        plane = knp.multiply(knp.reshape(knp.arange(n * c), (n, c, 1)), extent)
         positions, updates = [], []
-        for tx, ty in sampler.taps:
-            index, inside = sampler.pixel(tx, ty)
-            weight = knp.where(inside, knp.multiply(tx.weight, ty.weight), 0)
+        for taps in sampler.taps:
+            index, inside = sampler.pixel(taps)
+            weight = knp.where(inside, sampler.weight(taps), 0)
             positions.append(knp.reshape(knp.add(plane, index), (-1,)))
             updates.append(knp.reshape(knp.multiply(grad, weight), (-1,)))
         flat = knp.zeros((math.prod(x.shape),), dtype)

@@ -1,8 +1,11 @@
-"""Matrix products (``mm``, ``bmm``, ``addmm``, ``addmv``, ``dot``, ``mv``, ``_grouped_mm``) and
-pairwise distances (``cdist``, ``pdist``, forward and backward).
+"""Matrix products (``mm``, ``bmm``, ``addmm``, ``addmv``, ``addbmm``, ``dot``, ``mv``,
+``_grouped_mm``, ``_trilinear``) and distances (``dist``, ``cdist``, ``pdist``, forward and
+backward).
 
 Products are ``knp.matmul`` in torch's opmath: half floats multiply and accumulate in f32 and
-round once, which is what torch's CPU GEMMs do. ``addmm`` and ``addmv`` ignore ``self`` when
+round once, which is what torch's CPU GEMMs do. (``addbmm`` and ``_trilinear`` are one product
+here where torch's CPU kernels chain several and round half floats between them: the results
+differ by those roundings, towards the exact value.) ``addmm`` and ``addmv`` ignore ``self`` when
 ``beta == 0`` (so NaNs in it do not propagate), as ATen documents. Distances are p-norms of
 explicit differences (torch may use a matrix-product form for large Euclidean ones; the direct
 form is at least as accurate).
@@ -18,7 +21,7 @@ import torch
 from nkipy_core import knp
 
 from . import complex_pairs
-from .conventions import require
+from .conventions import inverse_permutation, require
 from .lowerings_reduction import p_norm
 from .opmath import opmath
 from .rules import RULES
@@ -72,6 +75,76 @@ def addmm(ctx, bias, mat, other, *, beta=1, alpha=1):
         return knp.add(c if beta == 1 else knp.multiply(c, beta), product)
 
     return opmath(ctx.out_dtype, fn, bias, mat, other)
+
+
+@RULES.register(aten.addbmm.default)
+def addbmm(ctx, bias, batch1, batch2, *, beta=1, alpha=1):
+    """``beta · bias + alpha · Σ_b batch1[b] @ batch2[b]``: the batch sum is folded into the
+    contraction, ``[N, B·K] @ [B·K, M]``."""
+    count, rows, inner = batch1.shape
+    left = knp.reshape(knp.transpose(batch1, (1, 0, 2)), (rows, count * inner))
+    right = knp.reshape(batch2, (count * inner, batch2.shape[-1]))
+    return addmm(ctx, bias, left, right, beta=beta, alpha=alpha)
+
+
+def _sum_product(a, b, summed: set[int]):
+    """``Σ_summed a · b`` for operands of one rank whose dims are equal or 1 (broadcast), keeping
+    the summed dims (as 1): one ``matmul`` with the dims both carry (sizes other than 1) as its
+    batch."""
+    rank = a.ndim
+    summed_a = tuple(d for d in summed if b.shape[d] == 1 and a.shape[d] != 1)
+    summed_b = tuple(d for d in summed if a.shape[d] == 1 and b.shape[d] != 1)
+    a = knp.sum(a, summed_a, keepdims=True) if summed_a else a
+    b = knp.sum(b, summed_b, keepdims=True) if summed_b else b
+    kept = [d for d in range(rank) if d not in summed]
+    contracted = [d for d in sorted(summed) if a.shape[d] != 1]
+    batch = [d for d in kept if a.shape[d] != 1 and b.shape[d] != 1]
+    only_a = [d for d in kept if a.shape[d] != 1 and b.shape[d] == 1]
+    only_b = [d for d in kept if a.shape[d] == 1 and b.shape[d] != 1]
+    rest = [d for d in range(rank) if d not in {*contracted, *batch, *only_a, *only_b}]
+
+    def size(x, dims):
+        return math.prod(x.shape[d] for d in dims)
+
+    left = knp.reshape(
+        knp.transpose(a, [*batch, *only_a, *contracted, *only_b, *rest]),
+        (size(a, batch), size(a, only_a), size(a, contracted)),
+    )
+    right = knp.reshape(
+        knp.transpose(b, [*batch, *contracted, *only_b, *only_a, *rest]),
+        (size(b, batch), size(b, contracted), size(b, only_b)),
+    )
+    order = [*batch, *only_a, *only_b]
+    shape = [a.shape[d] if d in only_a or d in batch else b.shape[d] for d in order]
+    ones = [d for d in range(rank) if d not in order]  # summed or 1 in both
+    product = knp.reshape(knp.matmul(left, right), shape + [1] * len(ones))
+    return knp.transpose(product, inverse_permutation([*order, *ones]))
+
+
+@RULES.register(aten._trilinear.default)
+def trilinear(ctx, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """``Σ_sumdim i1 · i2 · i3``, each operand first given size-1 dims at its ``expand`` list
+    (``nn.functional.bilinear`` and its gradients): ``i1 · i2`` is contracted over the summed
+    dims ``i3`` does not carry, then the result with ``i3`` over the rest."""
+    summed = set(sumdim)
+
+    def fn(a, b, c):
+        a, b, c = (
+            knp.reshape(x, _expanded(x.shape, dims))
+            for x, dims in ((a, expand1), (b, expand2), (c, expand3))
+        )
+        first = _sum_product(a, b, {d for d in summed if c.shape[d] == 1})
+        both = _sum_product(first, c, {d for d in summed if c.shape[d] != 1})
+        return knp.reshape(both, ctx.out.shape)
+
+    return opmath(ctx.out_dtype, fn, i1, i2, i3)
+
+
+def _expanded(shape, dims) -> list[int]:
+    """``shape`` with a 1 inserted at each of ``dims`` (positions in the result)."""
+    rank = len(shape) + len(dims)
+    sizes = iter(shape)
+    return [1 if d in dims else next(sizes) for d in range(rank)]
 
 
 def _group_masks(offs, size: int):
@@ -151,6 +224,14 @@ def _norm_grad(diff, dist, p):
 def _pairs(x1, x2):
     """``x1[..., i, :] - x2[..., j, :]`` for all ``i, j``: ``(..., P, R, M)``."""
     return knp.subtract(knp.expand_dims(x1, -2), knp.expand_dims(x2, -3))
+
+
+@RULES.register(aten.dist.default)
+def dist(ctx, x, other, p=2):
+    """``‖x − other‖_p`` over all elements; the difference is rounded to the dtype first, as
+    torch's ``norm(x - other)`` does."""
+    diff = opmath(ctx.out_dtype, knp.subtract, x, other)
+    return opmath(ctx.out_dtype, lambda v: p_norm(v, p, tuple(range(v.ndim))), diff)
 
 
 @RULES.register(aten._cdist_forward.default)

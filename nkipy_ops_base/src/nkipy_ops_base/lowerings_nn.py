@@ -268,19 +268,80 @@ def batch_norm_training(ctx, x, weight, bias, training, momentum, eps):
 
 @RULES.register(aten._native_batch_norm_legit_functional.default)
 def batch_norm_functional(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):
-    """Training batch norm that also returns the updated running statistics (unbiased variance)."""
-    require(training, "functional batch norm is only produced in training")
+    """Batch norm that also returns the running statistics: updated from the batch (unbiased
+    variance) in training, passed through unchanged in evaluation."""
+    if not training:
+        y, *saved = batch_norm_inference(
+            ctx, x, weight, bias, running_mean, running_var, momentum, eps
+        )
+        running = (knp.astype(r, t.dtype) for r, t in zip((running_mean, running_var), ctx.out[3:]))
+        return (y, *saved, *running)
+    return _batch_norm_update(ctx, x, weight, bias, running_mean, running_var, momentum, eps)
+
+
+def _batch_norm_update(ctx, x, weight, bias, running_mean, running_var, momentum, eps):
+    """Training batch norm: the result, the batch mean and ``rstd``, and the running statistics
+    updated from the batch (unbiased variance), typed as the node's first, second, third and
+    last two results."""
     mean, var = _batch_stats(ctx, x)
     y, rstd = _batch_norm(ctx, x, weight, bias, mean, var, eps)
     n = x.size // x.shape[1]
-    stat = compute_dtype(ctx.out[3].dtype)
+    stat = compute_dtype(ctx.out[-1].dtype)
     unbiased = knp.multiply(var, n / max(n - 1, 1))
     new_mean, new_var = (
         knp.add(knp.multiply(upcast(running, stat), 1 - momentum), knp.multiply(batch, momentum))
         for running, batch in ((running_mean, mean), (running_var, unbiased))
     )
-    stats = [knp.astype(v, t.dtype) for v, t in zip((mean, rstd, new_mean, new_var), ctx.out[1:])]
-    return (y, *stats)
+    types = (*ctx.out[1:3], *ctx.out[-2:])
+    return (y, *(knp.astype(v, t.dtype) for v, t in zip((mean, rstd, new_mean, new_var), types)))
+
+
+@RULES.register(aten._batch_norm_with_update_functional.default)
+def batch_norm_with_update(ctx, x, weight, bias, running_mean, running_var, momentum, eps):
+    """Training batch norm, with the (empty) reserve buffer that cuDNN would fill as the fourth
+    result."""
+    y, mean, rstd, new_mean, new_var = _batch_norm_update(
+        ctx, x, weight, bias, running_mean, running_var, momentum, eps
+    )
+    return y, mean, rstd, knp.zeros(ctx.out[3].shape, ctx.out[3].dtype), new_mean, new_var
+
+
+@RULES.register(aten.batch_norm_backward.default)
+def batch_norm_backward(
+    ctx,
+    grad_out,
+    x,
+    weight,
+    running_mean,
+    running_var,
+    save_mean,
+    save_rstd,
+    update,
+    eps,
+    output_mask,
+    reserve,
+):
+    """In training (``update``) the statistics are the saved batch ones, which depend on ``x``;
+    in evaluation they are the running ones, constants: ``grad_input = grad · weight · rstd``."""
+    channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    reduced = (0, *range(2, x.ndim))
+    compute = compute_dtype(knp.dtype_of(grad_out))
+    if update:
+        mean, rstd = save_mean, save_rstd
+    else:
+        mean = running_mean
+        rstd = knp.rsqrt(knp.add(knp.astype(running_var, compute), eps))
+    mean, rstd = knp.reshape(mean, channel), knp.reshape(rstd, channel)
+    mask = output_mask if update else [False, *output_mask[1:]]
+    grads = _norm_backward(ctx, grad_out, x, mean, rstd, weight, reduced, channel, mask)
+    if not update and output_mask[0]:
+        if weight is not None:
+            rstd = knp.multiply(rstd, knp.reshape(knp.astype(weight, compute), channel))
+        grads[0] = knp.astype(knp.multiply(knp.astype(grad_out, compute), rstd), ctx.out[0].dtype)
+    return tuple(
+        v if v is None or k == 0 else knp.reshape(v, t.shape)
+        for k, (v, t) in enumerate(zip(grads, ctx.out))
+    )
 
 
 # -- attention ---------------------------------------------------------------------------------

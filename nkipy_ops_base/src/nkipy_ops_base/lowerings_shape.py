@@ -39,7 +39,7 @@ def _slice_bounds(size: int, start, end, step: int) -> tuple[int, int, int]:
     return start, max(start, end), step
 
 
-@RULES.register(aten.view.default, complex=True)
+@RULES.register(aten.view.default, aten.view_copy.default, complex=True)
 def view(ctx, x, size):
     return knp.reshape(x, ctx.out.shape)
 
@@ -49,7 +49,7 @@ def expand(ctx, x, size, *, implicit=False):
     return knp.broadcast_to(x, ctx.out.shape)
 
 
-@RULES.register(aten.permute.default, complex=True)
+@RULES.register(aten.permute.default, aten.permute_copy.default, complex=True)
 def permute(ctx, x, dims):
     if complex_pairs.arg_is_complex(ctx):  # the pair dimension stays last
         dims = [*(complex_pairs.dim(ctx, x, d) for d in dims), x.ndim - 1]
@@ -77,6 +77,17 @@ def slice_(ctx, x, dim=0, start=None, end=None, step=1):
 @RULES.register(aten.select.int, complex=True)
 def select(ctx, x, dim, index):
     return x[_along(x.ndim, complex_pairs.dim(ctx, x, dim), index)]
+
+
+@RULES.register(aten.narrow_copy.default)
+def narrow_copy(ctx, x, dim, start, length):
+    start += x.shape[dim] if start < 0 else 0
+    return x[_along(x.ndim, dim, slice(start, start + length))]
+
+
+@RULES.register(aten.unbind_copy.int)
+def unbind_copy(ctx, x, dim=0):
+    return tuple(x[_along(x.ndim, dim, k)] for k in range(x.shape[dim]))
 
 
 @RULES.register(aten.split_with_sizes.default, complex=True)
@@ -293,7 +304,7 @@ class _Strided:
         return len(np.unique(flat)) < flat.size
 
 
-@RULES.register(aten.as_strided.default)
+@RULES.register(aten.as_strided.default, aten.as_strided_copy.default)
 def as_strided(ctx, x, size, stride, storage_offset=None):
     """Element ``i`` of the result is storage element ``offset + Σ i_k · stride_k`` (``_Strided``);
     a contiguous result is a slice and a reshape, anything else a gather."""

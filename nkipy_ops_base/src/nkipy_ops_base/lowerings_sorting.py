@@ -1,5 +1,5 @@
-"""Sorting: ``sort`` (stable or not), ``topk`` and the order statistics ``kthvalue``,
-``median`` and ``nanmedian``, on the ``sort`` primitive.
+"""Sorting: ``sort`` (stable or not), ``topk``, the order statistics ``kthvalue``,
+``median`` and ``nanmedian``, and ``mode``, on the ``sort`` primitive.
 
 The primitive sorts stably, descending by sorting the negated keys; negation is not an order
 reversal for unsigned and bool tensors, so descending sorts of those are declined. Like NumPy,
@@ -106,3 +106,36 @@ def median(ctx, x):
 @RULES.register(aten.nanmedian.default)
 def nanmedian(ctx, x):
     return _median(knp.reshape(x, (-1,)), 0, False, ignore_nan=True)[0]
+
+
+@RULES.register(aten.mode.default)
+def mode(ctx, x, dim=-1, keepdim=False):
+    """The most frequent value along ``dim`` (the smallest among equally frequent ones, as in
+    torch) and the index of its last occurrence (torch gives the index of an occurrence that its
+    unstable sort puts last: the same on short rows, any of them on longer ones). The row is
+    sorted stably; at each sorted position the length of the run of equal values so far is the
+    position less the run's start (a running maximum of the starts); the first position where
+    that length is largest ends the winning run. NaNs count as equal to each other, as in
+    torch."""
+    if x.ndim == 0:
+        return x, knp.zeros((), DType.i64)
+    dim %= x.ndim
+    order = knp.argsort(x, dim)
+    ordered = knp.take_along_axis(x, order, dim)
+    n = x.shape[dim]
+    shape = [n if d == dim else 1 for d in range(x.ndim)]
+    position = knp.reshape(knp.arange(n, DType.i64), shape)
+    previous = ordered[(slice(None),) * dim + (slice(0, n - 1),)]
+    current = ordered[(slice(None),) * dim + (slice(1, n),)]
+    same = knp.equal(previous, current)
+    if knp.dtype_of(x).is_float:
+        same = knp.logical_or(same, knp.logical_and(knp.isnan(previous), knp.isnan(current)))
+    first = knp.full(x.shape[:dim] + (1,) + x.shape[dim + 1 :], True, DType.bool)
+    starts = knp.concatenate([first, knp.logical_not(same)], axis=dim)
+    run_start = knp.cummax(knp.where(starts, position, 0), dim)
+    end = knp.argmax(knp.subtract(position, run_start), dim, keepdims=True)
+    value = knp.take_along_axis(ordered, end, dim)
+    index = knp.take_along_axis(order, end, dim)
+    if not keepdim:
+        value, index = knp.squeeze(value, dim), knp.squeeze(index, dim)
+    return value, knp.astype(index, DType.i64)

@@ -1,6 +1,6 @@
 """Spatial ops over the trailing 1, 2 or 3 dims, forward and backward: pooling (average, max and
-adaptive max with the indices torch returns, adaptive average) and resampling (nearest and
-bilinear upsampling).
+adaptive max with the indices torch returns, adaptive average) and resampling (nearest,
+bilinear and antialiased bilinear upsampling).
 
 Windows come from ``windows``; the averages' divisors depend only on shapes, so they are
 computed here as constants with ATen's rules for padding and ``ceil_mode``. Max-pool indices
@@ -19,7 +19,9 @@ import numpy as np
 import torch
 
 from nkipy_core import _torch, knp
+from nkipy_core.ir import DType
 
+from .conventions import require
 from .opmath import upcast
 from .rules import RULES
 from .windows import output_size, place_windows, window_slices
@@ -157,9 +159,11 @@ def max_pool_with_indices_backward(
     return _scatter_to_indices(ctx, grad_output, x, indices, _spatial(ctx))
 
 
-@RULES.register(aten.adaptive_max_pool2d_backward.default)
-def adaptive_max_pool2d_backward(ctx, grad_output, x, indices):
-    return _scatter_to_indices(ctx, grad_output, x, indices, 2)
+@RULES.register(
+    aten.adaptive_max_pool2d_backward.default, aten.adaptive_max_pool3d_backward.default
+)
+def adaptive_max_pool_backward(ctx, grad_output, x, indices):
+    return _scatter_to_indices(ctx, grad_output, x, indices, _spatial(ctx))
 
 
 def _scatter_to_indices(ctx, grad_output, x, indices, spatial: int):
@@ -182,20 +186,33 @@ def _adaptive_windows(size: int, out: int) -> np.ndarray:
     return np.array([[min(s + j, e - 1) for j in range(longest)] for s, e in zip(starts, ends)])
 
 
-@RULES.register(aten.adaptive_max_pool2d.default)
-def adaptive_max_pool2d(ctx, x, output_size):
+@RULES.register(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
+def adaptive_max_pool(ctx, x, output_size):
     """Max over each window and its flat input position (first maximum in window order; the
-    repeated positions padding short windows come last and cannot win a tie)."""
-    rows, cols = (_adaptive_windows(n, o) for n, o in zip(x.shape[-2:], output_size))
-    (oh, lh), (ow, lw) = rows.shape, cols.shape
-    windows = knp.take(knp.take(x, rows, axis=-2), cols, axis=-1)  # (..., oh, lh, ow, lw)
-    lead = list(range(x.ndim - 2))
-    windows = knp.transpose(windows, [*lead, x.ndim - 2, x.ndim, x.ndim - 1, x.ndim + 1])
-    windows = knp.reshape(windows, (*x.shape[:-2], oh, ow, lh * lw))
+    repeated positions padding short windows come last and cannot win a tie). The windows are
+    gathered one spatial dim at a time, ``(..., o1, l1, o2, l2, …)``, then grouped as
+    ``(..., o1, o2, …, l1·l2·…)``."""
+    spatial = len(output_size)
+    sizes = x.shape[-spatial:]
+    positions = [_adaptive_windows(n, o) for n, o in zip(sizes, output_size)]
+    windows = x
+    for k, p in enumerate(positions):
+        windows = knp.take(windows, p, axis=x.ndim - spatial + 2 * k)
+    lead = list(range(x.ndim - spatial))
+    outs = [x.ndim - spatial + 2 * k for k in range(spatial)]
+    windows = knp.transpose(windows, [*lead, *outs, *(o + 1 for o in outs)])
+    out_shape = tuple(p.shape[0] for p in positions)
+    longest = math.prod(p.shape[1] for p in positions)
+    windows = knp.reshape(windows, (*x.shape[:-spatial], *out_shape, longest))
     which = knp.argmax(windows, -1, keepdims=True)
-    flat = (rows[:, None, :, None] * x.shape[-1] + cols[None, :, None, :]).reshape(oh, ow, lh * lw)
-    positions = knp.take_along_axis(knp.broadcast_to(flat, windows.shape), which, -1)
-    return knp.max(windows, -1), knp.squeeze(positions, -1)
+    flat = np.zeros(out_shape + tuple(p.shape[1] for p in positions), np.int64)
+    for k, p in enumerate(positions):
+        axes_shape = [1] * (2 * spatial)
+        axes_shape[k], axes_shape[spatial + k] = p.shape
+        flat = flat + p.reshape(axes_shape) * math.prod(sizes[k + 1 :])
+    flat = flat.reshape(*out_shape, longest)
+    found = knp.take_along_axis(knp.broadcast_to(flat, windows.shape), which, -1)
+    return knp.max(windows, -1), knp.squeeze(found, -1)
 
 
 def _averaging(size: int, out: int) -> np.ndarray:
@@ -289,6 +306,50 @@ def upsample_nearest2d_backward(
 def upsample_bilinear2d(ctx, x, output_size, align_corners, scale_factors):
     sizes = zip(x.shape[-2:], ctx.out.shape[-2:], _scales(scale_factors))
     return _separable(ctx, x, [_linear(n, o, align_corners, s) for n, o, s in sizes])
+
+
+def _antialiased(size: int, out: int, align_corners: bool, scale: float | None, dtype):
+    """The ``(out, size)`` matrix of antialiased bilinear resampling (PIL's scheme, which ATen
+    follows): output ``i`` is centred at input coordinate ``s · (i + 0.5)`` and averages the
+    inputs under a triangle of half-width ``max(s, 1)`` around it, normalised to sum 1, where
+    ``s`` is ATen's source scale. Built in f64, rounded once to ``dtype``."""
+    if align_corners:
+        s = (size - 1) / (out - 1) if out > 1 else 0.0
+    else:
+        s = 1 / scale if scale else size / out
+    support, inverse = (s, 1 / s) if s >= 1 else (1.0, 1.0)
+    matrix = np.zeros((out, size))
+    for i in range(out):
+        center = s * (i + 0.5)
+        low = max(int(center - support + 0.5), 0)
+        high = min(int(center + support + 0.5), size)
+        weights = np.maximum(1 - np.abs((np.arange(low, high) - center + 0.5) * inverse), 0)
+        matrix[i, low:high] = weights / weights.sum()
+    return matrix.astype(dtype)
+
+
+def _matrix_dtype(ctx):
+    return np.float64 if ctx.out_dtype is DType.f64 else np.float32
+
+
+@RULES.register(aten._upsample_bilinear2d_aa.default)
+def upsample_bilinear2d_aa(ctx, x, output_size, align_corners, scales_h=None, scales_w=None):
+    """Floats only: torch resamples uint8 images in fixed point, with its own rounding."""
+    require(ctx.out_dtype.is_float, f"antialiased upsampling of {ctx.out_dtype.value}")
+    sizes = zip(x.shape[-2:], output_size, (scales_h, scales_w))
+    dtype = _matrix_dtype(ctx)
+    return _separable(ctx, x, [_antialiased(n, o, align_corners, s, dtype) for n, o, s in sizes])
+
+
+@RULES.register(aten._upsample_bilinear2d_aa_backward.default)
+def upsample_bilinear2d_aa_backward(
+    ctx, grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None
+):
+    sizes = zip(input_size[-2:], output_size, (scales_h, scales_w))
+    dtype = _matrix_dtype(ctx)
+    return _separable(
+        ctx, grad_output, [_antialiased(n, o, align_corners, s, dtype).T for n, o, s in sizes]
+    )
 
 
 @RULES.register(aten.upsample_bilinear2d_backward.default)
