@@ -175,3 +175,22 @@ def test_the_host_check_of_info_still_raises_torchs_error():
     a[1, 1] = -1.0
     with pytest.raises(torch.linalg.LinAlgError, match="order 2 is not positive-definite"):
         strict(torch.linalg.cholesky)(a)
+
+
+def test_determinant_gradients_read_the_factors_torch_returns():
+    """torch factors ``Aᵀ`` of a contiguous ``A`` in ``det``/``slogdet`` and its backward solves
+    with that LU; a transposed ``A`` is factored as it is."""
+    a = randn(2, 4, 4).requires_grad_()
+    weights = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    for fn in (
+        torch.linalg.det,
+        lambda a: torch.linalg.slogdet(a).logabsdet,
+        lambda a: torch.linalg.det(a.mT * 1.0),
+    ):
+
+        def loss(a, fn=fn):
+            return (fn(a) * weights).sum()
+
+        (expected,) = torch.autograd.grad(loss(a), a)
+        (got,) = torch.autograd.grad(strict(loss)(a), a)
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)

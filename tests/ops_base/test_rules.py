@@ -1694,6 +1694,177 @@ def _reducing_scatter_cases():
     )
 
 
+def _spd(n, dtype=f32):
+    """A well-conditioned symmetric positive definite matrix, ``A @ A.T + n I``."""
+    a = t(n, n, dtype=torch.float64)
+    return (a @ a.T + n * torch.eye(n, dtype=torch.float64)).to(dtype)
+
+
+def _factorization_cases():
+    spd, b = _spd(4), t(4, 2)
+    lower = torch.linalg.cholesky(spd)
+    yield case(aten.cholesky.default, spd)
+    yield case(aten.cholesky.default, spd, True, id="cholesky-upper")
+    yield case(
+        aten.linalg_cholesky_ex.default,
+        _spd(3, torch.float64),
+        tol=(1e-12, 1e-12),
+        id="cholesky_ex-f64",
+    )
+    yield case(aten.cholesky_inverse.default, lower, tol=(1e-4, 1e-5))
+    yield case(aten.cholesky_solve.default, b, lower, tol=(1e-4, 1e-5))
+    square = t(4, 4) + 4 * torch.eye(4)
+    yield case(aten.linalg_solve_triangular.default, lower, b, upper=False, tol=(1e-4, 1e-5))
+    yield case(
+        aten.triangular_solve.default, b, lower.T.contiguous(), True, False, tol=(1e-4, 1e-5)
+    )
+    yield case(aten._linalg_det.default, square, tol=(1e-4, 1e-4))
+    # torch factors Aᵀ of a contiguous A (its backward reads that LU), A of a transposed one
+    yield case(aten._linalg_det.default, square.mT, tol=(1e-4, 1e-4), id="_linalg_det-transposed")
+    yield case(aten._linalg_slogdet.default, t(3, 4, 4), tol=(1e-4, 1e-4))
+    yield case(aten._linalg_solve_ex.default, square, b, tol=(1e-4, 1e-5))
+    yield case(aten.linalg_inv_ex.default, square, tol=(1e-4, 1e-5))
+    yield case(aten.linalg_lu.default, t(4, 4), tol=(1e-4, 1e-5))
+    yield case(aten.linalg_lu_factor_ex.default, t(2, 4, 4), tol=(1e-4, 1e-5))
+    lu, pivots = torch.linalg.lu_factor(square)
+    yield case(aten.linalg_lu_solve.default, lu, pivots, b, tol=(1e-4, 1e-5))
+    yield case(aten.lu_unpack.default, lu, pivots)
+    yield case(aten.linalg_matrix_exp.default, t(3, 3, low=-1, high=1), tol=(1e-4, 1e-5))
+    yield case(aten.linalg_qr.default, t(5, 3), "reduced", tol=(1e-4, 1e-5))
+    reflectors, tau = torch.geqrf(t(5, 3))
+    yield case(aten.linalg_householder_product.default, reflectors, tau, tol=(1e-4, 1e-5))
+    # eigenvectors are unique up to sign only: the eigenvalues are compared
+    yield case(aten._linalg_eigh.default, _spd(4), "L", False, tol=(1e-4, 1e-4))
+    yield case(aten._linalg_svd.default, t(3, 3), False, False, tol=(1e-4, 1e-4))
+    yield case(
+        aten.linalg_pinv.atol_rtol_tensor,
+        t(4, 3),
+        atol=torch.tensor(0.0),
+        rtol=torch.tensor(1e-5),
+        tol=(1e-4, 1e-4),
+    )
+
+
+def _integer_and_random_cases():
+    # shifts by the width and past it: left gives 0, right the sign
+    x, shift = t(7, dtype=i64, low=-50, high=50), torch.tensor([0, 1, 3, 63, 2, 64, 70])
+    yield case(aten.__lshift__.Scalar, x, 3)
+    yield case(aten.__lshift__.Tensor, x, shift)
+    yield case(aten.__rshift__.Scalar, x, 2)
+    yield case(aten.__rshift__.Tensor, x, shift)
+    small, amounts = (
+        t(7, dtype=i32, low=-50, high=50),
+        torch.tensor([0, 1, 31, 32, 40, 3, 2], dtype=i32),
+    )
+    yield case(aten.bitwise_left_shift.Tensor, small, amounts)
+    yield case(aten.bitwise_left_shift.Tensor_Scalar, small, 4)
+    yield case(aten.bitwise_left_shift.Scalar_Tensor, 5, shift)
+    yield case(aten.bitwise_right_shift.Tensor, small, amounts)
+    yield case(aten.bitwise_right_shift.Tensor_Scalar, small, 2)
+    yield case(aten.bitwise_right_shift.Scalar_Tensor, -100, shift)
+    a = torch.tensor([0, 12, -18, 7, 0, 100, -36])
+    g = torch.tensor([0, 8, 24, -21, 5, 75, -48])
+    yield case(aten.gcd.default, a, g)
+    yield case(aten.lcm.default, a, g)
+    yield case(aten.frexp.Tensor, special())
+    yield case(aten.ldexp.Tensor, t(6), torch.tensor([0, 1, -3, 10, -20, 5]))
+    yield case(aten.nextafter.default, special(), torch.tensor([1, 1, 0, -5, 0, 1, 0, math.inf]))
+    yield case(aten.cauchy.default, t(3, 4), 0.5, 2.0, values=False)
+    yield case(aten.exponential.default, t(3, 4), 1.5, values=False)
+    yield case(aten.geometric.default, t(3, 4), 0.3, values=False)
+    yield case(aten.log_normal.default, t(3, 4), 0.0, 0.5, values=False)
+    x = t(3, 5)
+    noise = torch.empty(3, 5)
+    yield case(aten.rrelu_with_noise_functional.default, x, noise, 0.125, 0.333, True, values=False)
+    noise = torch.where(x < 0, torch.rand(3, 5, generator=_generator), torch.ones(3, 5))
+    yield case(aten.rrelu_with_noise_backward.default, t(3, 5), x, noise, 0.125, 0.333, True, False)
+
+
+def _surface_cases():
+    x = t(2, 3, 4)
+    yield case(aten._efficientzerotensor.default, [2, 3], dtype=f32)
+    yield case(aten.new_empty_strided.default, x, [2, 3], [3, 1], values=False)
+    yield case(aten.as_strided_copy.default, x, [3, 2], [4, 1], 1)
+    yield case(aten.narrow_copy.default, x, 2, 1, 2)
+    yield case(aten.permute_copy.default, x, [2, 0, 1])
+    yield case(aten.unbind_copy.int, x, 1)
+    yield case(aten.view_copy.default, x, [4, 6])
+    yield case(aten.nonzero_static.default, torch.tensor([[0, 1, 2], [3, 0, 0]]), size=5)
+    mask = t(3, 4, dtype=boolean)
+    yield case(aten.masked_scatter_backward.default, t(3, 4), mask, [12])
+    yield case(aten.mode.default, torch.tensor([[1.0, 2, 2, 3, 3, 3], [5, 4, 4, 5, 0, 1]]), 1)
+    yield case(aten.dist.default, t(3, 4), t(4), 3.0)
+    yield case(aten.histc.default, t(20), 5, -1.0, 1.5)
+    yield case(aten.histogram.bin_ct, t(20), 6)
+    yield case(aten.histogram.bins_tensor, t(20), torch.tensor([-1.5, -0.5, 0.0, 1.0, 2.0]))
+    yield case(aten.addbmm.default, t(3, 5), t(2, 3, 4), t(2, 4, 5), beta=0.5, alpha=2.0)
+    yield case(
+        aten._trilinear.default,
+        t(2, 3),
+        t(5, 3, 4),
+        t(2, 4),
+        [1, 3],
+        [0],
+        [1, 2],
+        [2, 3],
+        tol=(1e-4, 1e-5),
+    )
+    data = t(6, 3)
+    lengths = torch.tensor([2, 0, 3, 1])
+    yield case(aten.segment_reduce.default, data, "max", lengths=lengths, initial=0.0)
+    yield case(
+        aten._segment_reduce_backward.default,
+        t(4, 3),
+        aten.segment_reduce(data, "sum", lengths=lengths),
+        data,
+        "sum",
+        lengths=lengths,
+    )
+    weight, bias, mean, var = t(3, low=0.5), t(3), t(3), t(3, low=0.5, high=2)
+    inp = t(2, 3, 4)
+    yield case(
+        aten._batch_norm_with_update_functional.default, inp, weight, bias, mean, var, 0.1, 1e-5
+    )
+    save_mean, save_invstd = inp.mean((0, 2)), (inp.var((0, 2), unbiased=False) + 1e-5).rsqrt()
+    yield case(
+        aten.batch_norm_backward.default,
+        t(2, 3, 4),
+        inp,
+        weight,
+        mean,
+        var,
+        save_mean,
+        save_invstd,
+        True,
+        1e-5,
+        [True, True, True],
+        torch.empty(0, dtype=torch.uint8),
+        tol=(1e-4, 1e-5),
+    )
+    image = t(1, 2, 4, 5)
+    yield case(aten._upsample_bilinear2d_aa.default, image, [3, 7], False, None, None)
+    yield case(
+        aten._upsample_bilinear2d_aa_backward.default, t(1, 2, 3, 7), [3, 7], [1, 2, 4, 5], False
+    )
+    volume = distinct(1, 2, 3, 4, 5)
+    yield case(aten.adaptive_max_pool3d.default, volume, [2, 3, 2])
+    _, indices = aten.adaptive_max_pool3d(volume, [2, 3, 2])
+    yield case(aten.adaptive_max_pool3d_backward.default, t(1, 2, 2, 3, 2), volume, indices)
+    vol, grid = t(1, 2, 3, 4, 5), t(1, 2, 3, 2, 3, low=-1.2, high=1.2)
+    yield case(aten.grid_sampler_3d.default, vol, grid, 0, 0, False)
+    yield case(
+        aten.grid_sampler_3d_backward.default,
+        t(1, 2, 2, 3, 2),
+        vol,
+        grid,
+        0,
+        1,
+        True,
+        [True, True],
+        tol=(1e-4, 1e-4),
+    )
+
+
 CASES = [
     *_unary_cases(),
     *_binary_cases(),
@@ -1717,6 +1888,9 @@ CASES = [
     *_strided_cases(),
     *_embedding_bag_cases(),
     *_grid_sample_cases(),
+    *_factorization_cases(),
+    *_integer_and_random_cases(),
+    *_surface_cases(),
 ]
 
 TOLERANCE = {

@@ -204,9 +204,17 @@ def _permutation_sign(pivots, dtype):
     return knp.subtract(1, knp.multiply(knp.astype(knp.remainder(swaps, 2), dtype), 2))
 
 
+def _det_operand(ctx, a):
+    """The matrix whose ``LU`` and ``pivots`` the determinants return: torch factors ``Aᵀ``
+    (same determinant, no copy into column-major order) when ``A`` is contiguous, and its
+    backward solves with the adjoint accordingly; a layout not known is taken as contiguous."""
+    layout = ctx.layouts[0] if ctx.layouts else None
+    return mT(a) if layout is None or layout.contiguous else a
+
+
 @RULES.register(aten._linalg_det.default)
 def linalg_det(ctx, a):
-    factors, pivots, _, _ = lu_factor(a)
+    factors, pivots, _, _ = lu_factor(_det_operand(ctx, a))
     dtype = knp.dtype_of(a)
     det = knp.multiply(knp.prod(diagonal(factors), -1), _permutation_sign(pivots, dtype))
     return det, factors, _lapack_pivots(pivots)
@@ -214,7 +222,7 @@ def linalg_det(ctx, a):
 
 @RULES.register(aten._linalg_slogdet.default)
 def linalg_slogdet(ctx, a):
-    factors, pivots, _, _ = lu_factor(a)
+    factors, pivots, _, _ = lu_factor(_det_operand(ctx, a))
     u = diagonal(factors)
     sign = knp.multiply(knp.prod(knp.sign(u), -1), _permutation_sign(pivots, knp.dtype_of(a)))
     logabsdet = knp.sum(knp.log(knp.abs(u)), -1)
