@@ -1541,6 +1541,135 @@ def _special_function_cases():
     )
 
 
+def _bessel_and_polynomial_cases():
+    f64 = torch.float64
+    edges = [0.0, -0.0, math.inf, -math.inf, math.nan]
+    domains = {
+        "i0": (aten.i0.default, (-12, 12)),
+        "special_i0e": (aten.special_i0e.default, (-40, 40)),
+        "special_i1": (aten.special_i1.default, (-12, 12)),
+        "special_i1e": (aten.special_i1e.default, (-40, 40)),
+        "special_modified_bessel_i0": (aten.special_modified_bessel_i0.default, (-12, 12)),
+        "special_modified_bessel_i1": (aten.special_modified_bessel_i1.default, (-12, 12)),
+        "special_modified_bessel_k0": (aten.special_modified_bessel_k0.default, (0.05, 20)),
+        "special_modified_bessel_k1": (aten.special_modified_bessel_k1.default, (0.05, 20)),
+        "special_scaled_modified_bessel_k0": (
+            aten.special_scaled_modified_bessel_k0.default,
+            (0.05, 40),
+        ),
+        "special_scaled_modified_bessel_k1": (
+            aten.special_scaled_modified_bessel_k1.default,
+            (0.05, 40),
+        ),
+        "special_bessel_j0": (aten.special_bessel_j0.default, (-25, 25)),
+        "special_bessel_j1": (aten.special_bessel_j1.default, (-25, 25)),
+        "special_bessel_y0": (aten.special_bessel_y0.default, (0.05, 25)),
+        "special_bessel_y1": (aten.special_bessel_y1.default, (0.05, 25)),
+        "special_spherical_bessel_j0": (aten.special_spherical_bessel_j0.default, (-25, 25)),
+        "special_airy_ai": (aten.special_airy_ai.default, (-12, 12)),
+        "special_erfcx": (aten.special_erfcx.default, (-4, 40)),
+        "special_ndtri": (aten.special_ndtri.default, (0.001, 0.999)),
+    }
+    # values where the interval formulas meet, and the ops' edges
+    extra = {
+        "special_modified_bessel_k0": [2.0, -1.0, 1e-30, 700.0],
+        "special_modified_bessel_k1": [2.0, -1.0, 1e-30, 700.0],
+        "special_scaled_modified_bessel_k0": [2.0, -1.0, 1e-30, 700.0],
+        "special_scaled_modified_bessel_k1": [2.0, -1.0, 1e-30, 700.0],
+        "special_bessel_y0": [5.0, -1.0, 1e-30, 1e4],
+        "special_bessel_y1": [5.0, -1.0, 1e-30, 1e4],
+        "special_bessel_j0": [5.0, -5.0, 1e-30, 1e4],
+        "special_bessel_j1": [5.0, -5.0, 1e-30, 1e4],
+        "special_spherical_bessel_j0": [1e-30, 0.5, -3.0, 1e4],
+        "special_airy_ai": [2.09, -2.09, 103.0, 110.0],
+        "special_erfcx": [3.0, -26.0, -30.0, 1e30],
+        "special_ndtri": [1.0, 0.5, -0.5, 1.5, 1e-30, 0.135],
+        "i0": [8.0, -8.0, 100.0],
+        "special_i0e": [8.0, -8.0, 1e30],
+        "special_i1": [8.0, -8.0, 100.0],
+        "special_i1e": [8.0, -8.0, 1e30],
+        "special_modified_bessel_i0": [8.0, -8.0],
+        "special_modified_bessel_i1": [8.0, -8.0],
+    }
+    for name, (op, (low, high)) in domains.items():
+        yield case(op, t(4, 6, low=low, high=high), id=f"{name}-f32")
+        yield case(op, t(4, 6, dtype=f64, low=low, high=high), tol=(1e-12, 1e-14), id=f"{name}-f64")
+        yield case(op, torch.tensor(edges + extra[name]), id=f"{name}-edges")
+    for op in (
+        aten.i0.default,
+        aten.special_i0e.default,
+        aten.special_i1.default,
+        aten.special_i1e.default,
+    ):
+        yield case(op, t(4, 6, dtype=bf16, low=-6, high=6), id=f"{op._schema.name[6:]}-bf16")
+    yield case(aten.i0.default, t(6, dtype=i64, low=-5, high=5), id="i0-int")
+
+    # orthogonal polynomials: degrees with negatives, fractions (truncated), NaN and ones past
+    # torch's switch to the trigonometric forms
+    degrees = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.7, 7.0, 9.0, 12.0, -1.0, math.nan, 30.0, 5.0])
+    inside = torch.tensor([-1.0, 1.0, 0.0, -0.3, 0.25, 0.9, -0.95, 0.5, 0.7, -0.6, 0.1, -0.8])
+    chebyshev = ("chebyshev", "shifted_chebyshev")
+    for prefix in chebyshev:
+        for kind in "tuvw":
+            name = f"{prefix}_polynomial_{kind}"
+            packet = getattr(aten, f"special_{name}")
+            x = (inside + 1) / 2 if prefix == "shifted_chebyshev" else inside
+            yield case(packet.default, x, degrees, id=f"{name}-default")
+            # |x| > 1, degrees past the unrolled bound (64) too: the hyperbolic forms
+            outside = torch.tensor([1.5, -1.5, 1.05, -1.02, 1.1, -1.1])
+            if prefix == "shifted_chebyshev":
+                outside = (outside + 1) / 2
+            yield case(
+                packet.default,
+                outside,
+                torch.tensor([3.0, 4.0, 70.0, 71.0, 100.0, 9.0]),
+                id=f"{name}-outside",
+            )
+            yield case(packet.x_scalar, 0.3, degrees, id=f"{name}-x_scalar")
+            yield case(packet.n_scalar, x, 5, id=f"{name}-n_scalar")
+            yield case(
+                packet.default,
+                x.to(f64),
+                degrees.to(f64),
+                tol=(1e-12, 1e-12),
+                id=f"{name}-f64",
+            )
+    others = {
+        "hermite_polynomial_h": t(12, low=-3, high=3),
+        "hermite_polynomial_he": t(12, low=-3, high=3),
+        "laguerre_polynomial_l": torch.tensor(
+            [0.0, 0.5, 1.0, 2.0, 3.5, 5.0, 10.0, -1.0, 0.2, 7.0, 0.0, 4.0]
+        ),
+        "legendre_polynomial_p": inside,
+    }
+    for name, x in others.items():
+        packet = getattr(aten, f"special_{name}")
+        yield case(packet.default, x, degrees, id=f"{name}-default")
+        yield case(packet.x_scalar, 0.3, degrees, id=f"{name}-x_scalar")
+        yield case(packet.n_scalar, x, 5, id=f"{name}-n_scalar")
+        yield case(packet.default, x.to(f64), degrees.to(f64), tol=(1e-12, 1e-12), id=f"{name}-f64")
+
+    # Hurwitz zeta: poles at x = 1 and q = 0, -1, ...; negative q only for integer x
+    x = torch.tensor([1.5, 2.0, 3.0, 4.5, 1.0, 0.5, 2.0, 3.0, 2.5, 6.0, math.inf, math.nan])
+    q = torch.tensor([0.5, 1.0, 2.5, 10.0, 2.0, 1.0, -1.5, 0.0, -0.5, 1e-3, 2.0, 1.0])
+    yield case(aten.special_zeta.default, x, q, id="special_zeta-edges")
+    yield case(
+        aten.special_zeta.default,
+        t(4, 6, low=1.1, high=8),
+        t(4, 6, low=0.1, high=20),
+        id="special_zeta-f32",
+    )
+    yield case(
+        aten.special_zeta.default,
+        t(4, 6, dtype=f64, low=1.1, high=8),
+        t(4, 6, dtype=f64, low=0.1, high=20),
+        tol=(1e-12, 1e-14),
+        id="special_zeta-f64",
+    )
+    yield case(aten.special_zeta.other_scalar, x, 2.5)
+    yield case(aten.special_zeta.self_scalar, 3.0, q)
+
+
 def _scan_cases():
     ties = torch.tensor(
         [[1.0, 3, 3, 2, 5, 5], [math.nan, 0, 4, math.nan, 9, 1], [2, 1, 1, 0, 0, 7]]
@@ -1882,6 +2011,7 @@ CASES = [
     *_sorting_cases(),
     *_random_cases(),
     *_special_function_cases(),
+    *_bessel_and_polynomial_cases(),
     *_scan_cases(),
     *_order_statistic_cases(),
     *_reducing_scatter_cases(),
