@@ -1,6 +1,7 @@
-"""QR factorization by Householder reflections: ``linalg_qr`` (``linalg.qr``, ``qr``) and
-``linalg_householder_product`` (``orgqr``), unrolled over the static matrix size
-(``matrix_steps``; up to ``MAX_ORDER`` = 64 rows and columns). Real floats only.
+"""QR factorization by Householder reflections: ``linalg_qr`` (``linalg.qr``, ``qr``),
+``geqrf`` (the compact form), ``linalg_householder_product`` (``orgqr``) and ``ormqr``
+(applying ``Q`` or ``Qᵀ`` from either side without forming it), unrolled over the static
+matrix size (``matrix_steps``; up to ``MAX_ORDER`` = 64 rows and columns). Real floats only.
 
 Reflectors are LAPACK's (``geqrf``/``larfg``): for the column ``x = (α, x₂)`` below the
 diagonal, ``β = -sign(α)·‖x‖``, ``τ = (β - α)/β`` and ``v = (1, x₂/(α - β))``, so
@@ -67,16 +68,37 @@ def householder_qr(a):
     return a, taus
 
 
+def apply_reflectors(packed, taus, c, transpose: bool):
+    """``Q C`` (or ``Qᵀ C``) for ``Q = H₀ H₁ … H_{k-1}`` without forming ``Q``: the reflectors
+    applied to ``C`` ``[..., m, n]`` one by one, from the last (or, for ``Qᵀ``, the first)."""
+    order = range(len(taus)) if transpose else range(len(taus) - 1, -1, -1)
+    for j in order:
+        tau = knp.expand_dims(knp.expand_dims(taus[j], -1), -1)
+        c = _reflect(c, _reflector(packed, j), tau)
+    return c
+
+
 def reflectors_product(packed, taus, n_columns: int):
     """The first ``n_columns`` columns of ``H₀ H₁ … H_{k-1}`` (LAPACK's ``orgqr``)."""
     m = packed.shape[-2]
     q = knp.broadcast_to(
         eye(m, knp.dtype_of(packed))[:, :n_columns], packed.shape[:-2] + (m, n_columns)
     )
-    for j in range(len(taus) - 1, -1, -1):
-        tau = knp.expand_dims(knp.expand_dims(taus[j], -1), -1)
-        q = _reflect(q, _reflector(packed, j), tau)
-    return q
+    return apply_reflectors(packed, taus, q, transpose=False)
+
+
+def _taus(tau):
+    """``τ`` ``[..., k]`` as the list of its ``k`` columns ``[...]``."""
+    return [tau[..., j] for j in range(tau.shape[-1])]
+
+
+@RULES.register(aten.geqrf.default)
+def geqrf(ctx, a):
+    """The packed factor and ``τ`` ``[..., min(m, n)]``, as LAPACK returns them."""
+    packed, taus = householder_qr(a)
+    if not taus:
+        return packed, knp.zeros(a.shape[:-2] + (0,), knp.dtype_of(a))
+    return packed, knp.stack(taus, axis=-1)
 
 
 @RULES.register(aten.linalg_qr.default)
@@ -101,5 +123,18 @@ def linalg_householder_product(ctx, a, tau):
     require_real(a, "Householder product")
     require_order(max(a.shape[-2:]), "Householder product")
     require(tau.shape[:-1] == a.shape[:-2], "Householder product with broadcast batches")
-    taus = [tau[..., j] for j in range(tau.shape[-1])]
-    return reflectors_product(a, taus, a.shape[-1])
+    return reflectors_product(a, _taus(tau), a.shape[-1])
+
+
+@RULES.register(aten.ormqr.default)
+def ormqr(ctx, a, tau, c, left=True, transpose=False):
+    """``Q C``, ``Qᵀ C``, ``C Q`` or ``C Qᵀ`` for the ``Q`` of the reflectors below the
+    diagonal of ``A`` ``[..., m, k]`` and ``τ`` ``[..., k]`` (LAPACK's ``ormqr``). ``Q`` is
+    never formed: the reflectors are applied to ``C`` in turn (the right-hand cases through
+    ``C Q = (Qᵀ Cᵀ)ᵀ``)."""
+    require_real(a, "ormqr")
+    require_order(max(a.shape[-2:] + c.shape[-2:]), "ormqr")
+    require(tau.shape[:-1] == a.shape[:-2] == c.shape[:-2], "ormqr with broadcast batches")
+    if left:
+        return apply_reflectors(a, _taus(tau), c, transpose)
+    return mT(apply_reflectors(a, _taus(tau), mT(c), not transpose))
