@@ -69,6 +69,9 @@ EXTRA_OPINFOS: dict[str, tuple[str, ...]] = {
     "_linalg_eigh": ("linalg.eigvalsh",),
     "_linalg_svd": ("linalg.svdvals", "svd"),
     "linalg_matrix_exp": ("matrix_exp",),
+    "_histogramdd_bin_edges": ("histogramdd",),
+    "_histogramdd_from_bin_cts": ("histogramdd",),
+    "_histogramdd_from_bin_tensors": ("histogramdd",),
 }
 
 #: name prefixes whose last component is itself a torch op name
