@@ -1994,6 +1994,27 @@ def _surface_cases():
     )
 
 
+def _qr_compact_and_histogramdd_cases():
+    yield case(aten.geqrf.default, t(5, 3), tol=(1e-4, 1e-5))
+    reflectors, tau = torch.geqrf(t(4, 3))
+    yield case(aten.ormqr.default, reflectors, tau, t(4, 2), True, True, tol=(1e-4, 1e-5))
+    yield case(
+        aten.ormqr.default,
+        reflectors,
+        tau,
+        t(2, 4),
+        False,
+        False,
+        tol=(1e-4, 1e-5),
+        id="ormqr-right",
+    )
+    points = t(20, 2)
+    yield case(aten._histogramdd_bin_edges.default, points, [3, 4])
+    yield case(aten._histogramdd_from_bin_cts.default, points, [3, 4], range=[-2.0, 2.0, -1.0, 1.0])
+    edges = [torch.tensor([-2.0, 0.0, 2.0]), torch.tensor([-1.5, -0.5, 0.5, 1.5])]
+    yield case(aten._histogramdd_from_bin_tensors.default, points, edges, weight=t(20))
+
+
 CASES = [
     *_unary_cases(),
     *_binary_cases(),
@@ -2021,6 +2042,7 @@ CASES = [
     *_factorization_cases(),
     *_integer_and_random_cases(),
     *_surface_cases(),
+    *_qr_compact_and_histogramdd_cases(),
 ]
 
 TOLERANCE = {
