@@ -19,7 +19,6 @@ import torch
 import torch.nn.modules.linear_cross_entropy  # noqa: F401 - registers the torch_nn ops
 
 from nkipy_core import knp
-from nkipy_core.ir import DType
 
 from .conventions import require
 from .opmath import compute_dtype
@@ -84,16 +83,18 @@ def linear_cross_entropy_chunked(
     softmax = knp.divide(exp, knp.sum(exp, 1, keepdims=True))
     residual = knp.subtract(softmax, knp.astype(onehot, dtype))
     grad = knp.multiply(residual, knp.expand_dims(row_weight, 1))
-    wanted = (
-        compute_input_grad and (lambda: knp.matmul(grad, knp.astype(weight, dtype))),
-        compute_weight_grad
-        and (lambda: knp.matmul(knp.transpose(grad, (1, 0)), knp.astype(x, dtype))),
-        compute_bias_grad and (lambda: knp.sum(grad, 0)),
+    gradients = (
+        (compute_input_grad, lambda: knp.matmul(grad, knp.astype(weight, dtype))),
+        (
+            compute_weight_grad,
+            lambda: knp.matmul(knp.transpose(grad, (1, 0)), knp.astype(x, dtype)),
+        ),
+        (compute_bias_grad, lambda: knp.sum(grad, 0)),
     )
     results = [loss]
-    for make, out in zip(wanted, ctx.out[1:]):
-        results.append(make() if make else knp.zeros(out.shape, DType.f32))
-    return [knp.astype(r, out.dtype) for r, out in zip(results, ctx.out)]
+    for (wanted, gradient), out in zip(gradients, ctx.out[1:]):
+        results.append(gradient() if wanted else knp.zeros(out.shape, dtype))
+    return tuple(knp.astype(r, out.dtype) for r, out in zip(results, ctx.out))
 
 
 @RULES.register(_OPS._linear_cross_entropy_batch_chunked_no_reduction.default)
