@@ -2015,6 +2015,31 @@ def _qr_compact_and_histogramdd_cases():
     yield case(aten._histogramdd_from_bin_tensors.default, points, edges, weight=t(20))
 
 
+def _linear_cross_entropy_and_complex_sigmoid_cases():
+    chunked = torch.ops.torch_nn._linear_cross_entropy_batch_chunked.default
+    x, w, bias, weight = t(6, 5), t(7, 5), t(7), t(7, low=0.5, high=2.0)
+    target = torch.tensor([0, 3, -100, 6, 2, 3])
+    for reduction in ("mean", "sum"):
+        yield case(
+            chunked,
+            *(x, w, target, bias, weight, reduction, -100, 0.0, 4, "accurate", f32, True),
+            *(True, True, True),
+            id=f"linear_cross_entropy_batch_chunked-{reduction}",
+        )
+    yield case(
+        chunked,
+        *(x, w, target, None, None, "mean", -100, 0.0, 4, "accurate", f32, True, False, True),
+        False,
+        id="linear_cross_entropy_batch_chunked-weight-grad-only",
+    )
+    yield case(
+        torch.ops.torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default,
+        *(x, w, target, bias, weight, -100, 4, "accurate", f32),
+    )
+    z = torch.tensor([0.5 + 1j, -2 + 3j, 0j, -100 + 0.3j, 30 - 2j, complex("nan+1j")])
+    yield case(aten.sigmoid.default, z.to(torch.complex64), id="sigmoid-complex")
+
+
 CASES = [
     *_unary_cases(),
     *_binary_cases(),
@@ -2043,6 +2068,7 @@ CASES = [
     *_integer_and_random_cases(),
     *_surface_cases(),
     *_qr_compact_and_histogramdd_cases(),
+    *_linear_cross_entropy_and_complex_sigmoid_cases(),
 ]
 
 TOLERANCE = {

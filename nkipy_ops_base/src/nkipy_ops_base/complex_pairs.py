@@ -107,6 +107,13 @@ def exp(x):
     return join(real, knp.where(knp.equal(b, 0), b, knp.multiply(scale, knp.sin(b))))
 
 
+def sigmoid(x):
+    """``1 / (1 + exp(-x))``, the steps of ATen's complex ``sigmoid``: it has no overflow
+    guard, so a large negative real part gives ``exp(-x)`` infinite and a zero result."""
+    one = np.array([1, 0], knp.dtype_of(x).numpy)
+    return reciprocal(knp.add(one, exp(knp.negative(x))))
+
+
 def log(x):
     """The principal logarithm ``(log |x|, arg x)``."""
     return join(knp.log(magnitude(x)), knp.arctan2(x[..., IMAG], x[..., REAL]))

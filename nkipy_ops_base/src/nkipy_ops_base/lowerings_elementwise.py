@@ -153,6 +153,7 @@ _COMPLEX = {
     aten.exp.default: complex_pairs.exp,
     aten.log.default: complex_pairs.log,
     aten.reciprocal.default: complex_pairs.reciprocal,
+    aten.sigmoid.default: complex_pairs.sigmoid,
 }
 
 

@@ -19,6 +19,7 @@ from . import (  # noqa: F401
     lowerings_indexing,
     lowerings_integer,
     lowerings_linalg,
+    lowerings_linear_cross_entropy,
     lowerings_lu,
     lowerings_matrix_exp,
     lowerings_nn,
