@@ -201,12 +201,10 @@ def fractional_max_pool(ctx, x, kernel_size, output_size, random_samples):
     """Max over windows of ``kernel_size`` whose starts depend on ``random_samples`` (one per
     plane and spatial dim; ATen reads 2-d samples as (width, height), 3-d ones as (time,
     height, width)). The starts are data, so each plane's window elements are gathered by
-    their flat positions ``(planes, outputs, window)``; the index is the first maximum's
-    position in window order, as ATen's."""
+    their flat positions ``(planes, outputs, window)``. The index is ATen's: the first maximum
+    in window order, or the last NaN of a window that has one."""
     spatial = len(kernel_size)
     sizes = x.shape[-spatial:]
-    for n, k, o in zip(sizes, kernel_size, output_size):
-        require(o + k - 1 <= n, f"fractional max pooling of {n} into {o} windows of {k}")
     planes = math.prod(x.shape[:-spatial])
     samples = knp.reshape(random_samples, (planes, spatial))
     order = [1, 0] if spatial == 2 else [0, 1, 2]
@@ -226,7 +224,10 @@ def fractional_max_pool(ctx, x, kernel_size, output_size, random_samples):
         knp.reshape(x, (planes, -1)), knp.reshape(flat, (planes, -1)), axis=1
     )
     values = knp.reshape(values, (planes, outputs, window))
-    which = knp.argmax(values, -1, keepdims=True)
+    last_nan = knp.max(knp.where(knp.isnan(values), np.arange(window), -1), -1, keepdims=True)
+    which = knp.where(
+        knp.greater_equal(last_nan, 0), last_nan, knp.argmax(values, -1, keepdims=True)
+    )
     shape = (*x.shape[:-spatial], *output_size)
     index = knp.reshape(knp.take_along_axis(flat, which, -1), shape)
     return knp.reshape(knp.max(values, -1), shape), index
