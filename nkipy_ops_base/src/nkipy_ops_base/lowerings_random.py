@@ -1,5 +1,6 @@
 """Random ops: uniform, normal, Bernoulli, dropout, ``randint``, ``randperm``, the inverse-CDF
-distributions (exponential, Cauchy, geometric, log-normal) and RReLU's noise, from random bits.
+distributions (exponential, Cauchy, geometric, log-normal), ``multinomial`` and RReLU's noise,
+from random bits.
 
 Every rule turns the node's u32 Philox words (``ctx.random_bits``, see
 ``nkipy_core.compiler.rng``) into its distribution: uniform floats keep the top ``d`` bits of a
@@ -7,10 +8,10 @@ word, ``d`` the precision of the dtype (24 for f32; two words give 53 for f64), 
 ``2**-d``, so they are exact multiples of ``2**-d`` in ``[0, 1)`` like torch's; normals are
 Box-Muller over two uniforms; Bernoulli and dropout compare a uniform with ``p``; integers take a
 word modulo the range, one u32 word when every value fits int32 and two words as a u64 beyond;
-``randperm`` argsorts 64-bit random keys; ``multinomial`` inverts the cumulative sum of the weights
-with replacement and races exponential clocks without; exponential, Cauchy and geometric values apply torch's
-inverse CDFs (``ATen/core/TransformationHelper.h``) to one uniform, log-normals exponentiate a
-normal. (Normals from 24-bit uniforms stay within 5.8 standard
+``randperm`` argsorts 64-bit random keys; ``multinomial`` inverts the running sum of the
+weights with replacement and races exponential clocks without; exponential, Cauchy and geometric
+values apply torch's inverse CDFs (``ATen/core/TransformationHelper.h``) to one uniform,
+log-normals exponentiate a normal. (Normals from 24-bit uniforms stay within 5.8 standard
 deviations; f64 ones, from 53-bit uniforms, within 8.6.) Neuron has no 64-bit integer arithmetic
 on trn1, so the u64 paths (f64 uniforms, wide ``randint``, ``randperm``) run on CPU there.
 
