@@ -2040,6 +2040,34 @@ def _linear_cross_entropy_and_complex_sigmoid_cases():
     yield case(aten.sigmoid.default, z.to(torch.complex64), id="sigmoid-complex")
 
 
+def _fractional_pool_and_multinomial_cases():
+    weights = torch.tensor([[0.2, 0.0, 1.5, 0.3], [1.0, 2.0, 0.0, 0.5]])
+    yield case(aten.multinomial.default, weights, 5, True, values=False)
+    yield case(aten.multinomial.default, weights, 3, values=False, id="multinomial-no-replacement")
+    image, samples = distinct(2, 3, 9, 8), torch.rand(2, 3, 2, generator=_generator)
+    yield case(aten.fractional_max_pool2d.default, image, [2, 3], [4, 3], samples)
+    values, indices = aten.fractional_max_pool2d(image, [2, 3], [4, 3], samples)
+    yield case(
+        aten.fractional_max_pool2d_backward.default,
+        t(*values.shape),
+        image,
+        [2, 3],
+        [4, 3],
+        indices,
+    )
+    volume, samples = distinct(1, 2, 5, 6, 7), torch.rand(1, 2, 3, generator=_generator)
+    yield case(aten.fractional_max_pool3d.default, volume, [2, 2, 3], [3, 4, 2], samples)
+    values, indices = aten.fractional_max_pool3d(volume, [2, 2, 3], [3, 4, 2], samples)
+    yield case(
+        aten.fractional_max_pool3d_backward.default,
+        t(*values.shape),
+        volume,
+        [2, 2, 3],
+        [3, 4, 2],
+        indices,
+    )
+
+
 CASES = [
     *_unary_cases(),
     *_binary_cases(),
@@ -2069,6 +2097,7 @@ CASES = [
     *_surface_cases(),
     *_qr_compact_and_histogramdd_cases(),
     *_linear_cross_entropy_and_complex_sigmoid_cases(),
+    *_fractional_pool_and_multinomial_cases(),
 ]
 
 TOLERANCE = {

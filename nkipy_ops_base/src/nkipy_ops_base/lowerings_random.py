@@ -1,5 +1,6 @@
 """Random ops: uniform, normal, Bernoulli, dropout, ``randint``, ``randperm``, the inverse-CDF
-distributions (exponential, Cauchy, geometric, log-normal) and RReLU's noise, from random bits.
+distributions (exponential, Cauchy, geometric, log-normal), ``multinomial`` and RReLU's noise,
+from random bits.
 
 Every rule turns the node's u32 Philox words (``ctx.random_bits``, see
 ``nkipy_core.compiler.rng``) into its distribution: uniform floats keep the top ``d`` bits of a
@@ -7,9 +8,10 @@ word, ``d`` the precision of the dtype (24 for f32; two words give 53 for f64), 
 ``2**-d``, so they are exact multiples of ``2**-d`` in ``[0, 1)`` like torch's; normals are
 Box-Muller over two uniforms; Bernoulli and dropout compare a uniform with ``p``; integers take a
 word modulo the range, one u32 word when every value fits int32 and two words as a u64 beyond;
-``randperm`` argsorts 64-bit random keys; exponential, Cauchy and geometric values apply torch's
-inverse CDFs (``ATen/core/TransformationHelper.h``) to one uniform, log-normals exponentiate a
-normal. (Normals from 24-bit uniforms stay within 5.8 standard
+``randperm`` argsorts 64-bit random keys; ``multinomial`` inverts the running sum of the
+weights with replacement and races exponential clocks without; exponential, Cauchy and geometric
+values apply torch's inverse CDFs (``ATen/core/TransformationHelper.h``) to one uniform,
+log-normals exponentiate a normal. (Normals from 24-bit uniforms stay within 5.8 standard
 deviations; f64 ones, from 53-bit uniforms, within 8.6.) Neuron has no 64-bit integer arithmetic
 on trn1, so the u64 paths (f64 uniforms, wide ``randint``, ``randperm``) run on CPU there.
 
@@ -318,3 +320,52 @@ def rrelu_with_noise_backward(ctx, grad, x, noise, lower, upper, training, self_
     slope = (lower + upper) / 2
     positive = knp.greater(x, 0)
     return opmath(ctx.out_dtype, lambda g: knp.where(positive, g, knp.multiply(g, slope)), grad)
+
+
+# -- multinomial -----------------------------------------------------------------------------------
+
+#: most ``rows x samples x categories`` comparisons multinomial with replacement makes in a kernel
+MULTINOMIAL_LIMIT = 1 << 24
+
+
+@RULES.register(aten.multinomial.default)
+def multinomial(ctx, weights, num_samples, replacement=False, *, generator=None):
+    """Category indices drawn with probabilities proportional to each row of ``weights``.
+
+    With replacement, a uniform ``u`` picks the number of running sums ``c_j`` of the weights
+    with ``c_j <= u c_last`` (the inverse CDF; a zero weight adds an empty interval, so it is
+    never picked); rounding that lands on ``c_last`` is held to the last nonzero category.
+    Without replacement, category ``j`` gets an exponential clock ``E_j / w_j``
+    (``E_j = -log(1 - u_j)``) and the ``num_samples`` earliest win in order: the race
+    gives exactly the law of drawing one by one without replacement, and zero weights never
+    ring. torch's checks of the values (negative, non-finite or all-zero rows, fewer nonzero
+    weights than samples without replacement) need the data, so they are not made: such rows
+    give some index. Computed in f32 (f64 for f64 weights)."""
+    _no_generator(generator)
+    dtype = knp.dtype_of(weights)
+    require(dtype.is_float, f"multinomial of {dtype.value} weights")
+    categories = weights.shape[-1]
+    require(num_samples > 0 and categories > 0, "multinomial with no samples or no categories")
+    compute = DType.f64 if dtype is DType.f64 else DType.f32
+    rows = knp.reshape(knp.astype(weights, compute), (-1, categories))
+    count = rows.shape[0]
+    if replacement:
+        size = count * num_samples * categories
+        require(size <= MULTINOMIAL_LIMIT, f"multinomial with {size} comparisons")
+        sums = knp.cumsum(rows, axis=1)
+        total = sums[:, -1:]
+        u = uniforms(ctx, (count, num_samples, 1), compute)[0]
+        below = knp.less_equal(knp.expand_dims(sums, 1), knp.multiply(u, knp.expand_dims(total, 1)))
+        picked = knp.sum(knp.astype(below, DType.i64), -1)
+        last = knp.sum(knp.astype(knp.less(sums, total), DType.i64), -1, keepdims=True)
+        picked = knp.minimum(picked, last)
+    else:
+        require(
+            num_samples <= categories,
+            f"multinomial of {num_samples} samples from {categories} categories without replacement",
+        )
+        u = uniforms(ctx, (count, categories), compute)[0]
+        clocks = knp.divide(knp.negative(knp.log1p(knp.negative(u))), rows)
+        clocks = knp.where(knp.greater(rows, 0), clocks, math.inf)
+        picked = knp.argsort(clocks, axis=1)[:, :num_samples]
+    return knp.astype(knp.reshape(picked, ctx.out.shape), ctx.out_dtype)

@@ -1,6 +1,6 @@
-"""Spatial ops over the trailing 1, 2 or 3 dims, forward and backward: pooling (average, max and
-adaptive max with the indices torch returns, adaptive average) and resampling (nearest,
-bilinear and antialiased bilinear upsampling).
+"""Spatial ops over the trailing 1, 2 or 3 dims, forward and backward: pooling (average, max,
+adaptive max and fractional max with the indices torch returns, adaptive average) and
+resampling (nearest, bilinear and antialiased bilinear upsampling).
 
 Windows come from ``windows``; the averages' divisors depend only on shapes, so they are
 computed here as constants with ATen's rules for padding and ``ceil_mode``. Max-pool indices
@@ -175,6 +175,69 @@ def _scatter_to_indices(ctx, grad_output, x, indices, spatial: int):
     grad = knp.reshape(knp.astype(grad_output, ctx.out_dtype), (-1,))
     flat = knp.scatter_add(knp.zeros((planes * extent,), ctx.out_dtype), positions, grad)
     return knp.reshape(flat, x.shape)
+
+
+def _fractional_starts(samples, size: int, out: int, pool: int):
+    """``(planes, out)`` window starts along one dim from each plane's sample ``u``, as ATen's
+    CPU kernel computes them in the sample's dtype: ``int((i + u) a) - int(u a)`` with
+    ``a = (size - pool) / (out - 1)``, the last window ending at the last input."""
+    planes = samples.shape[0]
+    last = knp.full((planes, 1), size - pool, DType.i64)
+    if out == 1:
+        return last
+    dtype = knp.dtype_of(samples)
+    alpha = dtype.numpy.type(np.float32(size - pool) / np.float32(out - 1))
+    u = knp.reshape(samples, (planes, 1))
+    steps = knp.add(u, knp.astype(knp.arange(out - 1), dtype))
+    starts = knp.subtract(
+        knp.astype(knp.multiply(steps, alpha), DType.i64),
+        knp.astype(knp.multiply(u, alpha), DType.i64),
+    )
+    return knp.concatenate([starts, last], axis=1)
+
+
+@RULES.register(aten.fractional_max_pool2d.default, aten.fractional_max_pool3d.default)
+def fractional_max_pool(ctx, x, kernel_size, output_size, random_samples):
+    """Max over windows of ``kernel_size`` whose starts depend on ``random_samples`` (one per
+    plane and spatial dim; ATen reads 2-d samples as (width, height), 3-d ones as (time,
+    height, width)). The starts are data, so each plane's window elements are gathered by
+    their flat positions ``(planes, outputs, window)``. The index is ATen's: the first maximum
+    in window order, or the last NaN of a window that has one."""
+    spatial = len(kernel_size)
+    sizes = x.shape[-spatial:]
+    planes = math.prod(x.shape[:-spatial])
+    samples = knp.reshape(random_samples, (planes, spatial))
+    order = [1, 0] if spatial == 2 else [0, 1, 2]
+    rank = 1 + 2 * spatial
+    flat = 0
+    for d, (n, k, o) in enumerate(zip(sizes, kernel_size, output_size)):
+        starts = _fractional_starts(samples[:, order[d]], n, o, k)
+        positions = knp.add(knp.reshape(starts, (planes, o, 1)), np.arange(k).reshape(1, 1, k))
+        shape = [planes] + [1] * (rank - 1)
+        shape[1 + d], shape[1 + spatial + d] = o, k
+        flat = knp.add(flat, knp.multiply(knp.reshape(positions, shape), math.prod(sizes[d + 1 :])))
+    outputs, window = math.prod(output_size), math.prod(kernel_size)
+    flat = knp.reshape(
+        knp.broadcast_to(flat, (planes, *output_size, *kernel_size)), (planes, outputs, window)
+    )
+    values = knp.take_along_axis(
+        knp.reshape(x, (planes, -1)), knp.reshape(flat, (planes, -1)), axis=1
+    )
+    values = knp.reshape(values, (planes, outputs, window))
+    last_nan = knp.max(knp.where(knp.isnan(values), np.arange(window), -1), -1, keepdims=True)
+    which = knp.where(
+        knp.greater_equal(last_nan, 0), last_nan, knp.argmax(values, -1, keepdims=True)
+    )
+    shape = (*x.shape[:-spatial], *output_size)
+    index = knp.reshape(knp.take_along_axis(flat, which, -1), shape)
+    return knp.reshape(knp.max(values, -1), shape), index
+
+
+@RULES.register(
+    aten.fractional_max_pool2d_backward.default, aten.fractional_max_pool3d_backward.default
+)
+def fractional_max_pool_backward(ctx, grad_output, x, kernel_size, output_size, indices):
+    return _scatter_to_indices(ctx, grad_output, x, indices, len(kernel_size))
 
 
 def _adaptive_windows(size: int, out: int) -> np.ndarray:
