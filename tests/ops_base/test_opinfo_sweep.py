@@ -8,7 +8,7 @@ CPU. Rewrite it from a run and review the diff::
 
     NKIPY_UPDATE_EXPECTED_FAILURES=1 pytest tests/ops_base/test_opinfo_sweep.py
 
-The counts per family are printed with ``pytest -s``. About seven minutes on two cores.
+The counts per family are printed with ``pytest -s``. About ten minutes on two cores.
 """
 
 from pathlib import Path
