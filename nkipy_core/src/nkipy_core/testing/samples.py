@@ -233,8 +233,9 @@ def _draws_random(
     Eager runs again under a few other seeds: a draw with few likely outcomes (``multinomial``
     of three categories) often repeats once."""
     for k in range(1, _RESEEDS + 1):
-        with torch.random.fork_rng(), grad_mode():
-            torch.manual_seed(seed + k)
+        # the CPU generator only: forking or seeding every device's would start the nkipy device
+        with torch.random.fork_rng(devices=[]), grad_mode():
+            torch.default_generator.manual_seed(seed + k)
             again = call(*[_clone(t) for t in tensors])
         for e, a in zip(_leaves(expected), _leaves(again)):
             if isinstance(e, torch.Tensor):
