@@ -179,7 +179,11 @@ class RotaryAttention(torch.nn.Module):
 @pytest.mark.parametrize("runtime", ["cpu", "xla"])
 def test_complex_rope_compiles_into_the_attention_kernel(runtime, graphs):
     """Forward and backward are one kernel each: the complex views and product are real
-    arithmetic inside the attention kernel, nothing on CPU."""
+    arithmetic inside the attention kernel, nothing on CPU. The xla case runs where
+    nkipy-runtime[xla] is installed (tox env xla)."""
+    if runtime == "xla":
+        pytest.importorskip("nkipy_runtime.xla_runtime", reason="the xla runtime is not installed")
+        pytest.importorskip("jax", reason="the xla runtime needs nkipy-runtime[xla]")
     model, x = RotaryAttention(), signal(2, 6, 16)
     eager_x, compiled_x = x.clone().requires_grad_(), x.clone().requires_grad_()
     model(eager_x).square().sum().backward()
