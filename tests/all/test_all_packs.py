@@ -28,7 +28,7 @@ def test_every_plugin_loads_with_its_provenance():
         assert plugins[name]["status"] == "ok", plugins[name]
         assert plugins[name]["distribution"] == dist
         # each pack states the hook API it was made for (nkipy-ops-base registers complex rules)
-        assert plugins[name]["hook_api"] == (">=1.1,<2" if dist == "nkipy-ops-base" else ">=1.0,<2")
+        assert plugins[name]["hook_api"] == (">=1.2,<2" if dist == "nkipy-ops-base" else ">=1.0,<2")
     providers = {row["provider"] for row in listing["lowerings"]}
     assert providers == {
         "nkipy-ops-base",

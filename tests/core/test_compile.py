@@ -1,5 +1,6 @@
 """The compile path end to end with an in-process pack: partitioning, fallback, mutation, training."""
 
+import json
 import warnings
 
 import numpy as np
@@ -9,6 +10,7 @@ from fixture_packs import arithmetic_rules, pack, wrong_shape_rules
 from torch._dynamo.exc import BackendCompilerFailed
 
 from nkipy_core import FallbackWarning, UnsupportedOpsError, VerificationError, cache_stats
+from nkipy_core.cli.main import main
 from nkipy_core.compiler.kernel_call import KernelCall, entry
 from nkipy_core.runtime.cpu import CpuRuntime
 
@@ -67,6 +69,44 @@ def test_strict_mode_lists_every_unsupported_op(arithmetic):
         "aten::tanh.default (no installed pack lowers it)",
     ]
     assert "compile with strict=False to run them on CPU" in str(inner)
+
+
+def test_a_packs_cpu_note_is_the_fallback_reason(plugin_env, capsys):
+    """A pack that says why an op stays on CPU: its reason, not "no installed pack lowers it",
+    is in the warning, in strict mode's error and in the coverage report."""
+    rules = arithmetic_rules()
+    rules.stays_on_cpu(torch.ops.aten.sin.default, "sines wait for a table-free range reduction")
+    plugin_env.add(pack(rules), "noted", "noted-pack", "2.0")
+    reason = "sines wait for a table-free range reduction (noted-pack)"
+
+    def fn(x):
+        return torch.exp(x).sin() + torch.tanh(x)
+
+    x = torch.randn(5)
+    with pytest.warns(FallbackWarning) as record:
+        torch.testing.assert_close(torch.compile(fn, backend="nkipy")(x), fn(x))
+    assert sorted(str(w.message) for w in record if issubclass(w.category, FallbackWarning)) == [
+        f"nkipy: aten::sin.default runs on CPU: {reason}",
+        "nkipy: aten::tanh.default runs on CPU: no installed pack lowers it",
+    ]
+    torch._dynamo.reset()
+    with pytest.raises(BackendCompilerFailed) as err:
+        torch.compile(fn, backend="nkipy", options={"strict": True})(x)
+    assert err.value.inner_exception.ops == [
+        f"aten::sin.default ({reason})",
+        "aten::tanh.default (no installed pack lowers it)",
+    ]
+
+    assert main(["list", "--coverage", "core-aten", "--format", "json"]) == 0
+    stays = json.loads(capsys.readouterr().out)["stays_on_cpu"]
+    assert stays == [
+        {
+            "op": "aten::sin.default",
+            "reason": "sines wait for a table-free range reduction",
+            "provider": "noted-pack",
+            "lowered_otherwise": False,
+        }
+    ]
 
 
 def test_training_forward_and_backward(arithmetic, graphs):

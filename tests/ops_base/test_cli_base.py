@@ -87,6 +87,22 @@ def test_base_pack_lowers_every_core_aten_overload_but_the_excluded_ones(install
     )
 
 
+def test_coverage_lists_what_the_base_pack_leaves_on_cpu(installed_plugins, capsys):
+    stays = run_json(capsys, "list", "--coverage", "core-aten")["stays_on_cpu"]
+    by_op = {e["op"]: e for e in stays}
+    assert {e["provider"] for e in stays} == {"nkipy-ops-base"}
+    assert by_op["aten::linalg_eig.default"]["lowered_otherwise"] is False
+    assert "linalg.eigh" in by_op["aten::linalg_eig.default"]["reason"]
+    assert by_op["aten::as_strided.default"]["lowered_otherwise"] is True
+    assert "storage_offset on a graph input" in by_op["aten::as_strided.default"]["reason"]
+
+    code, out, err = run(capsys, "list", "--coverage", "core-aten")
+    assert code == 0, err
+    assert f"stays on CPU ({len(stays)}), as the packs say" in out
+    assert re.search(r"^  aten::as_strided\.default\* +with an explicit storage_offset", out, re.M)
+    assert re.search(r"^  aten::igamma\.default +torch's series .*\(nkipy-ops-base\)$", out, re.M)
+
+
 EAGER_PROGRAM = """
 import sys, torch, nkipy_core
 nkipy_core.init_nkipy_backend(runtime="cpu", nkipy_cache=sys.argv[1])

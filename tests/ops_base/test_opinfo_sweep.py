@@ -4,15 +4,19 @@
 on CPU is an error) and compares it with eager, forward and backward. What does not pass is
 listed, with why, in ``opinfo_sweep_expected_failures.txt``; the test fails on a failure that is
 not listed and on a listed one that passes, so the file is always today's list of what stays on
-CPU. Rewrite it from a run and review the diff::
+CPU. Every op strict mode names there must carry the pack's reason
+(``nkipy_ops_base.stays_on_cpu``), which is what users read in fallback warnings and in
+``nkipy-ops list --coverage``. Rewrite it from a run and review the diff::
 
     NKIPY_UPDATE_EXPECTED_FAILURES=1 pytest tests/ops_base/test_opinfo_sweep.py
 
 The counts per family are printed with ``pytest -s``. About ten minutes on two cores.
 """
 
+import re
 from pathlib import Path
 
+from nkipy_core.plugin import manager as plugins
 from nkipy_core.testing import assert_conformance, expected_failures_for, families, run_sweep
 
 EXPECTED = Path(__file__).with_name("opinfo_sweep_expected_failures.txt")
@@ -29,3 +33,12 @@ def test_every_opinfo_compiles_strictly_or_is_listed_with_its_reason():
     assert not unjudged, f"the sweep exceeded {RUN_BUDGET}s; unjudged: {unjudged}"
     assert report.summary()["pass"] > 500
     assert_conformance(report, expected_failures=expected_failures_for(report, EXPECTED))
+    unexplained = sorted(
+        {
+            op
+            for row in report.rows
+            for op in re.findall(r"(?:^|; )- (aten::\S+) \(", row.note)
+            if not plugins.get().lowerings.cpu_notes(op)
+        }
+    )
+    assert not unexplained, f"ops left on CPU without the pack's reason: {unexplained}"

@@ -35,11 +35,12 @@ from . import (  # noqa: F401
     lowerings_spatial,
     lowerings_special,
     lowerings_spectral,
+    stays_on_cpu,
 )
 from .rules import RULES
 
 #: the nkipy hook API versions this pack works with (nkipy_core.plugin.hook_api)
-NKIPY_HOOK_API = ">=1.1,<2"  # registers complex=True rules
+NKIPY_HOOK_API = ">=1.2,<2"  # registers complex=True rules (1.1) and CPU notes (1.2)
 
 
 @hookimpl

@@ -1,5 +1,6 @@
 """``nkipy-ops list --coverage OPSET``: how much of an opset the lowered ops cover, what is
-excluded by design (``coverage_exclusions``), and what is still missing.
+excluded by design (``coverage_exclusions``), what is still missing, and what the packs say
+stays on CPU, with their reasons (``LoweringRegistry.stays_on_cpu``), whatever the opset.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import torch
 
 from nkipy_core import _torch
 from nkipy_core.cli.coverage_exclusions import EXCLUSIONS
-from nkipy_core.plugin.registry import op_name
+from nkipy_core.plugin.registry import CpuNote, op_name
 
 OPSETS = ("core-aten",)
 
@@ -37,13 +38,25 @@ def core_aten_ops() -> list[str]:
     return sorted(found)
 
 
-def coverage(lowered: Iterable[str], opset: str = "core-aten") -> dict[str, Any]:
+def coverage(
+    lowered: Iterable[str], opset: str = "core-aten", cpu_notes: Iterable[CpuNote] = ()
+) -> dict[str, Any]:
     """How much of ``opset`` the given lowered ops cover; what is excluded by design, with the
-    reason (``coverage_exclusions``); and the exact list that is still missing."""
+    reason (``coverage_exclusions``); the exact list that is still missing; and ``cpu_notes``,
+    what the packs say stays on CPU (all of an op, or the inputs its rule declines)."""
     if opset not in OPSETS:
         raise ValueError(f"unknown opset {opset!r}; known: {', '.join(OPSETS)}")
     wanted = core_aten_ops()
     have = set(lowered)
+    stays = [
+        {
+            "op": n.op,
+            "reason": n.reason,
+            "provider": n.provenance.distribution,
+            "lowered_otherwise": n.op in have,
+        }
+        for n in cpu_notes
+    ]
     covered = [op for op in wanted if op in have]
     reasons = {e.op: e.reason for e in EXCLUSIONS[opset]}
     excluded = [
@@ -58,6 +71,7 @@ def coverage(lowered: Iterable[str], opset: str = "core-aten") -> dict[str, Any]
         "covered_ops": covered,
         "excluded": excluded,
         "missing": [op for op in wanted if op not in have and op not in reasons],
+        "stays_on_cpu": stays,
     }
 
 
@@ -74,4 +88,16 @@ def render_coverage(report: dict[str, Any], pack: str | None) -> str:
     if report["missing"]:
         lines.append(f"missing ({len(report['missing'])}):")
         lines.extend(f"  {op}" for op in report["missing"])
+    stays = report["stays_on_cpu"]
+    if stays:
+        lines.append(
+            f"stays on CPU ({len(stays)}), as the packs say; an op marked * is lowered for "
+            "other inputs:"
+        )
+        width = max(len(e["op"]) for e in stays) + 1
+        lines.extend(
+            f"  {(e['op'] + ('*' if e['lowered_otherwise'] else '')).ljust(width)}  "
+            f"{e['reason']} ({e['provider']})"
+            for e in stays
+        )
     return "\n".join(lines)

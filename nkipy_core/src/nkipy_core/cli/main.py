@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--coverage",
         choices=OPSETS,
         metavar="OPSET",
-        help="report covered/total of an opset and what is missing (OPSET: core-aten)",
+        help="report covered/total of an opset, what is missing and what stays on CPU, with "
+        "the packs' reasons (OPSET: core-aten)",
     )
     list_parser.set_defaults(handler=cmd_list)
 

@@ -1,5 +1,5 @@
 """``nkipy-ops list``: who lowers each op, and whom it overrides; the plugins and runtimes; with
-``--coverage``, what of an opset is still missing.
+``--coverage``, what of an opset is still missing and what the packs say stays on CPU.
 """
 
 from __future__ import annotations
@@ -103,7 +103,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     pack = _resolve_pack(loaded, args.pack)
     rows = lowering_rows(loaded, pack)
     if args.coverage:
-        report = coverage((r["op"] for r in rows), args.coverage)
+        notes = [
+            n
+            for n in loaded.lowerings.cpu_notes()
+            if pack is None or normalize_distribution(n.provenance.distribution) == pack
+        ]
+        report = coverage((r["op"] for r in rows), args.coverage, notes)
         emit({"pack": pack, **report}, render_coverage(report, pack), args.format)
         return EXIT_OK
     plugin_data, runtime_data = plugin_rows(loaded), runtime_rows(loaded)

@@ -21,7 +21,7 @@ from nkipy_core.errors import LoweringError, Unsupported, VerificationError
 from nkipy_core.ir.builder import KernelBuilder, Traced
 from nkipy_core.ir.primitives import primitive
 from nkipy_core.plugin import manager as plugins
-from nkipy_core.plugin.registry import LoweringRule, op_name
+from nkipy_core.plugin.registry import LoweringRegistry, LoweringRule, op_name
 from nkipy_core.runtime.base import Runtime, runs_custom_call
 
 log = logging.getLogger("nkipy.compiler")
@@ -46,15 +46,17 @@ def _candidates(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
 
 
 def choose_rule(
-    node: torch.fx.Node, rules: list[LoweringRule], config: Config, runtime: Runtime
+    node: torch.fx.Node, registry: LoweringRegistry, config: Config, runtime: Runtime
 ) -> LoweringRule | str:
-    """The first rule that accepts ``node`` (tried on a scratch kernel), or why none did.
+    """The first rule of ``registry`` that accepts ``node`` (tried on a scratch kernel), or why
+    none did.
 
     A rule whose lowering the runtime cannot run inside a kernel is declined (see
     ``_runtime_declines``): the node then runs as torch, and the fallback warning says why."""
     strict = config.strict
+    rules = registry.rules_for(node.target)
     if not rules:
-        return "no installed pack lowers it"
+        return registry.unlowered_reason(node.target)
     try:
         output_types(node)
     except Unsupported as exc:
@@ -133,9 +135,7 @@ def plan(
             "plan of a graph of %d op(s) for %s reused from the cache", len(nodes), runtime.name
         )
         return cached
-    decisions = {
-        n.name: choose_rule(n, registry.rules_for(n.target), config, runtime) for n in nodes
-    }
+    decisions = {n.name: choose_rule(n, registry, config, runtime) for n in nodes}
     _wait_where_the_collective_runs(nodes, decisions)
     lowered = sum(isinstance(d, LoweringRule) for d in decisions.values())
     log.debug(

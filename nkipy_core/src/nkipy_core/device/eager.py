@@ -673,7 +673,7 @@ def _kernel(op: _torch.OpOverload, args: tuple, kwargs: dict, state: _Kernels, l
     random = rng.is_random(node)
     if random:
         rng.seed_eager_op(sub, node)
-    decision = choose_rule(node, state.rules.rules_for(op), state.config, memory.runtime())
+    decision = choose_rule(node, state.rules, state.config, memory.runtime())
     if not isinstance(decision, LoweringRule):
         return decision
     node.meta[RULE] = decision

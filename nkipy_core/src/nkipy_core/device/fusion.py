@@ -216,7 +216,7 @@ def _decide_now(
     random = rng.is_random(node)
     if random:
         rng.seed_eager_op(sub, node)
-    rule = choose_rule(node, state.rules.rules_for(op), state.config, memory.runtime())
+    rule = choose_rule(node, state.rules, state.config, memory.runtime())
     if isinstance(rule, str):
         return rule
     lifted = bool(numbers)

@@ -31,7 +31,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 #: the hook API this nkipy-core provides (``MAJOR.MINOR``)
-HOOK_API_VERSION = "1.1"
+HOOK_API_VERSION = "1.2"
 
 #: the modules a pack may import from; everything else in nkipy_core is internal
 PUBLIC_MODULES = (

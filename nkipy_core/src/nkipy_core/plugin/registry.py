@@ -128,17 +128,31 @@ def code_digest(fn: Callable[..., Any]) -> str:
     return h.hexdigest()[:16]
 
 
+@attrs.frozen
+class CpuNote:
+    """A pack's statement that an op (or some of its inputs) stays on CPU, and why.
+
+    Without it, a user whose op falls back reads "no installed pack lowers it" and cannot tell
+    work left to do from a decision; with it, the fallback warning, strict mode's error and
+    ``nkipy-ops list --coverage`` give the pack's reason."""
+
+    op: str
+    reason: str
+    provenance: Provenance
+
+
 class LoweringRegistry:
     """ATen overload name -> rules, best first. ``register`` works as a decorator too."""
 
     def __init__(self) -> None:
         self._rules: dict[str, list[LoweringRule]] = {}
+        self._cpu_notes: dict[str, list[CpuNote]] = {}
         self._provenance: Provenance | None = None
 
     def bound(self, provenance: Provenance) -> LoweringRegistry:
         """A view that stamps what it registers with ``provenance`` (shares the storage)."""
         view = object.__new__(LoweringRegistry)
-        view._rules, view._provenance = self._rules, provenance
+        view._rules, view._cpu_notes, view._provenance = self._rules, self._cpu_notes, provenance
         return view
 
     def register(
@@ -162,6 +176,29 @@ class LoweringRegistry:
             rules.append(rule)
             rules.sort(key=lambda r: -r.priority)
         return fn
+
+    def stays_on_cpu(self, op: Any, reason: str) -> None:
+        """Say that ``op`` (every overload of a packet) stays on CPU and why (hook API 1.2).
+
+        For an op no rule lowers, the reason replaces "no installed pack lowers it" in the
+        fallback warning; for one whose rule declines some inputs, ``reason`` names those
+        inputs. Either way ``nkipy-ops list --coverage`` lists it."""
+        provenance = self._provenance or Provenance("<direct>", "<unregistered>", "0")
+        for name in _overloads(op):
+            self._cpu_notes.setdefault(name, []).append(CpuNote(name, reason, provenance))
+
+    def cpu_notes(self, op: Any = None) -> list[CpuNote]:
+        """The notes on ``op``, or on every op (sorted by op) when it is ``None``."""
+        if op is not None:
+            return list(self._cpu_notes.get(op_name(op), ()))
+        return [note for name in sorted(self._cpu_notes) for note in self._cpu_notes[name]]
+
+    def unlowered_reason(self, op: Any) -> str:
+        """Why ``op`` has no rule: the packs' notes on it, or that no installed pack lowers it."""
+        notes = self.cpu_notes(op)
+        if not notes:
+            return "no installed pack lowers it"
+        return "; ".join(f"{n.reason} ({n.provenance.distribution})" for n in notes)
 
     def rules_for(self, op: Any) -> list[LoweringRule]:
         return list(self._rules.get(op_name(op), ()))
@@ -274,6 +311,7 @@ class RuleSet:
     def __init__(self, priority: int = 0) -> None:
         self.priority = priority
         self._entries: list[tuple[Any, LoweringFn, int, bool]] = []
+        self._cpu_notes: list[tuple[Any, str]] = []
 
     def register(self, *ops: Any, priority: int | None = None, complex: bool = False):
         """Decorate the rule of ``ops``; ``complex`` as in ``LoweringRegistry.register``."""
@@ -286,9 +324,15 @@ class RuleSet:
 
         return decorate
 
+    def stays_on_cpu(self, op: Any, reason: str) -> None:
+        """Declare, beside the rules, what stays on CPU (``LoweringRegistry.stays_on_cpu``)."""
+        self._cpu_notes.append((op, reason))
+
     def install(self, registry: LoweringRegistry) -> None:
         for op, fn, priority, complex_ in self._entries:
             registry.register(op, fn, priority=priority, complex=complex_)
+        for op, reason in self._cpu_notes:
+            registry.stays_on_cpu(op, reason)
 
     def __len__(self) -> int:
         return len(self._entries)
