@@ -46,6 +46,24 @@ def _graph_source_is_forgotten() -> bool:
     return before and not after and torch.equal(gm(torch.ones(1)), torch.full((1,), 2.0))
 
 
+def _opinfo_samples_skip_the_stack_walk() -> bool:
+    """The same samples come out, and ``inspect.stack`` is walked only outside the context."""
+    import unittest.mock
+
+    opinfo = next(o for o in _torch.common_methods_invocations.op_db if o.name == "add")
+
+    def first_sample():
+        torch.manual_seed(0)
+        return next(iter(opinfo.sample_inputs("cpu", torch.float32))).input
+
+    with unittest.mock.patch("inspect.stack", side_effect=inspect.stack) as walked:
+        tracked = first_sample()
+        walks_outside = walked.call_count
+        with _torch.opinfo_samples_untracked():
+            untracked = first_sample()
+    return walks_outside > 0 and walked.call_count == walks_outside and torch.equal(tracked, untracked)
+
+
 def _resume_code_knows_its_function() -> bool:
     """The code dynamo resumes a function in after a graph break maps to the function's code."""
     seen = []
@@ -259,6 +277,7 @@ CANARIES = {
     "BackendCompilerFailed": lambda: (
         "inner_exception" in _params(_torch.BackendCompilerFailed.__init__)
     ),
+    "opinfo_samples_untracked": _opinfo_samples_skip_the_stack_walk,
     "common_methods_invocations": lambda: (
         len(_torch.common_methods_invocations.op_db) > 100
         and callable(_torch.common_methods_invocations.wrapper_set_seed)

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import torch
 
+from nkipy_core import _torch
 from nkipy_core.testing.observation import (
     kernel_cache,
     observing,
@@ -108,7 +109,7 @@ def _samples(
     """The first ``count`` samples (among the first 64)."""
     torch.manual_seed(seed)
     out: list[Any] = []
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _torch.opinfo_samples_untracked():
         warnings.simplefilter("ignore")
         for n, sample in enumerate(opinfo.sample_inputs("cpu", dtype, requires_grad=requires_grad)):
             if len(out) >= count or n >= 64:
