@@ -11,8 +11,9 @@ from nkipy_core.plugin import manager as plugins
 
 
 def render() -> str:
-    rows = lowering_rows(plugins.get())
-    report = coverage(r["op"] for r in rows)
+    loaded = plugins.get()
+    rows = lowering_rows(loaded)
+    report = coverage((r["op"] for r in rows), cpu_notes=loaded.lowerings.cpu_notes())
     lines = [
         "# Op coverage",
         "",
@@ -36,6 +37,14 @@ def render() -> str:
         )
     lines += ["", "Excluded by design:", ""] + [
         f"- `{e['op']}`: {e['reason']}" for e in report["excluded"]
+    ]
+    lines += [
+        "",
+        "Left on CPU by the packs, with their reasons (an op marked * is lowered for other inputs):",
+        "",
+    ] + [
+        f"- `{e['op']}`{'*' if e['lowered_otherwise'] else ''}: {e['reason']} ({e['provider']})"
+        for e in report["stays_on_cpu"]
     ]
     return "\n".join(lines) + "\n"
 

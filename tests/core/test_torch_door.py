@@ -61,7 +61,9 @@ def _opinfo_samples_skip_the_stack_walk() -> bool:
         walks_outside = walked.call_count
         with _torch.opinfo_samples_untracked():
             untracked = first_sample()
-    return walks_outside > 0 and walked.call_count == walks_outside and torch.equal(tracked, untracked)
+    return (
+        walks_outside > 0 and walked.call_count == walks_outside and torch.equal(tracked, untracked)
+    )
 
 
 def _resume_code_knows_its_function() -> bool:

@@ -303,14 +303,19 @@ def opinfo_samples_untracked() -> Iterator[None]:
     every frame, to find a ``unittest.TestCase`` whose name seeds the samples. The harness never
     runs inside one, so the search finds nothing (the samples use torch's fixed seed either way),
     yet under dynamo's deep stacks it took a fifth of an OpInfo sweep."""
-    common_utils = importlib.import_module("torch.testing._internal.common_utils")
-    opinfo_core = importlib.import_module("torch.testing._internal.opinfo.core")
-    saved = common_utils.extract_test_fn, opinfo_core.extract_test_fn
-    common_utils.extract_test_fn = opinfo_core.extract_test_fn = lambda: None
+    modules = [
+        importlib.import_module("torch.testing._internal.common_utils"),
+        importlib.import_module("torch.testing._internal.opinfo.core"),  # imported the name
+    ]
+    name = "extract_test_fn"
+    saved = [getattr(module, name) for module in modules]
+    for module in modules:
+        setattr(module, name, lambda: None)
     try:
         yield
     finally:
-        common_utils.extract_test_fn, opinfo_core.extract_test_fn = saved
+        for module, fn in zip(modules, saved):
+            setattr(module, name, fn)
 
 
 def __getattr__(name: str) -> Any:
