@@ -148,3 +148,67 @@ def run_ranks(script: str, worker: Callable[[], None], *, timeout: float = 1800)
         script,
     ]
     sys.exit(subprocess.run(command, timeout=timeout).returncode)
+
+
+def backends() -> dict[str, Callable[[Callable], Callable]]:
+    """Row name -> how that row compiles a function (eager: not at all): eager, inductor and
+    nkipy on each available runtime among ``cpu`` and ``xla``, each with a fresh kernel cache."""
+    import tempfile
+
+    import torch
+
+    from nkipy_core.plugin import manager as plugins
+
+    registry = plugins.get().runtimes
+    rows = {
+        "eager": lambda fn: fn,
+        "inductor": lambda fn: torch.compile(fn, backend="inductor", dynamic=False),
+    }
+    for name in registry.names():
+        if registry.get(name).available()[0] and name in ("cpu", "xla"):
+            options = {
+                "runtime": name,
+                "nkipy_cache": tempfile.mkdtemp(prefix=f"nkipy-bench-{name}-"),
+            }
+            rows[f"nkipy ({name})"] = lambda fn, options=options: torch.compile(
+                fn, backend="nkipy", dynamic=False, options=options
+            )
+    return rows
+
+
+def measure(
+    title: str,
+    unit: str,
+    rows: dict[str, Callable[[], tuple[Callable, Callable]]],
+    check: Callable[[object, object], None],
+    repeat: int,
+    per: int = 1,
+    note: Callable[[float], str] | None = None,
+) -> None:
+    """Time each row's ``run`` after checking its first result against eager's with ``check``.
+    A row is ``make() -> (run, result)``: ``result()`` runs once (compiling) and returns what
+    ``check`` compares; the figure printed is the median time of ``run`` divided by ``per``."""
+    import traceback
+
+    import torch
+
+    times, notes, expected = [], {}, None
+    for name, make in rows.items():
+        torch._dynamo.reset()
+        try:
+            run, result = make()
+            got = result()
+            if expected is None:
+                expected = got
+            else:
+                check(got, expected)
+            seconds = median_time(run, warmup=1, repeat=repeat) / per
+            times.append((name, seconds))
+            if note:
+                notes[name] = note(seconds)
+        except Exception as exc:  # noqa: BLE001 - report and go on with the other rows
+            traceback.print_exc()
+            times.append((name, None))
+            notes[name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+    torch._dynamo.reset()
+    print_table(title, times, unit=unit, note=notes)

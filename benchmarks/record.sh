@@ -15,5 +15,6 @@ run eager benchmarks/bench_eager.py
 run compile benchmarks/bench_compile.py --repeat 3
 run forward benchmarks/bench_forward.py --sizes small large
 run hf_llama benchmarks/bench_hf_llama.py
+run vision benchmarks/bench_vision.py
 python benchmarks/plot.py "$out"/overhead.json "$out"/eager.json "$out"/compile.json --baseline inductor --out docs/img
-python benchmarks/plot.py "$out"/forward.json "$out"/hf_llama.json --baseline eager --out docs/img
+python benchmarks/plot.py "$out"/forward.json "$out"/hf_llama.json "$out"/vision.json --baseline eager --out docs/img

@@ -903,6 +903,17 @@ def _conv_cases():
             1,
         ),
         "2d-transposed": (t(2, 4, 5, 4), t(4, 3, 3, 3), [2, 2], [1, 1], [1, 1], True, [1, 0], 2),
+        "2d-depthwise-multiplier": (
+            t(2, 3, 9, 8),
+            t(6, 1, 3, 3),
+            [2, 1],
+            [1, 2],
+            [1, 2],
+            False,
+            [0, 0],
+            3,
+        ),
+        "1d-transposed-dilated": (t(2, 4, 6), t(4, 2, 3), [3], [2], [2], True, [1], 1),
     }
     for name, (x, w, *geometry) in geometries.items():
         bias = t(w.shape[1] * geometry[-1] if geometry[3] else w.shape[0])

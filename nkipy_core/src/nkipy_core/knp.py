@@ -63,6 +63,7 @@ __all__ = [
     "ceil",
     "collective_broadcast",
     "concatenate",
+    "conv",
     "cos",
     "cosh",
     "cummax",
@@ -169,16 +170,28 @@ def _is_scalar(x: Any) -> TypeIs[Scalar | np.generic]:
     return isinstance(x, (bool, int, float, np.generic)) and not isinstance(x, np.ndarray)
 
 
-def _meta(x: ArrayLike) -> Any:
+def _operand_kind(x: ArrayLike) -> tuple[Any, ...]:
+    """What torch's promotion reads of an operand: a scalar's Python type, or a tensor's dtype
+    and whether it has dimensions."""
     if _is_scalar(x):
-        return x.item() if isinstance(x, np.generic) else x
-    shape = x.shape
-    return torch.empty((1,) * builtins.min(len(shape), 1), dtype=dtype_of(x).torch, device="meta")
+        return (type(x.item() if isinstance(x, np.generic) else x),)
+    return (dtype_of(x), builtins.min(len(x.shape), 1))
 
 
-def result_type(*xs: ArrayLike) -> DType:
-    """torch's promotion of the operands: dimensioned tensors over 0-d tensors over scalars."""
-    metas = [_meta(x) for x in xs]
+def _meta(kind: tuple[Any, ...]) -> Any:
+    if len(kind) == 1:
+        return kind[0](1)
+    dtype, ndim = kind
+    return torch.empty((1,) * ndim, dtype=dtype.torch, device="meta")
+
+
+@functools.cache
+def _promote(kinds: tuple[tuple[Any, ...], ...], default_dtype: torch.dtype) -> DType:
+    """torch's promotion of operands of these kinds, asked once per combination: a lowering
+    promotes tens of thousands of times, and each question builds meta tensors (through the
+    fake-tensor mode while compiling). A float scalar's type is the default dtype, so it is part
+    of the key."""
+    metas = [_meta(kind) for kind in kinds]
     acc = metas[0]
     if len(metas) == 1:
         return (
@@ -190,6 +203,11 @@ def result_type(*xs: ArrayLike) -> DType:
     for m in metas[2:]:
         promoted = torch.result_type(torch.empty((1,), dtype=promoted, device="meta"), m)
     return DType.from_torch(promoted)
+
+
+def result_type(*xs: ArrayLike) -> DType:
+    """torch's promotion of the operands: dimensioned tensors over 0-d tensors over scalars."""
+    return _promote(tuple(_operand_kind(x) for x in xs), torch.get_default_dtype())
 
 
 def asarray(x: ArrayLike, dtype: Any = None) -> Array:
@@ -655,6 +673,37 @@ def matmul(a: ArrayLike, b: ArrayLike) -> Array:
         shape = _shape(out)
         out = reshape(out, shape[:-2] + shape[-2:-1] * (not a_vec) + shape[-1:] * (not b_vec))
     return out
+
+
+def conv(
+    x: ArrayLike,
+    w: ArrayLike,
+    *,
+    stride: Sequence[int] | None = None,
+    padding: Sequence[tuple[int, int]] | None = None,
+    lhs_dilation: Sequence[int] | None = None,
+    rhs_dilation: Sequence[int] | None = None,
+    groups: int = 1,
+) -> Array:
+    """Convolution (cross-correlation, as ``torch.nn.functional.conv*d``) of ``x (N, C, *S)``
+    with ``w (O, C/groups, *K)``: ``padding`` is ``(low, high)`` per spatial dim (negative
+    crops), ``lhs_dilation`` spreads ``x`` (a transposed convolution), ``rhs_dilation`` spreads
+    ``w``. One primitive, so that a compiler with convolution units (XLA, neuronx-cc) sees one;
+    every argument defaults to 1 (no padding)."""
+    dtype = result_type(x, w)
+    x, w = _lift([astype(x, dtype), astype(w, dtype)])
+    spatial = len(_shape(x)) - 2
+    ones = (1,) * spatial
+    pads = tuple(padding) if padding is not None else ((0, 0),) * spatial
+    params = {
+        "stride": tuple(int(v) for v in (stride or ones)),
+        "low": tuple(int(lo) for lo, _ in pads),
+        "high": tuple(int(hi) for _, hi in pads),
+        "lhs_dilation": tuple(int(v) for v in (lhs_dilation or ones)),
+        "rhs_dilation": tuple(int(v) for v in (rhs_dilation or ones)),
+        "groups": int(groups),
+    }
+    return apply("conv", [x, w], params)
 
 
 def _axes(axis: int | Sequence[int] | None, rank: int) -> tuple[int, ...]:

@@ -1,9 +1,11 @@
 """Convolution, forward and backward, any number of spatial dims, grouped, strided, dilated,
 padded and transposed: ``convolution`` and ``convolution_backward``; and ``col2im`` (``fold``).
 
-A convolution is a matrix product with the input's windows (``windows.im2col``); its adjoint
-puts columns back (``windows.col2im``), which gives both the input gradient and the transposed
-convolution. Half floats are computed in f32 and rounded once, as torch's CPU kernels do.
+Every convolution here is one ``conv`` primitive (``knp.conv``), so a compiler with convolution
+units sees one (XLA, neuronx-cc) and the ``cpu`` runtime picks its NumPy strategy per shape: the
+forward convolution; its adjoint, which is both the input gradient and the transposed
+convolution (``lhs_dilation``); and the weight gradient, a convolution over the batch. Half
+floats are computed in f32 and rounded once, as torch's CPU kernels do.
 """
 
 from __future__ import annotations
@@ -26,49 +28,71 @@ def _per_dim(values, spatial: int) -> list[int]:
     return values * spatial if len(values) == 1 else values
 
 
-def _swap_last(x):
-    return knp.transpose(x, (*range(x.ndim - 2), x.ndim - 1, x.ndim - 2))
+def _pairs(padding):
+    return [(p, p) for p in padding]
 
 
 def _conv(x, w, stride, padding, dilation, groups):
-    """``x (N, C, *S)`` with ``w (O, C/g, *K)``: columns of the padded input times the weight."""
-    n, c = x.shape[:2]
-    kernel = w.shape[2:]
-    out = [windows.output_size(*g) for g in zip(x.shape[2:], kernel, stride, padding, dilation)]
-    padded = knp.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
-    columns = knp.reshape(
-        windows.im2col(padded, kernel, stride, dilation, out), (n, groups, -1, math.prod(out))
+    """``x (N, C, *S)`` with ``w (O, C/g, *K)``: one ``conv`` primitive."""
+    return knp.conv(
+        x, w, stride=stride, padding=_pairs(padding), rhs_dilation=dilation, groups=groups
     )
-    y = knp.matmul(knp.reshape(w, (groups, w.shape[0] // groups, -1)), columns)
-    return knp.reshape(y, (n, w.shape[0], *out))
 
 
-def _conv_adjoint(y, w, canvas, stride, padding, dilation, groups):
-    """The adjoint of ``_conv`` in ``x``: ``y (N, O, *out)`` back to ``(N, C, *canvas)``,
-    ``canvas`` being the unpadded input extent (columns beyond it are dropped)."""
-    n, o = y.shape[:2]
+def _conv_transposed(x, w, extent, stride, padding, dilation, groups):
+    """The adjoint of ``_conv`` in its input: ``x (N, I, *S)`` with ``w (I, O/g, *K)`` to
+    ``(N, O, *extent)``. It is a convolution of ``x`` spread by ``stride`` (``lhs_dilation``)
+    with the flipped kernel, whose in and out channels swap within each group."""
     kernel = w.shape[2:]
-    weight = _swap_last(knp.reshape(w, (groups, o // groups, -1)))
-    columns = knp.matmul(weight, knp.reshape(y, (n, groups, o // groups, -1)))
-    columns = knp.reshape(columns, (n, w.shape[1] * groups, math.prod(kernel), -1))
-    padded = [c + 2 * p for c, p in zip(canvas, padding)]
-    full = windows.col2im(columns, padded, kernel, stride, dilation, y.shape[2:])
-    return full[
-        (slice(None), slice(None)) + tuple(slice(p, p + c) for p, c in zip(padding, canvas))
-    ]
+    i, o_per = w.shape[:2]
+    flipped = knp.flip(w, tuple(range(2, w.ndim)))
+    swapped = knp.reshape(
+        knp.transpose(
+            knp.reshape(flipped, (groups, i // groups, o_per, *kernel)),
+            (0, 2, 1, *range(3, w.ndim + 1)),
+        ),
+        (groups * o_per, i // groups, *kernel),
+    )
+    reach = [d * (k - 1) for d, k in zip(dilation, kernel)]
+    low = [r - p for r, p in zip(reach, padding)]
+    high = [e - (s - 1) * st - 1 + p for e, s, st, p in zip(extent, x.shape[2:], stride, padding)]
+    return knp.conv(
+        x,
+        swapped,
+        padding=list(zip(low, high)),
+        lhs_dilation=stride,
+        rhs_dilation=dilation,
+        groups=groups,
+    )
 
 
 def _conv_weight_grad(x, g, kernel, stride, padding, dilation, groups):
-    """``sum_N g @ columns(x)ᵀ``, the gradient of the ``(O, C/g, *kernel)`` weight of a
-    convolution from ``x (N, C, …)`` to ``g (N, O, …)`` (for a transposed convolution, ``x`` is
-    the output gradient and ``g`` the input: the weight gradient of the adjoint)."""
+    """The gradient of the ``(O, C/g, *kernel)`` weight of a convolution from ``x (N, C, …)`` to
+    ``g (N, O, …)`` (for a transposed convolution, ``x`` is the output gradient and ``g`` the
+    input: the weight gradient of the adjoint). It is itself a convolution, over the batch: ``x``
+    with batch and channels swapped (each group's batch block a feature group) by ``g`` as the
+    kernel, spread by ``stride``, stepping by ``dilation``; the high padding drops the rows the
+    forward convolution never reached."""
     n, c = x.shape[:2]
-    padded = knp.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
-    columns = windows.im2col(padded, kernel, stride, dilation, g.shape[2:])
-    columns = knp.reshape(columns, (n, groups, -1, math.prod(g.shape[2:])))
-    grads = knp.reshape(g, (n, groups, g.shape[1] // groups, -1))
-    weight = knp.sum(knp.matmul(grads, _swap_last(columns)), 0)
-    return knp.reshape(weight, (g.shape[1], c // groups, *kernel))
+    spatial = list(range(3, x.ndim + 1))
+    grouped = knp.reshape(x, (n, groups, c // groups, *x.shape[2:]))
+    lhs = knp.reshape(
+        knp.transpose(grouped, (2, 1, 0, *spatial)), (c // groups, groups * n, *x.shape[2:])
+    )
+    rhs = knp.transpose(g, (1, 0, *range(2, g.ndim)))
+    high = [
+        p - (s + 2 * p - ((o - 1) * st + 1) - d * (k - 1))
+        for s, p, o, st, d, k in zip(x.shape[2:], padding, g.shape[2:], stride, dilation, kernel)
+    ]
+    weight = knp.conv(
+        lhs,
+        rhs,
+        stride=dilation,
+        padding=list(zip(padding, high)),
+        rhs_dilation=stride,
+        groups=groups,
+    )
+    return knp.transpose(weight, (1, 0, *range(2, weight.ndim)))
 
 
 def _transposed_extent(size, kernel, stride, padding, dilation, output_padding):
@@ -92,7 +116,7 @@ def convolution(
         extent = _transposed_extent(
             x.shape[2:], w.shape[2:], stride, padding, dilation, output_padding
         )
-        y = _conv_adjoint(x, w, extent, stride, padding, dilation, groups)
+        y = _conv_transposed(x, w, extent, stride, padding, dilation, groups)
     else:
         y = _conv(x, w, stride, padding, dilation, groups)
     if bias is not None:
@@ -127,7 +151,7 @@ def convolution_backward(
         if transposed:
             grads[0] = _conv(g, w, stride, padding, dilation, groups)
         else:
-            grads[0] = _conv_adjoint(g, w, xs.shape[2:], stride, padding, dilation, groups)
+            grads[0] = _conv_transposed(g, w, xs.shape[2:], stride, padding, dilation, groups)
     if output_mask[1]:
         if transposed:
             grads[1] = _conv_weight_grad(g, xs, kernel, stride, padding, dilation, groups)

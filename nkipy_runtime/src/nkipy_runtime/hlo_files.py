@@ -12,8 +12,11 @@ from .stablehlo import emit_module
 STABLEHLO, HLO_PROTO, HLO_TEXT = "kernel.stablehlo.mlir", "hlo_module.pb", "hlo.txt"
 
 
-def hlo_artifacts(kernel: Kernel, *, narrow_int64: bool = False) -> dict[str, bytes]:
-    """The files of ``kernel``; ``narrow_int64`` as ``emit_module`` takes it."""
-    text = emit_module(kernel, narrow_int64=narrow_int64)
+def hlo_artifacts(
+    kernel: Kernel, *, narrow_int64: bool = False, native_convolution: bool = True
+) -> dict[str, bytes]:
+    """The files of ``kernel``; ``narrow_int64`` and ``native_convolution`` as ``emit_module``
+    takes them."""
+    text = emit_module(kernel, narrow_int64=narrow_int64, native_convolution=native_convolution)
     hlo = xla_bridge.to_hlo(text)
     return {STABLEHLO: text.encode(), HLO_PROTO: hlo.proto, HLO_TEXT: hlo.text.encode()}

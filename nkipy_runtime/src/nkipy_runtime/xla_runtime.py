@@ -97,7 +97,8 @@ class XlaRuntime:
         return jax.devices()[0]
 
     def compile(self, kernel: Kernel, options: CompileOptions) -> XlaExecutable:
-        return XlaExecutable(hlo_artifacts(kernel), Signature.of(kernel), self.device)
+        artifacts = hlo_artifacts(kernel, native_convolution=False)  # XLA CPU's fastest forms
+        return XlaExecutable(artifacts, Signature.of(kernel), self.device)
 
     def load(
         self, artifacts: Mapping[str, bytes], signature: Signature, options: CompileOptions

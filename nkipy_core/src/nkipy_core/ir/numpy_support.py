@@ -211,6 +211,82 @@ def _erfc(x):
     return out.astype(x.dtype)
 
 
+def _conv(x, w, stride, low, high, lhs_dilation, rhs_dilation, groups):
+    """The ``conv`` primitive: ``x (N, C, *S)`` dilated by ``lhs_dilation``, padded by ``low``/
+    ``high`` (a negative pad crops), convolved with ``w (O, C/groups, *K)`` dilated by
+    ``rhs_dilation``, every ``stride``-th window kept.
+
+    The windows are strided views (no copy) of the padded input. A depthwise convolution (one
+    input channel per group) adds one product per kernel tap over whole arrays; any other is
+    one matrix product per group that BLAS runs: of the windows gathered into columns (im2col),
+    or, when the result has fewer positions than the kernel taps (a weight gradient), of the
+    receptive field of each position gathered into rows."""
+    spatial = x.ndim - 2
+    if any(d > 1 for d in lhs_dilation):
+        sizes = tuple((n - 1) * d + 1 if n else 0 for n, d in zip(x.shape[2:], lhs_dilation))
+        spread = np.zeros(x.shape[:2] + sizes, x.dtype)
+        spread[(slice(None),) * 2 + tuple(slice(None, None, d) for d in lhs_dilation)] = x
+        x = spread
+    x = x[
+        (slice(None),) * 2
+        + tuple(slice(max(-lo, 0), n - max(-hi, 0)) for lo, hi, n in zip(low, high, x.shape[2:]))
+    ]
+    x = np.pad(x, ((0, 0), (0, 0)) + tuple((max(lo, 0), max(hi, 0)) for lo, hi in zip(low, high)))
+    kernel = w.shape[2:]
+    out = tuple(
+        max((n - (k - 1) * d - 1) // s + 1, 0)
+        for n, k, d, s in zip(x.shape[2:], kernel, rhs_dilation, stride)
+    )
+    n, c, o = x.shape[0], x.shape[1], w.shape[0]
+    if 0 in out or 0 in x.shape[:2] or 0 in w.shape:
+        return np.zeros((n, o) + out, x.dtype)
+    taps = np.ndindex(*kernel)
+
+    def window(tap):
+        return x[
+            (slice(None),) * 2
+            + tuple(
+                slice(t * d, t * d + s * (m - 1) + 1, s)
+                for t, d, s, m in zip(tap, rhs_dilation, stride, out)
+            )
+        ]
+
+    if c == groups:
+        per = o // groups
+        weights = w.reshape((groups, per) + kernel)
+        y = np.zeros((n, groups, per) + out, x.dtype)
+        for tap in taps:
+            y += (
+                window(tap)[:, :, None]
+                * weights[(slice(None), slice(None)) + tap + (None,) * spatial]
+            )
+        return y.reshape((n, o) + out)
+    positions, og = int(np.prod(out)), o // groups
+    if positions < int(np.prod(kernel)):
+        # fewer result positions than taps (a weight gradient): each position's receptive field
+        # is a row, and (group, batch·position) rows times the weight is one product per group
+        spans = [(k - 1) * d + 1 for k, d in zip(kernel, rhs_dilation)]
+        fields = [
+            x[
+                (slice(None),) * 2
+                + tuple(
+                    slice(q * s, q * s + span, d)
+                    for q, s, span, d in zip(position, stride, spans, rhs_dilation)
+                )
+            ]
+            for position in np.ndindex(*out)
+        ]
+        rows = np.stack(fields, axis=1).reshape(n, positions, groups, -1).transpose(2, 0, 1, 3)
+        y = np.matmul(
+            rows.reshape(groups, n * positions, -1), w.reshape(groups, og, -1).transpose(0, 2, 1)
+        )
+        return y.reshape(groups, n, positions, og).transpose(1, 0, 3, 2).reshape((n, o) + out)
+    # the windows as columns (group, channel·tap, batch·position): one product per group
+    cols = np.stack([window(tap).swapaxes(0, 1) for tap in taps], axis=1)
+    y = np.matmul(w.reshape(groups, og, -1), cols.reshape(groups, -1, n * positions))
+    return y.reshape(groups, og, n, positions).transpose(2, 0, 1, 3).reshape((n, o) + out)
+
+
 HELPERS = (
     _readonly,
     _blob,
@@ -224,4 +300,5 @@ HELPERS = (
     _erf_parts,
     _erf,
     _erfc,
+    _conv,
 )

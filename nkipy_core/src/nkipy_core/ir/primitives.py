@@ -457,6 +457,62 @@ _define(
     half=True,
 )
 
+
+def _infer_conv(
+    x: TensorType,
+    w: TensorType,
+    *,
+    stride: tuple,
+    low: tuple,
+    high: tuple,
+    lhs_dilation: tuple,
+    rhs_dilation: tuple,
+    groups: int,
+) -> TensorType:
+    _check(
+        x.dtype == w.dtype and x.dtype.is_float,
+        f"conv: needs float operands of one type, got {x} and {w}",
+    )
+    spatial = x.rank - 2
+    _check(
+        spatial >= 1 and w.rank == x.rank,
+        f"conv: needs (N, C, *S) and (O, C/groups, *K), got {x} and {w}",
+    )
+    _check(
+        all(len(t) == spatial for t in (stride, low, high, lhs_dilation, rhs_dilation)),
+        f"conv: stride, padding and dilations need {spatial} entries",
+    )
+    _check(
+        all(v >= 1 for v in (*stride, *lhs_dilation, *rhs_dilation, groups)),
+        "conv: strides, dilations and groups must be positive",
+    )
+    _check(
+        x.shape[1] == w.shape[1] * groups and w.shape[0] % groups == 0,
+        f"conv: {groups} group(s) do not fit input {x} and weight {w}",
+    )
+    out = []
+    for n, k, s, lo, hi, ld, rd in zip(
+        x.shape[2:], w.shape[2:], stride, low, high, lhs_dilation, rhs_dilation
+    ):
+        extent = ((n - 1) * ld + 1 if n else 0) + lo + hi - ((k - 1) * rd + 1)
+        _check(extent >= 0 or n == 0, f"conv: the kernel {w} is larger than the padded input {x}")
+        out.append(max(extent // s + 1, 0) if n else 0)
+    return TensorType((x.shape[0], w.shape[0], *out), x.dtype)
+
+
+_define(
+    "conv",
+    2,
+    _infer_conv,
+    lambda x, w, stride, low, high, lhs_dilation, rhs_dilation, groups: (
+        f"_conv({x}, {w}, {stride}, {low}, {high}, {lhs_dilation}, {rhs_dilation}, {groups})"
+    ),
+    "convolution of `x (N, C, *S)` with `w (O, C/groups, *K)` (cross-correlation, as torch's): "
+    "`x` dilated by `lhs_dilation` and padded by `low`/`high` (negative crops), `w` dilated by "
+    "`rhs_dilation`, windows every `stride`; XLA's `convolution` with one batch group",
+    half=True,
+)
+
 #: reduce kinds, each the ufunc whose ``reduce`` computes it: what ``ndarray.sum`` and the
 #: others call, from a Python function of NumPy's (``np.sum`` adds a dispatch layer more)
 _REDUCE_KINDS = {

@@ -100,10 +100,15 @@ class FunctionBuilder:
 
     ``narrow_int64`` says the target computes 64-bit integers in 32 bits (neuronx-cc on trn1),
     so that emitters write the bounds of i64/u64 values as 32-bit ones: a 64-bit bound would be
-    cut there, not kept. Off, every 64-bit integer is exact, as on XLA and the cpu runtime."""
+    cut there, not kept. Off, every 64-bit integer is exact, as on XLA and the cpu runtime.
 
-    def __init__(self, *, narrow_int64: bool = False) -> None:
+    ``native_convolution`` writes every ``conv`` as one ``stablehlo.convolution`` (what
+    neuronx-cc maps to its tensor engine); off, each is written in the form XLA's CPU backend
+    runs fastest for its shape (``convolution.py``)."""
+
+    def __init__(self, *, narrow_int64: bool = False, native_convolution: bool = True) -> None:
         self.narrow_int64 = narrow_int64
+        self.native_convolution = native_convolution
         self.lines: list[str] = []
         self._ids = itertools.count()
         self._indent = 2

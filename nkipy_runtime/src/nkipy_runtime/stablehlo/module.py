@@ -14,7 +14,16 @@ import re
 from nkipy_core.errors import NkipyError
 from nkipy_core.ir import DType, HalfFloat, Kernel, Op, TensorType, half_float_rule
 
-from . import collectives, custom_calls, elementwise, indexing, random, reductions, shapes  # noqa: F401 - register emitters
+from . import (  # noqa: F401 - register emitters
+    collectives,
+    convolution,
+    custom_calls,
+    elementwise,
+    indexing,
+    random,
+    reductions,
+    shapes,
+)
 from .builder import FunctionBuilder, Val, tensor_type
 from .registry import EMITTERS
 
@@ -60,14 +69,17 @@ def module_name(kernel: Kernel) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", kernel.name) or "kernel"
 
 
-def emit_module(kernel: Kernel, *, narrow_int64: bool = False) -> str:
+def emit_module(
+    kernel: Kernel, *, narrow_int64: bool = False, native_convolution: bool = True
+) -> str:
     """StableHLO text of ``kernel``; ``narrow_int64`` for a target that computes 64-bit
-    integers in 32 bits (see ``FunctionBuilder``).
+    integers in 32 bits, ``native_convolution`` off for XLA's CPU backend (see
+    ``FunctionBuilder``).
 
     Kernels are pure: an in-place op of the program is a kernel result that the compiled graph
     writes back into its input afterwards (a device copy), so the module declares no
     input/output aliases."""
-    b = FunctionBuilder(narrow_int64=narrow_int64)
+    b = FunctionBuilder(narrow_int64=narrow_int64, native_convolution=native_convolution)
     env: dict[int, Val] = {}
     params = []
     for i, p in enumerate(kernel.params):

@@ -1,0 +1,123 @@
+"""The ``conv`` primitive: its NumPy reference against torch's convolutions, and its emission on
+XLA against the reference, for 1-3 spatial dims, strides, paddings (negative ones crop), both
+dilations and groups (dense, grouped, depthwise with a channel multiplier). Both emissions run:
+the one ``stablehlo.convolution`` written for neuronx-cc, and the forms the ``xla`` runtime
+picks per shape (native, tap sums, window columns), each of which some case takes."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from xla_oracle import assert_same, run_reference
+
+from nkipy_core.ir import DType, KernelBuilder, TensorType
+from nkipy_runtime import xla_runtime
+from nkipy_runtime.hlo_files import hlo_artifacts
+from nkipy_runtime.stablehlo import emit_module
+
+pytest.importorskip("jax", reason="the xla oracle needs the nkipy-runtime[xla] extra (jax, jaxlib)")
+
+#: (x shape, w shape, params)
+CASES = [
+    ((2, 6, 9, 8), (4, 6, 3, 3), dict(stride=(2, 2), low=(1, 1), high=(1, 1))),  # dense, strided
+    ((2, 6, 9, 8), (6, 1, 7, 7), dict(low=(3, 3), high=(3, 3), groups=6)),  # depthwise 7x7
+    (
+        (2, 6, 9, 8),
+        (12, 1, 3, 3),
+        dict(stride=(2, 1), low=(2, 2), high=(2, 2), rhs_dilation=(2, 2), groups=6),
+    ),
+    ((2, 6, 9, 8), (4, 3, 3, 2), dict(groups=2)),  # grouped, unpadded
+    ((1, 3, 10), (5, 3, 4), dict(low=(2,), high=(-1,))),  # 1-D, a negative high pad crops
+    ((1, 2, 5, 6, 4), (4, 2, 3, 3, 2), dict(low=(1, 1, 0), high=(1, 1, 1))),  # 3-D
+    ((2, 4, 5, 5), (3, 4, 3, 3), dict(low=(1, 1), high=(2, 2), lhs_dilation=(2, 2))),  # transposed
+    ((1, 2, 2, 2), (3, 2, 3, 3), dict(low=(2, 2), high=(2, 2), lhs_dilation=(2, 2))),  # small
+    ((3, 2, 9, 9), (3, 2, 7, 7), dict(stride=(2, 2), low=(1, 1), high=(0, 0))),  # a weight gradient
+]
+
+
+def _full(x_shape, params):
+    spatial = len(x_shape) - 2
+    ones = (1,) * spatial
+    return {
+        "stride": params.get("stride", ones),
+        "low": params.get("low", (0,) * spatial),
+        "high": params.get("high", (0,) * spatial),
+        "lhs_dilation": params.get("lhs_dilation", ones),
+        "rhs_dilation": params.get("rhs_dilation", ones),
+        "groups": params.get("groups", 1),
+    }
+
+
+def _kernel(dtype: DType):
+    kb = KernelBuilder("conv")
+    outputs = [
+        kb.emit(
+            "conv", [kb.param(TensorType(xs, dtype)), kb.param(TensorType(ws, dtype))], _full(xs, p)
+        )
+        for xs, ws, p in CASES
+    ]
+    return kb.finish(outputs)
+
+
+def _inputs(dtype: DType) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(s).astype(dtype.numpy) for xs, ws, _ in CASES for s in (xs, ws)]
+
+
+def _torch_conv(x: np.ndarray, w: np.ndarray, params: dict) -> np.ndarray:
+    """torch's result for a case: a transposed convolution for ``lhs_dilation``, else
+    ``conv*d`` on the input padded (or cropped) as the case says."""
+    p = _full(x.shape, params)
+    X, W = torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64)
+    spatial = x.ndim - 2
+    if p["lhs_dilation"] != (1,) * spatial:
+        # conv(spread x, w) == conv_transpose(x, flipped w with in/out swapped)
+        flipped = W.flip(list(range(2, 2 + spatial))).transpose(0, 1)
+        k = w.shape[2:]
+        padding = [kk - 1 - lo for kk, lo in zip(k, p["low"])]
+        extra = [hi - lo for lo, hi in zip(p["low"], p["high"])]
+        transpose = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[spatial]
+        out = transpose(X, flipped, stride=p["lhs_dilation"], padding=padding, output_padding=extra)
+        return out.numpy()
+    pads = [v for lo, hi in reversed(list(zip(p["low"], p["high"]))) for v in (lo, hi)]
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[spatial]
+    out = conv(
+        F.pad(X, pads), W, stride=p["stride"], dilation=p["rhs_dilation"], groups=p["groups"]
+    )
+    return out.numpy()
+
+
+def test_numpy_reference_is_torchs_convolution():
+    got = run_reference(_kernel(DType.f64), _inputs(DType.f64))
+    inputs = _inputs(DType.f64)
+    for i, (_, _, params) in enumerate(CASES):
+        want = _torch_conv(inputs[2 * i], inputs[2 * i + 1], params)
+        assert got[i].shape == want.shape, CASES[i]
+        np.testing.assert_allclose(got[i], want, rtol=1e-12, atol=1e-12, err_msg=str(CASES[i]))
+
+
+def test_the_xla_runtime_takes_every_form():
+    text = emit_module(_kernel(DType.f32), native_convolution=False)
+    assert text.count("stablehlo.convolution") == 2  # the dense, large-result cases
+    assert "stablehlo.dot_general" in text and "stablehlo.multiply" in text
+    assert emit_module(_kernel(DType.f32)).count("stablehlo.convolution") == len(CASES)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["neuron-form", "xla-cpu-forms"])
+@pytest.mark.parametrize("dtype", [DType.f32, DType.f64, DType.bf16, DType.f16], ids=str)
+def test_convolution_on_xla_matches_the_reference(dtype, native, monkeypatch):
+    if native:
+        monkeypatch.setattr(
+            xla_runtime, "hlo_artifacts", lambda k, **_: hlo_artifacts(k, native_convolution=True)
+        )
+    eps = (
+        float(ml_dtypes.finfo(dtype.numpy).eps)
+        if dtype.is_half
+        else float(np.finfo(dtype.numpy).eps)
+    )
+    assert_same(
+        _kernel(dtype), _inputs(dtype), rtol=(1 if dtype.is_half else 64) * eps, atol=64 * eps
+    )
