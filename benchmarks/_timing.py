@@ -179,24 +179,26 @@ def backends() -> dict[str, Callable[[Callable], Callable]]:
 def measure(
     title: str,
     unit: str,
-    rows: dict[str, Callable[[], tuple[Callable, Callable]]],
+    compilers: dict[str, Callable[[Callable], Callable]],
+    make: Callable[[Callable[[Callable], Callable]], tuple[Callable, Callable]],
     check: Callable[[object, object], None],
     repeat: int,
     per: int = 1,
     note: Callable[[float], str] | None = None,
 ) -> None:
-    """Time each row's ``run`` after checking its first result against eager's with ``check``.
-    A row is ``make() -> (run, result)``: ``result()`` runs once (compiling) and returns what
-    ``check`` compares; the figure printed is the median time of ``run`` divided by ``per``."""
+    """A row per compiler (``backends()``), each timing its ``run`` after checking its first
+    result against eager's with ``check``. ``make(compile_fn) -> (run, result)``: ``result()``
+    runs once (compiling) and returns what ``check`` compares; the figure printed is the median
+    time of ``run`` divided by ``per``."""
     import traceback
 
     import torch
 
     times, notes, expected = [], {}, None
-    for name, make in rows.items():
+    for name, compile_fn in compilers.items():
         torch._dynamo.reset()
         try:
-            run, result = make()
+            run, result = make(compile_fn)
             got = result()
             if expected is None:
                 expected = got

@@ -83,7 +83,8 @@ def main() -> None:
     measure(
         f"LlamaForCausalLM forward, {size}; prompt 1 x {args.seq}",
         "ms/call",
-        {name: (lambda c=c: forward_row(c)) for name, c in compilers.items()},
+        compilers,
+        forward_row,
         close,
         args.repeat,
     )
@@ -100,7 +101,8 @@ def main() -> None:
         f"LlamaForCausalLM greedy generation, {size}; prompt {args.seq}, {args.new_tokens} new tokens "
         f"(StaticCache), time per token incl. prefill",
         "ms/call",
-        {name: (lambda c=c: generate_row(c)) for name, c in compilers.items()},
+        compilers,
+        generate_row,
         same_tokens,
         args.repeat,
         per=args.new_tokens,
@@ -124,7 +126,8 @@ def main() -> None:
     measure(
         f"LlamaForCausalLM training step (forward, backward, AdamW), {size}; batch {args.batch} x {args.seq}",
         "ms/call",
-        {name: (lambda c=c: training_row(c)) for name, c in compilers.items()},
+        compilers,
+        training_row,
         close,
         args.repeat,
     )

@@ -66,7 +66,8 @@ def main() -> None:
         _timing.measure(
             f"{name} forward, float32, {shape}",
             "ms/call",
-            {row: (lambda c=c: forward_row(c)) for row, c in compilers.items()},
+            compilers,
+            forward_row,
             close,
             args.repeat,
         )
@@ -96,7 +97,8 @@ def main() -> None:
         _timing.measure(
             f"{name} training step (forward, backward, AdamW), float32, {shape}",
             "ms/call",
-            {row: (lambda c=c: training_row(c)) for row, c in compilers.items()},
+            compilers,
+            training_row,
             close,
             args.repeat,
         )
