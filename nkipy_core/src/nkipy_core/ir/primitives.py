@@ -470,8 +470,8 @@ def _infer_conv(
     groups: int,
 ) -> TensorType:
     _check(
-        x.dtype == w.dtype and x.dtype.is_float,
-        f"conv: needs float operands of one type, got {x} and {w}",
+        x.dtype == w.dtype and x.dtype is not DType.bool,
+        f"conv: needs numeric operands of one type, got {x} and {w}",
     )
     spatial = x.rank - 2
     _check(

@@ -11,7 +11,7 @@ torch), and on small images with many channels its kernel is slow (a 3x3 convolu
 512 channels on 2x2 pixels: 63 ms, against 3.3 ms in torch and 5.6 ms as a matrix product).
 So for the ``xla`` runtime, ``conv`` is written as
 
-- ``stablehlo.convolution`` for a dense convolution whose result has at least
+- ``stablehlo.convolution`` for a dense float convolution whose result has at least
   ``NATIVE_MIN_POSITIONS`` positions, as many as its kernel has taps (XLA's own kernel is then
   as fast as torch's);
 - a sum over kernel taps of strided slices times per-channel weights, for a depthwise
@@ -53,7 +53,7 @@ def _conv(
     taps, positions = math.prod(kernel), math.prod(out)
     if result.size == 0 or x.type.size == 0 or w.type.size == 0:
         return b.full(0, result)
-    dense = groups == 1 and positions >= max(NATIVE_MIN_POSITIONS, taps)
+    dense = groups == 1 and positions >= max(NATIVE_MIN_POSITIONS, taps) and x.dtype.is_float
     if b.native_convolution or dense:
         return _native(b, result, x, w, stride, low, high, lhs_dilation, rhs_dilation, groups)
     padded = _spread_and_pad(b, x, low, high, lhs_dilation)
