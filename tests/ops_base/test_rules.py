@@ -934,32 +934,12 @@ def _conv_cases():
         conv, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, id="convolution-bf16-nobias"
     )
     xi, wi = t(1, 3, 9, 9, dtype=i64, low=-5, high=5), t(3, 1, 3, 3, dtype=i64, low=-3, high=3)
-    yield case(
-        conv,
-        xi,
-        wi,
-        None,
-        [1, 1],
-        [1, 1],
-        [1, 1],
-        False,
-        [0, 0],
-        3,
-        id="convolution-int64-depthwise",
-    )
-    yield case(
-        conv,
-        xi,
-        wi,
-        None,
-        [2, 2],
-        [0, 0],
-        [1, 1],
-        True,
-        [1, 1],
-        3,
-        id="convolution-int64-transposed",
-    )
+    integer_geometries = {  # stride, padding, dilation, transposed, output_padding, groups
+        "depthwise": ([1, 1], [1, 1], [1, 1], False, [0, 0], 3),
+        "transposed": ([2, 2], [0, 0], [1, 1], True, [1, 1], 3),
+    }
+    for name, geometry in integer_geometries.items():
+        yield case(conv, xi, wi, None, *geometry, id=f"convolution-int64-{name}")
     yield case(
         conv_bw,
         t(2, 4, 6, 6, dtype=bf16),
