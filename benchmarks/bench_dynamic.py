@@ -21,8 +21,11 @@ import tempfile
 import time
 import warnings
 
+# first: it sets the thread count before torch starts its pools
+from _timing import machine, median_time
+
+# isort: split
 import torch
-from _timing import machine, median_time  # first: it sets the thread count
 
 import nkipy_core
 from nkipy_core.testing.models import LlamaBlock

@@ -41,8 +41,11 @@ import time
 import traceback
 import warnings
 
+# first: it sets the thread count before torch starts its pools
+from _timing import machine, median_times, print_table
+
+# isort: split
 import torch
-from _timing import machine, median_times, print_table  # first: it sets the thread count
 
 import nkipy_core
 from nkipy_core.compiler.fallback import FallbackWarning

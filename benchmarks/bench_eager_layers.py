@@ -28,8 +28,11 @@ from __future__ import annotations
 import argparse
 import tempfile
 
+# first: it sets the thread count before torch starts its pools
+from _timing import machine, median_times, print_table
+
+# isort: split
 import torch
-from _timing import machine, median_times, print_table  # first: it sets the thread count
 
 import nkipy_core
 from nkipy_core.buffers import memory

@@ -24,8 +24,11 @@ import time
 import traceback
 import warnings
 
+# first: it sets the thread count before torch starts its pools
+from _timing import machine, median_time, print_table
+
+# isort: split
 import torch
-from _timing import machine, median_time, print_table  # first: it sets the thread count
 
 import nkipy_core
 from nkipy_core.plugin import manager as plugins

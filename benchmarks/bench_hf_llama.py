@@ -24,8 +24,11 @@ import copy
 import sys
 from pathlib import Path
 
+# first: it sets the thread count before torch starts its pools
+from _timing import backends, machine, measure
+
+# isort: split
 import torch
-from _timing import backends, machine, measure  # first: it sets the thread count
 
 import nkipy_core
 

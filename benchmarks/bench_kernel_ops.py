@@ -22,9 +22,12 @@ import textwrap
 import time
 from pathlib import Path
 
+# first: it sets the thread count before torch starts its pools
+from _timing import machine, print_table
+
+# isort: split
 import numpy as np
 import torch
-from _timing import machine, print_table  # first: it sets the thread count
 from bench_forward import SIZES
 
 from nkipy_core.testing.models import LlamaBlock

@@ -19,8 +19,11 @@ import json
 import tempfile
 from pathlib import Path
 
+# first: it sets the thread count before torch starts its pools
+from _timing import machine, median_times, print_table
+
+# isort: split
 import torch
-from _timing import machine, median_times, print_table  # first: it sets the thread count
 
 import nkipy_core
 from nkipy_core.testing.models import LlamaConfig, LlamaModel

@@ -20,9 +20,12 @@ import argparse
 import os
 import tempfile
 
+# first: it sets the thread count before torch starts its pools
+from _timing import machine, median_time, print_table
+
+# isort: split
 import numpy as np
 import torch
-from _timing import machine, median_time, print_table  # first: it sets the thread count
 
 from nkipy_core import init_nkipy_backend
 from nkipy_core.plugin import manager as plugins

@@ -39,8 +39,11 @@ import traceback
 import types
 from pathlib import Path
 
+# first: it sets the thread count before torch starts its pools
+from _timing import machine, median_times, print_table
+
+# isort: split
 import torch
-from _timing import machine, median_times, print_table  # first: it sets the thread count
 
 import nkipy_core.dynamo.backend
 from nkipy_core.compiler.kernel_call import KernelCall, entry
