@@ -5,6 +5,8 @@ Import this module before torch: it makes every backend single-threaded unless t
 all read it). On a small shared machine, multi-threaded OpenMP/BLAS pools that spin while other
 processes hold the cores make timings erratic (tens of times slower at random), so one thread
 each is the reproducible default; ``OMP_NUM_THREADS=2 python benchmarks/...`` measures with two.
+XLA's CPU client ignores ``OMP_NUM_THREADS`` and sizes its pool by the CPUs the process may run
+on, so the process is also pinned to that many CPUs: every backend then gets the same cores.
 
 With ``NKIPY_BENCH_JSON=PATH`` set, every table a script prints is also appended to the JSON file
 at ``PATH`` (a list of tables: title, unit, rows in seconds, machine line), which
@@ -23,6 +25,9 @@ import time
 from collections.abc import Callable, Sequence
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+THREADS = int(os.environ["OMP_NUM_THREADS"])
+if hasattr(os, "sched_setaffinity"):
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:THREADS])
 
 
 def median_time(
@@ -76,7 +81,7 @@ def machine() -> str:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return (
         f"{platform.machine()} {os.cpu_count()} CPU(s), Python {platform.python_version()}, "
-        f"torch {torch.__version__} ({torch.get_num_threads()} intra-op threads); load average {load}"
+        f"torch {torch.__version__}, {THREADS} thread(s) per backend; load average {load}"
     )
 
 

@@ -94,6 +94,60 @@ def test_dot(dtype):
     assert_same(kernel, inputs, rtol=_rtol(dtype))
 
 
+def _dot_lines(kernel) -> list[str]:
+    from nkipy_runtime.stablehlo import emit_module
+
+    return [line.strip() for line in emit_module(kernel).splitlines() if "dot_general" in line]
+
+
+@pytest.mark.parametrize("dtype", [DType.bf16, DType.f16], ids=str)
+def test_a_half_float_dot_multiplies_the_half_floats_and_sums_in_f32(dtype):
+    """XLA's CPU backend runs a bf16 dot with an f32 result on its bf16 instructions, twice as
+    fast as an f32 dot of the widened operands. The dot of a half-float kernel and the f32 dot of
+    widened half floats (what a bf16 linear layer lowers to) both multiply the half floats; the
+    products are exact in f32, so the sums, of 512 terms here, match the reference's."""
+    a, b = _smooth((8, 512), dtype), _smooth((512, 16), dtype, seed=1)
+    kb = KernelBuilder("dot")
+    x, y = kb.param(TensorType(a.shape, dtype)), kb.param(TensorType(b.shape, dtype))
+    wide = [kb.emit("convert", [v], {"dtype": DType.f32}) for v in (x, y)]
+    kernel = kb.finish([kb.emit("dot", [x, y], {}), kb.emit("dot", wide, {})])
+    half = "bf16" if dtype is DType.bf16 else "f16"
+    dots = _dot_lines(kernel)
+    assert len(dots) == 2, dots
+    for line in dots:
+        assert line.endswith(f"(tensor<8x512x{half}>, tensor<512x16x{half}>) -> tensor<8x16xf32>")
+    assert_same(kernel, [a, b], rtol=_rtol(dtype))
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16], ids=str)
+def test_a_dot_contracts_a_swapped_operand_where_it_lies(dtype):
+    """A transposed weight (``x @ w.T``, a linear layer) is contracted along the weight's own
+    last axis rather than transposed first: XLA's CPU backend upcasts a bf16 dot that reads a
+    transpose. Both operands swapped, with a batch dimension, widened or not."""
+    a, a_t, w = (
+        _smooth((2, 4, 6), dtype),
+        _smooth((2, 6, 4), dtype, 1),
+        _smooth((2, 5, 6), dtype, 2),
+    )
+    kb = KernelBuilder("dot")
+    x, x_t, y = (kb.param(TensorType(v.shape, dtype)) for v in (a, a_t, w))
+    swap = {"perm": (0, 2, 1)}
+    y_t = kb.emit("transpose", [y], swap)
+    wide = [kb.emit("convert", [v], {"dtype": DType.f32}) for v in (x, y_t)]
+    kernel = kb.finish(
+        [
+            kb.emit("dot", [x, y_t], {}),
+            kb.emit("dot", wide, {}),
+            kb.emit("dot", [kb.emit("transpose", [x_t], swap), y_t], {}),
+        ]
+    )
+    dots = _dot_lines(kernel)
+    assert len(dots) == 3, dots
+    for line, lhs in zip(dots, (2, 2, 1)):  # the third's lhs is swapped too
+        assert f"lhs_contracting_dimensions = [{lhs}], rhs_contracting_dimensions = [2]" in line
+    assert_same(kernel, [a, a_t, w], rtol=_rtol(dtype))
+
+
 def test_dot_with_nan_and_inf():
     """inf * 0 and inf - inf make NaN whatever the order; the finite pool values sum exactly."""
     a, b = _special((4, 3), DType.f32), _special((3, 4), DType.f32, seed=1)

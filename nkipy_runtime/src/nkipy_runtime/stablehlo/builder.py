@@ -75,10 +75,16 @@ def _nested(array: np.ndarray) -> str:
 
 @attrs.frozen
 class Val:
-    """An SSA value of the module being written: its name (``%v3``) and its type."""
+    """An SSA value of the module being written: its name (``%v3``) and its type.
+
+    A value that only re-reads another one says so, for emitters that can read the other one
+    directly in a faster form (``dot``): ``widened_from`` a half float it converts exactly to
+    f32, ``swapped_from`` a value whose last two axes it swaps."""
 
     name: str
     type: TensorType
+    widened_from: Val | None = attrs.field(default=None, eq=False, repr=False)
+    swapped_from: Val | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def dtype(self) -> DType:
@@ -191,7 +197,11 @@ class FunctionBuilder:
     def convert(self, x: Val, dtype: DType) -> Val:
         if x.dtype is dtype:
             return x
-        return self.op("stablehlo.convert", [x], TensorType(x.shape, dtype))
+        result = self.op("stablehlo.convert", [x], TensorType(x.shape, dtype))
+        assert isinstance(result, Val)
+        if x.dtype.is_half and dtype is DType.f32:
+            return attrs.evolve(result, widened_from=x)
+        return result
 
     def broadcast(self, x: Val, shape: Sequence[int], dims: Sequence[int] | None = None) -> Val:
         """``broadcast_in_dim``; ``dims`` default to NumPy's trailing alignment."""

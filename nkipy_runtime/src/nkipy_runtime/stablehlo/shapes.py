@@ -8,6 +8,8 @@ the only composition is ``iota`` of booleans, which StableHLO has no iota for.
 
 from __future__ import annotations
 
+import attrs
+
 from nkipy_core.ir import ConstantData, DType, TensorType
 
 from .builder import FunctionBuilder, Val, i64_array
@@ -26,7 +28,12 @@ def _reshape(b: FunctionBuilder, result: TensorType, x: Val, *, shape: tuple[int
 
 @emits("transpose")
 def _transpose(b: FunctionBuilder, result: TensorType, x: Val, *, perm: tuple[int, ...]) -> Val:
-    return b.op("stablehlo.transpose", [x], result, {"permutation": i64_array(perm)})
+    value = b.op("stablehlo.transpose", [x], result, {"permutation": i64_array(perm)})
+    assert isinstance(value, Val)
+    rank = len(perm)
+    if rank >= 2 and perm == (*range(rank - 2), rank - 1, rank - 2):
+        return attrs.evolve(value, swapped_from=x)
+    return value
 
 
 @emits("slice")
