@@ -8,6 +8,7 @@ so the whole table runs in a few seconds; ``test_compiled.py`` covers the torch.
 
 from __future__ import annotations
 
+import importlib
 import math
 import operator
 
@@ -28,6 +29,8 @@ from nkipy_core.testing import assert_close_to_eager, upcast
 from nkipy_ops_base.plugin import RULES
 
 aten = torch.ops.aten
+#: the prim dynamo writes for ``addcmul_`` with a value (defined with dynamo's inductor prims)
+FMA = importlib.import_module("torch._inductor.inductor_prims").fma
 prims = torch.ops.prims
 f32, bf16, i64, i32, boolean = torch.float32, torch.bfloat16, torch.int64, torch.int32, torch.bool
 
@@ -164,6 +167,9 @@ def _binary_cases():
         yield case(aten.addcdiv.default, x, y, z, value=0.013, id=f"addcdiv-{dtype}")
         for weight in (0.1, 0.9):
             yield case(aten.lerp.Scalar, x, y, weight, id=f"lerp-{weight}-{dtype}")
+        # dynamo's addcmul_ (fma(t1 * t2, value, self)) and add_ with a tensor alpha
+        yield case(FMA, x, -0.37, z, id=f"fma-scalar-{dtype}")
+        yield case(FMA, x, y, z, id=f"fma-{dtype}")
     yield case(aten.pow.Tensor_Tensor, b, a)
     yield case(aten.pow.Tensor_Scalar, a, 2)
     yield case(aten.pow.Tensor_Scalar, t(5, dtype=i64, low=-3, high=3), 3, id="pow-int")

@@ -248,3 +248,29 @@ def test_run_host_converts_an_input_of_another_dtype_to_the_kernels():
     assert out.dtype == np.float32
     np.testing.assert_array_equal(out, x.astype(np.float32) * 2)
     np.testing.assert_array_equal(same, x.astype(np.float32))
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16, DType.u8], ids=str)
+def test_run_host_hands_out_large_results_in_place_as_writable_memory_of_their_own(dtype):
+    """A large result is the XLA buffer itself, viewed (no copy): writable, alive as long as the
+    array, and not shared with the inputs, another result or the next call's results."""
+    from nkipy_runtime.xla_bridge import VIEW_MIN_BYTES
+
+    shape = (64, VIEW_MIN_BYTES // 64)  # at least VIEW_MIN_BYTES for every dtype here
+    rt = XlaRuntime()
+    exe = rt.compile(add_kernel(dtype, shape), CompileOptions())
+    x, y = sample(dtype, shape), sample(dtype, shape, seed=1)
+    total, same = rt.run_host(exe, [x, y])
+    assert total.flags.writeable and same.flags.writeable and not total.flags.owndata
+    for out in (total, same):
+        assert not any(np.shares_memory(out, other) for other in (x, y))
+    assert not np.shares_memory(total, same)
+    expected = x + y
+    np.testing.assert_array_equal(total, expected)
+    np.testing.assert_array_equal(same, x)
+    same[...] = y  # a result is the caller's to write
+    again, _ = rt.run_host(exe, [x, y])
+    np.testing.assert_array_equal(again, expected)
+    np.testing.assert_array_equal(same, y)
+    del rt, exe, again
+    np.testing.assert_array_equal(total, expected)  # the buffer outlives the runtime's references

@@ -342,6 +342,18 @@ def addcdiv(ctx, x, tensor1, tensor2, *, value=1):
     return _pointwise_scaled(ctx, knp.divide, x, tensor1, tensor2, value)
 
 
+@RULES.register("prims::fma.default")  # by name: its module (torch._inductor) loads with dynamo
+def fma(ctx, a, b, c):
+    """``a * b + c``, what dynamo writes for ``t.addcmul_(t1, t2, value=v)``
+    (``fma(t1 * t2, v, t)``) and ``t.add_(other, alpha=tensor)``: AdamW's and SGD's updates in a
+    compiled ``optimizer.step``. As the prim's own implementation computes it, ``b`` (``value``)
+    read at the compute dtype, unrounded."""
+    require(ctx.out_dtype.is_float, "fma of integers")
+    return opmath(
+        ctx.out_dtype, lambda x, y, z: knp.add(knp.multiply(x, y), z), a, b, c, unrounded_at=(1,)
+    )
+
+
 @RULES.register(aten.lerp.Scalar)
 def lerp(ctx, x, end, weight):
     """``x + weight * (end - x)`` for a small weight (``|weight| < 0.5``), else

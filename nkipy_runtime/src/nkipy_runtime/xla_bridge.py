@@ -205,6 +205,39 @@ def execute_replicated(
     return [[np.asarray(out[i]) for out in outputs] for i in range(len(devices))]
 
 
+#: results from this size on are handed out in place rather than copied (``host_result``)
+VIEW_MIN_BYTES = 1 << 16
+
+
+class _Owner:
+    """The ``base`` of a NumPy view of an XLA CPU array's buffer: holds the array (so the buffer
+    lives as long as the view and whatever is made of it) and describes the buffer to NumPy."""
+
+    __slots__ = ("array", "__array_interface__")
+
+    def __init__(self, array: Any, itemsize: int):
+        self.array = array
+        self.__array_interface__ = {
+            "shape": tuple(array.shape),
+            "typestr": f"|u{itemsize}",
+            "data": (array.unsafe_buffer_pointer(), False),
+            "version": 3,
+        }
+
+
+def host_result(array: Any) -> np.ndarray:
+    """A kernel result on an XLA CPU device as writable host memory of its own.
+
+    A result is a fresh buffer that nothing else reads, so a large one is handed out where it
+    lies, as a writable view (a backward kernel's gradients are megabytes: a copy of each costs
+    as much as a fifth of the kernel); a small one is copied, which costs less than the view."""
+    dtype = np.dtype(array.dtype)
+    if array.size * dtype.itemsize < VIEW_MIN_BYTES:
+        return np.array(array)
+    array.block_until_ready()  # XLA writes its buffers asynchronously
+    return np.asarray(_Owner(array, dtype.itemsize)).view(dtype)
+
+
 def execute(executable: Any, arrays: list[Any]) -> list[Any]:
     """Run an executable on jax arrays (one per parameter); its outputs as new jax arrays, once
     they are computed. XLA runs asynchronously; waiting here makes the ``xla`` runtime as

@@ -43,6 +43,9 @@ class Boundary:
     #: the inputs with the conjugate or negative bit set: resolved before the call (dynamo
     #: guards the bits, so the inputs at these positions have them at every call)
     resolved_inputs: tuple[int, ...] = ()
+    #: per input: the memory order the kernel takes it in (``lower.input_orders``), passed
+    #: permuted into it; ``()``: every input as it is
+    input_orders: tuple[tuple[int, ...] | None, ...] = ()
 
 
 #: a kernel whose torch values are its arrays (real tensors without math bits)
@@ -117,6 +120,7 @@ class KernelCall(torch.nn.Module):
         self.complex_outputs = boundary.complex_outputs or (False,) * len(self.on_device)
         self._viewed_complex = any(self.complex_outputs)
         self._resolved_inputs = boundary.resolved_inputs
+        self._input_orders = boundary.input_orders
         #: the one output, returned as the kernel gives it (no tuple, no permutation, real)
         self.single = (
             not tuple_output and self.inverse_orders == (None,) and not self._viewed_complex
@@ -149,6 +153,11 @@ class KernelCall(torch.nn.Module):
     def forward(self, *args: torch.Tensor):
         if self._resolved_inputs:
             args = self._resolved(args)
+        if self._input_orders:
+            args = tuple(
+                a if order is None else a.permute(order)
+                for a, order in zip(args, self._input_orders)
+            )
         if self.host_path:
             arrays: list[np.ndarray] | None = None
             if self.host_views is not None:

@@ -22,7 +22,7 @@ from nkipy_core.cache.kernel_cache import STATS, KernelCache
 from nkipy_core.compiler import manifest, precompile
 from nkipy_core.compiler.kernel_call import PLAIN, Boundary, KernelCall
 from nkipy_core.compiler.key_parts import core_version, placeholder_key, runtime_tag, versions_key
-from nkipy_core.compiler.lower import lower_subgraph, output_orders
+from nkipy_core.compiler.lower import input_orders, lower_subgraph, output_orders
 from nkipy_core.compiler.lowering import tensor_type
 from nkipy_core.compiler.plan import RULE
 from nkipy_core.config.settings import Config
@@ -74,12 +74,14 @@ def boundary_of(sub: torch.fx.GraphModule) -> Boundary:
     result = next(iter(sub.graph.find_nodes(op="output"))).args[0]
     results = result if isinstance(result, (tuple, list)) else [result]
     inputs = [_val(n) for n in sub.graph.find_nodes(op="placeholder")]
+    orders = input_orders(sub)
     return Boundary(
         complex_inputs=any(v is not None and v.is_complex() for v in inputs),
         complex_outputs=tuple((v := _val(n)) is not None and v.is_complex() for n in results),
         resolved_inputs=tuple(
             i for i, v in enumerate(inputs) if v is not None and (v.is_conj() or v.is_neg())
         ),
+        input_orders=orders if any(o is not None for o in orders) else (),
     )
 
 

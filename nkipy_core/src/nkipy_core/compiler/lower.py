@@ -36,8 +36,31 @@ def output_orders(sub: torch.fx.GraphModule) -> tuple[tuple[int, ...] | None, ..
     )
 
 
+def input_orders(sub: torch.fx.GraphModule) -> tuple[tuple[int, ...] | None, ...]:
+    """Per input of a fused subgraph: the order of its dimensions in memory, outermost first,
+    when its example value is a CPU tensor in a dense layout other than row-major (a transposed
+    weight saved for backward, ``w.t()``); else ``None``.
+
+    The kernel takes such an input with its dimensions in that order, row-major, and transposes
+    it back first; the call passes the tensor permuted into that order, a view without a copy.
+    A runtime that needs row-major arrays (XLA) then reads the tensor where it lies instead of
+    copying it at every call, and a dot reads the transposed operand along its own axes. (Device
+    tensors are the runtime's arrays already, whatever their strides.)"""
+    return tuple(
+        _dense_order(val)
+        if isinstance(val := n.meta.get("val"), torch.Tensor) and val.is_cpu
+        else None
+        for n in sub.graph.find_nodes(op="placeholder")
+    )
+
+
 def _dense_order(value: Any) -> tuple[int, ...] | None:
-    if not isinstance(value, torch.Tensor) or value.is_contiguous() or value.storage_offset() != 0:
+    if (
+        not isinstance(value, torch.Tensor)
+        or value.is_contiguous()
+        or value.storage_offset() != 0
+        or value.numel() == 0
+    ):
         return None
     strides, sizes = value.stride(), value.shape
     order = tuple(sorted(range(value.dim()), key=lambda d: (-strides[d], d)))
@@ -53,6 +76,16 @@ def _value_order(value: Traced, order: tuple[int, ...]) -> tuple[int, ...]:
     """``order`` over the dims of the traced value: a complex output's real view keeps its pair
     dimension last."""
     return order if value.ndim == len(order) else (*order, len(order))
+
+
+def _param(builder: KernelBuilder, val: Any, order: tuple[int, ...] | None) -> Traced:
+    """A kernel parameter for an input, taken in its memory ``order`` (``input_orders``)."""
+    if order is None:
+        return builder.param(tensor_type(val))
+    param = builder.param(tensor_type(val.permute(order)))
+    with builder.building("input layout"):
+        perm = _value_order(param, inverse_permutation(order))
+        return builder.emit("transpose", [param], {"perm": perm})
 
 
 def lower_subgraph(sub: torch.fx.GraphModule, name: str):
@@ -73,9 +106,10 @@ def trace_subgraph(sub: torch.fx.GraphModule, name: str):
     builder = KernelBuilder(name)
     env: dict[torch.fx.Node, Any] = {}
     outputs: list[Traced] = []
+    orders = iter(input_orders(sub))
     for node in sub.graph.nodes:
         if node.op == "placeholder":
-            env[node] = builder.param(tensor_type(node.meta["val"]))
+            env[node] = _param(builder, node.meta["val"], next(orders))
         elif node.op == "call_function" and node.target is operator.getitem:
             env[node] = env[node.args[0]][node.args[1]]
         elif node.op == "call_function":
