@@ -17,6 +17,7 @@ from nkipy_core.compiler.plan import RULE
 from nkipy_core.errors import LoweringError
 from nkipy_core.ir.builder import KernelBuilder, Traced
 from nkipy_core.ir.passes import simplify
+from nkipy_core.ir.types import TensorType
 from nkipy_core.ir.verify import verify
 
 
@@ -48,27 +49,22 @@ def input_orders(sub: torch.fx.GraphModule) -> tuple[tuple[int, ...] | None, ...
     tensors are the runtime's arrays already, whatever their strides.)"""
     return tuple(
         _dense_order(val)
-        if isinstance(val := n.meta.get("val"), torch.Tensor) and val.is_cpu
+        if isinstance(val := n.meta.get("val"), torch.Tensor) and val.is_cpu and val.numel()
         else None
         for n in sub.graph.find_nodes(op="placeholder")
     )
 
 
 def _dense_order(value: Any) -> tuple[int, ...] | None:
-    if (
-        not isinstance(value, torch.Tensor)
-        or value.is_contiguous()
-        or value.storage_offset() != 0
-        or value.numel() == 0
-    ):
+    if not isinstance(value, torch.Tensor) or value.is_contiguous() or value.storage_offset() != 0:
         return None
     strides, sizes = value.stride(), value.shape
     order = tuple(sorted(range(value.dim()), key=lambda d: (-strides[d], d)))
-    permuted = torch.empty([sizes[d] for d in order], device="meta").permute(
-        inverse_permutation(order)
-    )
-    if any(n > 1 and a != b for n, a, b in zip(sizes, permuted.stride(), strides)):
-        return None  # overlapping or with gaps: not a permutation of a dense layout
+    expected = 1  # the stride of each dimension in a dense layout of that order, innermost first
+    for d in reversed(order):
+        if sizes[d] > 1 and strides[d] != expected:
+            return None  # overlapping or with gaps: not a permutation of a dense layout
+        expected *= sizes[d]
     return order
 
 
@@ -82,10 +78,11 @@ def _param(builder: KernelBuilder, val: Any, order: tuple[int, ...] | None) -> T
     """A kernel parameter for an input, taken in its memory ``order`` (``input_orders``)."""
     if order is None:
         return builder.param(tensor_type(val))
-    param = builder.param(tensor_type(val.permute(order)))
+    logical = tensor_type(val)
+    order = order if len(logical.shape) == len(order) else (*order, len(order))  # complex pairs
+    param = builder.param(TensorType(tuple(logical.shape[d] for d in order), logical.dtype))
     with builder.building("input layout"):
-        perm = _value_order(param, inverse_permutation(order))
-        return builder.emit("transpose", [param], {"perm": perm})
+        return builder.emit("transpose", [param], {"perm": inverse_permutation(order)})
 
 
 def lower_subgraph(sub: torch.fx.GraphModule, name: str):
