@@ -1,6 +1,6 @@
 """transformers' ``LlamaForCausalLM``: prefill, greedy generation and a training step, nkipy vs eager vs inductor.
 
-Three tables from one run, each with a row for eager, inductor and nkipy on every available
+Four tables from one run, each with a row for eager, inductor and nkipy on every available
 runtime (``cpu``; ``xla`` when nkipy-runtime[xla] is installed), all on CPU tensors:
 
 - forward: one call over the prompt (``use_cache=False``), the prefill's work;
@@ -8,7 +8,8 @@ runtime (``cpu``; ``xla`` when nkipy-runtime[xla] is installed), all on CPU tens
   over a ``StaticCache``), reported as time per generated token so that ratios read like the
   other tables (tokens/s in the notes);
 - training step: forward with the language-modelling loss, backward and ``AdamW.step``
-  (dropout off, so every row computes the same numbers).
+  (dropout off, so every row computes the same numbers); then the same step with
+  ``optimizer.step`` compiled by the row's backend too (``torch.compile(optimizer.step)``).
 
 Before timing, each compiled row is checked against eager: logits within 1e-4, the same greedy
 tokens, the first step's loss within 1e-4. The model is a random Llama of a medium size (the
@@ -112,28 +113,33 @@ def main() -> None:
         note=lambda seconds: f"{1 / seconds:.1f} tokens/s",
     )
 
-    def training_row(compile_fn):
+    def training_row(compile_fn, compile_optimizer=False):
         trained = copy.deepcopy(model).train()
         fn = compile_fn(trained)
         optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-4)
+        update = compile_fn(optimizer.step) if compile_optimizer else optimizer.step
 
         def step():
             optimizer.zero_grad()
             loss = fn(input_ids=batch, labels=batch).loss
             loss.backward()
-            optimizer.step()
+            update()
             return loss.detach()
 
         return step, step
 
-    measure(
-        f"LlamaForCausalLM training step (forward, backward, AdamW), {size}; batch {args.batch} x {args.seq}",
-        "ms/call",
-        compilers,
-        training_row,
-        close,
-        args.repeat,
-    )
+    for compile_optimizer, what in ((False, "AdamW"), (True, "AdamW compiled by the same backend")):
+        measure(
+            f"LlamaForCausalLM training step (forward, backward, {what}), {size}; "
+            f"batch {args.batch} x {args.seq}",
+            "ms/call",
+            compilers,
+            lambda compile_fn, compile_optimizer=compile_optimizer: training_row(
+                compile_fn, compile_optimizer
+            ),
+            close,
+            args.repeat,
+        )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import torch.fx
 from torch.utils._pytree import tree_map
 
 from nkipy_core import LoweringContext, LoweringRegistry, Unsupported
-from nkipy_core.compiler.lower import lower_subgraph, output_orders
+from nkipy_core.compiler.lower import input_orders, lower_subgraph, output_orders
 from nkipy_core.compiler.lowering import Layout
 from nkipy_core.compiler.plan import RULE
 from nkipy_core.compiler.rng import RNG_KWARG, RandomStream, key_tensor
@@ -2227,8 +2227,12 @@ def _traced(op, rule, args, kwargs, expected):
         graph.output(node)
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     kernel = lower_subgraph(gm, "case")
+    # a transposed input goes in permuted into its memory order, as the kernel's call passes it
+    arrays = [
+        torch_to_numpy(i if o is None else i.permute(o)) for i, o in zip(inputs, input_orders(gm))
+    ]
     with np.errstate(all="ignore"):  # as the cpu runtime runs kernels: inf and nan are values
-        outputs = codegen.load(codegen.generate(kernel))(*(torch_to_numpy(i) for i in inputs))
+        outputs = codegen.load(codegen.generate(kernel))(*arrays)
     # a transposed output comes in its memory order (a complex one's pair dim last); the
     # kernel's call permutes it back
     results = iter(
