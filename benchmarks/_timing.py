@@ -190,11 +190,13 @@ def measure(
     repeat: int,
     per: int = 1,
     note: Callable[[float], str] | None = None,
+    warmup: int = 1,
 ) -> None:
     """A row per compiler (``backends()``), each timing its ``run`` after checking its first
     result against eager's with ``check``. ``make(compile_fn) -> (run, result)``: ``result()``
     runs once (compiling) and returns what ``check`` compares; the figure printed is the median
-    time of ``run`` divided by ``per``."""
+    time of ``run`` divided by ``per``, after ``warmup`` untimed runs (a compiled optimizer
+    step compiles again on its second call, once its state exists)."""
     import traceback
 
     import torch
@@ -209,7 +211,7 @@ def measure(
                 expected = got
             else:
                 check(got, expected)
-            seconds = median_time(run, warmup=1, repeat=repeat) / per
+            seconds = median_time(run, warmup=warmup, repeat=repeat) / per
             times.append((name, seconds))
             if note:
                 notes[name] = note(seconds)

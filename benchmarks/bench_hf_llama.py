@@ -139,6 +139,7 @@ def main() -> None:
             ),
             close,
             args.repeat,
+            warmup=3,
         )
 
 
