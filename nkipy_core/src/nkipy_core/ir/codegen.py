@@ -20,7 +20,7 @@ from ml_dtypes import bfloat16
 from nkipy_core.ir.graph import Kernel, Op, Value
 from nkipy_core.ir.half_float import HalfFloat, half_float_rule
 from nkipy_core.ir.numpy_support import HELPERS
-from nkipy_core.ir.primitives import primitive
+from nkipy_core.ir.primitives import PRIMITIVES, primitive
 from nkipy_core.ir.types import DType, TensorType
 
 #: the names generated code may use; also the globals the cpu runtime executes it with
@@ -94,6 +94,73 @@ def _implicit_broadcasts(kernel: Kernel) -> dict[int, tuple[Value, ...]]:
     return operands
 
 
+#: primitives whose NumPy result is an array of its own (for a result of rank 1 or more) and that
+#: keep no view of their operands: a value made by one, and read only by such ones, holds a buffer
+#: that nothing else can reach once its last reader has run
+_OWN_RESULT = frozenset(
+    {name for name in PRIMITIVES if PRIMITIVES[name].ufunc} | {"select", "convert", "reduce"}
+)
+
+
+def _buffer_reuse(
+    emitted: Sequence[tuple[Op, tuple[Value, ...]]], load_time: set[int], outputs: Sequence[Value]
+) -> dict[int, Value]:
+    """For each op that may write its result into the buffer of a value no longer needed, that
+    value (``v7 = np.add(v5, v6, out=v5)``): a kernel then allocates about what inductor's
+    generated code would, not a new array per op, and the buffers it writes are still in the
+    cache.
+
+    An elementwise op writes into an operand of its type that it reads last (NumPy's ufuncs
+    allow it: each element is read before it is written), else into a dead buffer of its type.
+    A ``dot`` writes only into a dead buffer known to be row-major (one ``np.matmul`` made; BLAS
+    needs that layout), never into an operand (NumPy would copy the operand first). Half-float
+    ops compute in f32 and round (``half_float_rule``): they keep their own form. Outputs,
+    parameters and load-time values never lend their buffers, nor does a value that something
+    holds a view of."""
+    last_use: dict[int, int] = {}
+    viewed: set[int] = set()
+    for i, (op, operands) in enumerate(emitted):
+        for v in operands:
+            last_use[v.id] = i
+            if op.prim not in _OWN_RESULT:
+                viewed.add(v.id)
+    kept = {v.id for v in outputs} | load_time | viewed
+    lends = {
+        op.result.id
+        for op, _ in emitted
+        if op.prim in _OWN_RESULT and op.result.type.rank and op.result.id not in kept
+    }
+    row_major: set[int] = set()  # values whose buffer np.matmul made
+    free: dict[tuple[TensorType, bool], list[Value]] = {}  # dead buffers by type and layout
+    reuse: dict[int, Value] = {}
+    for i, (op, operands) in enumerate(emitted):
+        t = op.result.type
+        if (
+            PRIMITIVES[op.prim].ufunc
+            and t.rank
+            and op.result.id not in load_time
+            and half_float_rule(op.prim, [v.type for v in operands], t) is HalfFloat.EXACT
+        ):
+            dying = [
+                v
+                for v in operands
+                if op.prim != "dot" and v.id in lends and v.type == t and last_use[v.id] == i
+            ]
+            pools = [(t, True)] if op.prim == "dot" else [(t, False), (t, True)]
+            pool = next((free[k] for k in pools if free.get(k)), None)
+            if dying or pool:
+                buffer = dying[0] if dying else pool.pop()
+                reuse[op.result.id] = buffer
+                if buffer.id in row_major:
+                    row_major.add(op.result.id)
+        if op.prim == "dot" and op.result.id not in reuse:
+            row_major.add(op.result.id)
+        for v in dict.fromkeys(operands):
+            if v.id in lends and last_use[v.id] == i and reuse.get(op.result.id) is not v:
+                free.setdefault((v.type, v.id in row_major), []).append(v)
+    return reuse
+
+
 @functools.lru_cache(maxsize=1)
 def _helpers_source() -> str:
     """The helpers' source, copied into every module: read once (``inspect`` reads and tokenizes
@@ -104,9 +171,10 @@ def _helpers_source() -> str:
 def generate(kernel: Kernel) -> str:
     """Source of a module whose ``kernel`` function computes ``kernel``.
 
-    Two things differ from one line per op in program order: values that depend on no parameter
-    are computed at module level, once, and a broadcast feeding an elementwise op is left to
-    NumPy's implicit broadcasting (and not written at all if nothing else reads it)."""
+    Three things differ from one line per op in program order: values that depend on no
+    parameter are computed at module level, once; a broadcast feeding an elementwise op is left to
+    NumPy's implicit broadcasting (and not written at all if nothing else reads it); and an op
+    writes into a buffer that no value needs any more where it can (``_buffer_reuse``)."""
     helpers = _helpers_source()
     params = ", ".join(p.name for p in kernel.params)
     substituted = _implicit_broadcasts(kernel)
@@ -119,15 +187,14 @@ def generate(kernel: Kernel) -> str:
             live.update(v.id for v in operands)
             emitted.append((op, operands))
     emitted.reverse()
+    reuse = _buffer_reuse(emitted, load_time, kernel.outputs)
 
     def line(op: Op, operands: tuple[Value, ...], indent: str, wrap: str = "{}") -> str:
-        expr = expression(
-            op.prim,
-            [v.name for v in operands],
-            op.params,
-            [v.type for v in operands],
-            op.result.type,
-        )
+        names = [v.name for v in operands]
+        if op.result.id in reuse:
+            expr = f"{primitive(op.prim).ufunc}({', '.join(names)}, out={reuse[op.result.id].name})"
+        else:
+            expr = expression(op.prim, names, op.params, [v.type for v in operands], op.result.type)
         comment = f"  # {op.origin}" if op.origin else ""
         return f"{indent}{op.result.name} = {wrap.format(expr)}{comment}"
 

@@ -9,6 +9,7 @@ NumPy arrays. ``docs/primitives.md`` is generated from the same table.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,6 +39,9 @@ class Primitive:
     #: elementwise over operands of one shape, so NumPy's implicit broadcasting of smaller operands
     #: gives the same values: generated code passes a ``broadcast``'s operand instead of its result
     broadcasting: bool = False
+    #: the NumPy ufunc ``emit`` amounts to, called on the operands alone (``"np.add"``): generated
+    #: code may then pass it ``out=``, a buffer no other value needs any more (``codegen``)
+    ufunc: str | None = None
 
 
 PRIMITIVES: dict[str, Primitive] = {}
@@ -53,9 +57,19 @@ def _define(
     collective: bool = False,
     folds: bool = True,
     broadcasting: bool = False,
+    ufunc: str | None = None,
 ):
     PRIMITIVES[name] = Primitive(
-        name, arity, infer, emit, doc, half, collective, folds and not collective, broadcasting
+        name,
+        arity,
+        infer,
+        emit,
+        doc,
+        half,
+        collective,
+        folds and not collective,
+        broadcasting,
+        ufunc,
     )
 
 
@@ -103,6 +117,26 @@ _UNARY_NUMERIC = {"neg": "-{0}", "abs": "np.abs({0})", "sign": "np.sign({0})"}
 _UNARY_LOGICAL = {"not": "np.logical_not({0})", "bitwise_not": "np.invert({0})"}
 #: unary primitives whose result is pred
 _PREDICATES = ("isnan", "isinf", "signbit", "not")
+#: the ufuncs of the elementwise primitives not written as ``np.<ufunc>(...)`` (``_ufunc``)
+_OPERATOR_UFUNCS = {
+    "neg": "np.negative",
+    "add": "np.add",
+    "sub": "np.subtract",
+    "mul": "np.multiply",
+    "div": "np.divide",
+}
+
+
+def _ufunc(name: str, fmt: str) -> str | None:
+    """The ufunc of an elementwise primitive whose NumPy form is one ufunc call on its operands
+    (``np.exp({0})``, ``{0} + {1}``); None for a composite form (``1 / np.sqrt({0})``) and for
+    ``np.round``, which is not a ufunc."""
+    if name in _OPERATOR_UFUNCS:
+        return _OPERATOR_UFUNCS[name]
+    call = re.fullmatch(r"(np\.\w+)\(\{0\}(?:, \{1\})?\)", fmt)
+    if call and isinstance(getattr(np, call.group(1)[3:], None), np.ufunc):
+        return call.group(1)
+    return None
 
 
 def _infer_unary(name: str, kind: str) -> Infer:
@@ -131,6 +165,7 @@ for _table, _kind in (
             (lambda fmt: lambda x: fmt.format(x))(_fmt),
             f"elementwise `{_fmt.format('x')}`",
             half=_kind != "any" and _name not in _PREDICATES,
+            ufunc=_ufunc(_name, _fmt),
         )
 
 _BINARY_ARITH = {
@@ -184,6 +219,7 @@ for _name, _fmt in {**_BINARY_ARITH, **_BINARY_LOGICAL}.items():
         f"elementwise `{_fmt.format('a', 'b')}`; operands of one type and shape",
         half=_name in _BINARY_ARITH,
         broadcasting=True,
+        ufunc=_ufunc(_name, _fmt),
     )
 for _name, _sym in _COMPARE.items():
     _define(
@@ -455,6 +491,7 @@ _define(
     lambda a, b: f"np.matmul({a}, {b})",
     "batched matrix product `a @ b` over equal leading batch dims",
     half=True,
+    ufunc="np.matmul",
 )
 
 
