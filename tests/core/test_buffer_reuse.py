@@ -6,10 +6,12 @@ import re
 
 import numpy as np
 import pytest
+import torch
 
 from nkipy_core import knp
 from nkipy_core.ir import DType, KernelBuilder, TensorType, codegen, verify
 from nkipy_core.ir.passes import simplify
+from nkipy_core.runtime.cpu import CpuRuntime
 
 F32 = DType.f32
 RNG = np.random.default_rng(0)
@@ -129,3 +131,61 @@ def test_every_call_returns_fresh_results():
     (second,) = kernel(x)
     assert not np.shares_memory(first, second)
     np.testing.assert_allclose(first, np.exp(np.float32(2.0)) * 2.0, rtol=1e-6)
+
+
+LARGE = TensorType((256, 256), F32)  # 256 KiB: over codegen.RECYCLE_MIN_BYTES
+
+
+def large_kernel_executable():
+    runtime = CpuRuntime()
+    kernel = trace(lambda x: (knp.exp(x) * 2.0, x + 1.0), LARGE)
+    return runtime, runtime.compile(kernel, None)
+
+
+def address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+def test_a_large_output_nothing_holds_is_written_again_on_the_next_call():
+    runtime, executable = large_kernel_executable()
+    assert executable.recycled == (0, 1)
+    x = RNG.standard_normal(LARGE.shape).astype(np.float32)
+    first = runtime.run_host(executable, [x])
+    where = [address(a) for a in first]
+    del first
+    second = runtime.run_host(executable, [x + 1])
+    assert [address(a) for a in second] == where
+    assert (executable.reused, executable.allocated) == (2, 2)
+    np.testing.assert_allclose(second[0], np.exp(x + 1) * 2.0, rtol=1e-6)
+    np.testing.assert_allclose(second[1], x + 2.0, rtol=1e-6)
+
+
+def test_an_output_still_held_anywhere_is_never_written():
+    runtime, executable = large_kernel_executable()
+    x = RNG.standard_normal(LARGE.shape).astype(np.float32)
+    held = runtime.run_host(executable, [x])[0]  # the other output is dropped
+    row = held[3]  # a NumPy view
+    tensor = torch.from_numpy(runtime.run_host(executable, [x])[0])  # a torch tensor
+    del held
+    for y in (x + 1, x + 2):
+        runtime.run_host(executable, [y])
+    np.testing.assert_allclose(row, np.exp(x[3]) * 2.0, rtol=1e-6)
+    np.testing.assert_allclose(tensor.numpy(), np.exp(x) * 2.0, rtol=1e-6)
+    assert executable.reused > 0  # the dropped second output was written again
+
+
+def test_compiled_results_the_caller_keeps_stay_as_computed():
+    fn = torch.compile(lambda x: torch.exp(x) * 2 + x, backend="nkipy", options={"runtime": "cpu"})
+    xs = [torch.randn(256, 256) for _ in range(4)]
+    kept = [fn(x) for x in xs[:2]]
+    view = fn(xs[2])[:5]
+    for x in xs:
+        fn(x)  # results dropped: their memory is written by the next call
+    for x, got in zip(xs, kept):
+        torch.testing.assert_close(got, torch.exp(x) * 2 + x)
+    torch.testing.assert_close(view, (torch.exp(xs[2]) * 2 + xs[2])[:5])
+
+
+def test_small_outputs_are_allocated_as_numpy_does():
+    source = codegen.generate(trace(lambda x: knp.exp(x) * 2.0, TensorType((64, 64), F32)))
+    assert "out=out" not in source and "def kernel(v0):" in source

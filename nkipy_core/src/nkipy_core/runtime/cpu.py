@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import threading
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
@@ -87,7 +89,15 @@ _ERRSTATE = _errstate_ignore()
 
 
 class CpuExecutable:
-    """A kernel as NumPy code that nkipy generated from it; ``source`` is that code."""
+    """A kernel as NumPy code that nkipy generated from it; ``source`` is that code.
+
+    Its large outputs (``codegen.recycled_outputs``) are written into the arrays the same
+    outputs were on the previous call when nothing holds those any more: a NumPy array that
+    owns its memory is only reachable through references to it (every view, torch tensor made by
+    ``torch.from_numpy`` and buffer export holds one), so an array this object alone refers to is
+    free. An optimizer step's new parameters, or a training step's activations and gradients,
+    are dropped before the next call and their memory is written again instead of allocated
+    anew. The arrays of the last call are held until the next, which is the memory cost."""
 
     def __init__(self, kernel: Kernel, communicator: TorchDistributedCommunicator):
         self.kernel = kernel
@@ -98,6 +108,27 @@ class CpuExecutable:
             filename=f"<nkipy cpu kernel {hash(self.source) & 0xFFFF:04x}>",
             communicator=communicator,
         )
+        self.recycled = codegen.recycled_outputs(kernel)
+        self._run = self._recycling if self.recycled else self._fn
+        self._spare: list[np.ndarray] = []  # the recycled outputs of the last call
+        self._take = threading.Lock()  # two threads never get the same spare array
+        #: how many outputs were written into a spare array and how many were new (tests)
+        self.reused = self.allocated = 0
+
+    def _recycling(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
+        with self._take:
+            spare, self._spare = self._spare, []
+        out: list[np.ndarray | None] = [None] * len(self.signature.outputs)
+        for k, index in enumerate(self.recycled[: len(spare)]):
+            # referred to by ``spare`` and getrefcount's argument: by nothing else
+            if sys.getrefcount(spare[k]) == 2:
+                out[index] = spare[k]
+        reused = sum(o is not None for o in out)
+        self.reused += reused
+        self.allocated += len(self.recycled) - reused
+        results = self._fn(*arrays, out=tuple(out))
+        self._spare = [results[i] for i in self.recycled]
+        return results
 
     if _ERRSTATE is not None:
 
@@ -109,14 +140,14 @@ class CpuExecutable:
             variable, ignore = _ERRSTATE
             token = variable.set(ignore)
             try:
-                return self._fn(*arrays)
+                return self._run(*arrays)
             finally:
                 variable.reset(token)
     else:
 
         def __call__(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
             with np.errstate(all="ignore"):
-                return self._fn(*arrays)
+                return self._run(*arrays)
 
     def artifacts(self) -> Mapping[str, bytes]:
         data = json.dumps(kernel_data(self.kernel), indent=1, sort_keys=True)
