@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
@@ -110,14 +109,17 @@ class CpuExecutable:
         )
         self.recycled = codegen.recycled_outputs(kernel)
         self._run = self._recycling if self.recycled else self._fn
-        self._spare: list[np.ndarray] = []  # the recycled outputs of the last call
-        self._take = threading.Lock()  # two threads never get the same spare array
+        #: the recycled outputs of the last call, in a list that ``_recycling`` pops: a pop is
+        #: atomic, so two threads never get the same arrays
+        self._spare: list[list[np.ndarray]] = []
         #: how many outputs were written into a spare array and how many were new (tests)
         self.reused = self.allocated = 0
 
     def _recycling(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
-        with self._take:
-            spare, self._spare = self._spare, []
+        try:
+            spare = self._spare.pop()
+        except IndexError:
+            spare = []
         out: list[np.ndarray | None] = [None] * len(self.signature.outputs)
         for k, index in enumerate(self.recycled[: len(spare)]):
             # referred to by ``spare`` and getrefcount's argument: by nothing else
@@ -127,7 +129,7 @@ class CpuExecutable:
         self.reused += reused
         self.allocated += len(self.recycled) - reused
         results = self._fn(*arrays, out=tuple(out))
-        self._spare = [results[i] for i in self.recycled]
+        self._spare = [[results[i] for i in self.recycled]]
         return results
 
     if _ERRSTATE is not None:
