@@ -121,3 +121,28 @@ def test_convolution_on_xla_matches_the_reference(dtype, native, monkeypatch):
     assert_same(
         _kernel(dtype), _inputs(dtype), rtol=(1 if dtype.is_half else 64) * eps, atol=64 * eps
     )
+
+
+def test_a_depthwise_convolution_read_by_two_reductions_is_summed_once():
+    # a LayerNorm over channels after a depthwise conv, as in ConvNeXt: without the barrier XLA
+    # fused the tap sum into the mean's, the variance's and the output's loops alike (12x slower)
+    kb = KernelBuilder("dw_norm")
+    x = kb.param(TensorType((2, 8, 6, 6), DType.f32))
+    w = kb.param(TensorType((8, 1, 7, 7), DType.f32))
+    y = kb.emit("conv", [x, w], _full((2, 8, 6, 6), dict(low=(3, 3), high=(3, 3), groups=8)))
+    mean = kb.emit("reduce", [y], {"kind": "sum", "axes": (1,), "keepdims": True})
+    centred = kb.emit("sub", [y, kb.emit("broadcast", [mean], {"shape": (2, 8, 6, 6)})], {})
+    square = kb.emit("mul", [centred, centred], {})
+    kernel = kb.finish(
+        [kb.emit("reduce", [square], {"kind": "sum", "axes": (1,), "keepdims": True}), centred]
+    )
+    assert "stablehlo.optimization_barrier" in emit_module(kernel, native_convolution=False)
+    rng = np.random.default_rng(0)
+    inputs = [
+        rng.standard_normal((2, 8, 6, 6)).astype(np.float32),
+        rng.standard_normal((8, 1, 7, 7)).astype(np.float32),
+    ]
+    assert_same(kernel, inputs, rtol=1e-5, atol=1e-5)
+    executable = xla_runtime.XlaRuntime().compile(kernel, None)
+    optimized = executable.compiled.hlo_modules()[0].to_string()
+    assert "opt-barrier" in optimized  # XLA kept it: the taps are summed before either reduction

@@ -155,6 +155,10 @@ class Uploader:
         return arrays
 
 
+#: the XLA pass that removes ``stablehlo.optimization_barrier``s, disabled for CPU executables
+KEPT_BARRIERS = "cse_barrier_expander"
+
+
 def compile_stablehlo(stablehlo: str, device: Any) -> Any:
     """An XLA executable of ``stablehlo`` loaded on ``device``."""
     return compile_replicated(stablehlo, [device])
@@ -173,6 +177,11 @@ def compile_replicated(stablehlo: str, devices: Sequence[Any]) -> Any:
     options.device_assignment = xla_client.DeviceAssignment.create(
         np.array([[d.id] for d in devices])
     )
+    if devices[0].platform == "cpu":
+        # XLA's CPU pipeline drops optimization barriers before fusion ("cse_barrier_expander");
+        # kept, they stop it from recomputing a value inside each of its consumers (see
+        # ``stablehlo/convolution.py``). Only this executable's options change.
+        options.executable_build_options.debug_options.xla_disable_hlo_passes = KEPT_BARRIERS
     try:
         return devices[0].client.compile_and_load(
             stablehlo.encode(),

@@ -155,6 +155,10 @@ def _depthwise(
         term = b.binary("multiply", values, weights)
         total = term if total is None else b.binary("add", total, term)
     assert total is not None
+    # XLA fuses an elementwise producer into each consumer, and recomputes it in each: the taps
+    # would be summed again by every reduction that reads the result (a LayerNorm's or a batch
+    # norm's mean and variance, 12x the convolution's own time). The barrier keeps it one loop.
+    (total,) = b.op("stablehlo.optimization_barrier", [total], [total.type])
     return b.reshape(total, result.shape)
 
 
