@@ -190,9 +190,9 @@ def _buffer_reuse(
                 if op.prim != "dot" and v.id in lends and v.type == t and last_use[v.id] == i
             ]
             pools = [(t, True)] if op.prim == "dot" else [(t, False), (t, True)]
-            pool = next((free[k] for k in pools if free.get(k)), None)
-            if dying or pool:
-                buffer = dying[0] if dying else pool.pop()
+            pool = next((free[k] for k in pools if free.get(k)), [])
+            buffer = dying[0] if dying else pool.pop() if pool else None
+            if buffer is not None:
                 reuse[op.result.id] = buffer
                 if buffer.id in row_major:
                     row_major.add(op.result.id)
