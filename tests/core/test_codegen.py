@@ -7,23 +7,13 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from ir_trace import trace
 
 from nkipy_core import knp
-from nkipy_core.ir import DType, KernelBuilder, TensorType, codegen, verify
-from nkipy_core.ir.passes import simplify
+from nkipy_core.ir import DType, TensorType, codegen
 from nkipy_core.runtime.cpu import CpuRuntime
 
 F32 = DType.f32
-
-
-def trace(fn, *types):
-    builder = KernelBuilder("k")
-    params = [builder.param(t) for t in types]
-    with builder.building("test"):
-        out = fn(*params)
-    kernel = simplify(builder.finish(out if isinstance(out, tuple) else (out,)))
-    verify(kernel)
-    return kernel
 
 
 def body(source: str) -> str:
