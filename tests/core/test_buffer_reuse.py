@@ -3,6 +3,7 @@
 unchanged, and its source is read for which buffers it reuses and which it must not."""
 
 import re
+import weakref
 
 import numpy as np
 import pytest
@@ -140,14 +141,23 @@ def test_a_large_output_nothing_holds_is_written_again_on_the_next_call():
     runtime, executable = large_kernel_executable()
     assert executable.recycled == (0, 1)
     x = RNG.standard_normal(LARGE.shape).astype(np.float32)
-    first = runtime.run_host(executable, [x])
-    where = [address(a) for a in first]
-    del first
+    runtime.run_host(executable, [x])  # a first call keeps nothing
     second = runtime.run_host(executable, [x + 1])
-    assert [address(a) for a in second] == where
-    assert (executable.reused, executable.allocated) == (2, 2)
-    np.testing.assert_allclose(second[0], np.exp(x + 1) * 2.0, rtol=1e-6)
-    np.testing.assert_allclose(second[1], x + 2.0, rtol=1e-6)
+    where = [address(a) for a in second]
+    del second
+    third = runtime.run_host(executable, [x + 2])
+    assert [address(a) for a in third] == where
+    assert (executable.reused, executable.allocated) == (2, 4)
+    np.testing.assert_allclose(third[0], np.exp(x + 2) * 2.0, rtol=1e-6)
+    np.testing.assert_allclose(third[1], x + 3.0, rtol=1e-6)
+
+
+def test_a_kernel_called_once_holds_none_of_its_outputs():
+    runtime, executable = large_kernel_executable()
+    (result, _) = runtime.run_host(executable, [np.zeros(LARGE.shape, np.float32)])
+    released = weakref.ref(result)
+    del result
+    assert released() is None  # freed when the caller dropped it, not held for a next call
 
 
 def test_an_output_still_held_anywhere_is_never_written():

@@ -96,7 +96,9 @@ class CpuExecutable:
     ``torch.from_numpy`` and buffer export holds one), so an array this object alone refers to is
     free. An optimizer step's new parameters, or a training step's activations and gradients,
     are dropped before the next call and their memory is written again instead of allocated
-    anew. The arrays of the last call are held until the next, which is the memory cost."""
+    anew. From its second call on, an executable holds the arrays of its last call until the
+    next, which is the memory this costs; a kernel called once (a prefill, a shape seen once)
+    holds nothing."""
 
     def __init__(self, kernel: Kernel, communicator: TorchDistributedCommunicator):
         self.kernel = kernel
@@ -129,7 +131,8 @@ class CpuExecutable:
         self.reused += reused
         self.allocated += len(self.recycled) - reused
         results = self._fn(*arrays, out=tuple(out))
-        self._spare = [[results[i] for i in self.recycled]]
+        if self.reused + self.allocated > len(self.recycled):  # not the first call
+            self._spare = [[results[i] for i in self.recycled]]
         return results
 
     if _ERRSTATE is not None:
