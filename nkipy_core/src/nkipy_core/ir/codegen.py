@@ -235,12 +235,10 @@ def generate(kernel: Kernel) -> str:
 
     def line(op: Op, operands: tuple[Value, ...], indent: str, wrap: str = "{}") -> str:
         names = [v.name for v in operands]
-        if op.result.id in recycled:
-            expr = (
-                f"{primitive(op.prim).ufunc}({', '.join(names)}, out=out[{recycled[op.result.id]}])"
-            )
-        elif op.result.id in reuse:
-            expr = f"{primitive(op.prim).ufunc}({', '.join(names)}, out={reuse[op.result.id].name})"
+        i = op.result.id
+        target = f"out[{recycled[i]}]" if i in recycled else reuse[i].name if i in reuse else None
+        if target is not None:
+            expr = f"{primitive(op.prim).ufunc}({', '.join(names)}, out={target})"
         else:
             expr = expression(op.prim, names, op.params, [v.type for v in operands], op.result.type)
         comment = f"  # {op.origin}" if op.origin else ""
