@@ -2,7 +2,9 @@
 XLA against the reference, for 1-3 spatial dims, strides, paddings (negative ones crop), both
 dilations and groups (dense, grouped, depthwise with a channel multiplier). Both emissions run:
 the one ``stablehlo.convolution`` written for neuronx-cc, and the forms the ``xla`` runtime
-picks per shape (native, tap sums, window columns), each of which some case takes."""
+picks per shape (native, tap sums, window columns), each of which some case takes. The same for
+``conv_transpose`` (its NumPy reference is checked against torch in
+``tests/core/test_conv_transpose.py``): native, and the product with taps padded into place."""
 
 from __future__ import annotations
 
@@ -51,20 +53,44 @@ def _full(x_shape, params):
     }
 
 
-def _kernel(dtype: DType):
-    kb = KernelBuilder("conv")
+#: (x shape, w shape, params) of ``conv_transpose``: ``w`` is the forward convolution's weight
+TRANSPOSE_CASES = [
+    ((2, 4, 8, 8), (4, 3, 3, 3), dict(stride=(2, 2), low=(1, 1), high=(0, 0))),  # dense, 16x16
+    ((2, 8, 2, 2), (8, 6, 3, 3), dict(low=(1, 1), high=(1, 1))),  # a small image, many channels
+    ((2, 6, 3, 3), (6, 2, 3, 3), dict(stride=(2, 2), low=(1, 1), high=(0, 0), groups=3)),
+    ((1, 3, 4), (3, 2, 4), dict(stride=(3,), low=(2,), high=(-2,), rhs_dilation=(2,))),
+    ((1, 2, 3), (2, 2, 3), dict(stride=(1,), low=(4,), high=(-3,))),  # two taps fall outside
+    ((2, 6, 3, 3), (6, 2, 3, 3), dict(stride=(2, 2), low=(1, 1), high=(0, 0), groups=6)),  # dw
+]
+
+
+def _full_transpose(x_shape, params):
+    ones = (1,) * (len(x_shape) - 2)
+    return {
+        "stride": params.get("stride", ones),
+        "low": params["low"],
+        "high": params["high"],
+        "rhs_dilation": params.get("rhs_dilation", ones),
+        "groups": params.get("groups", 1),
+    }
+
+
+def _kernel(dtype: DType, prim: str = "conv"):
+    cases, full = (CASES, _full) if prim == "conv" else (TRANSPOSE_CASES, _full_transpose)
+    kb = KernelBuilder(prim)
     outputs = [
         kb.emit(
-            "conv", [kb.param(TensorType(xs, dtype)), kb.param(TensorType(ws, dtype))], _full(xs, p)
+            prim, [kb.param(TensorType(xs, dtype)), kb.param(TensorType(ws, dtype))], full(xs, p)
         )
-        for xs, ws, p in CASES
+        for xs, ws, p in cases
     ]
     return kb.finish(outputs)
 
 
-def _inputs(dtype: DType) -> list[np.ndarray]:
+def _inputs(dtype: DType, prim: str = "conv") -> list[np.ndarray]:
     rng = np.random.default_rng(0)
-    return [rng.standard_normal(s).astype(dtype.numpy) for xs, ws, _ in CASES for s in (xs, ws)]
+    cases = CASES if prim == "conv" else TRANSPOSE_CASES
+    return [rng.standard_normal(s).astype(dtype.numpy) for xs, ws, _ in cases for s in (xs, ws)]
 
 
 def _torch_conv(x: np.ndarray, w: np.ndarray, params: dict) -> np.ndarray:
@@ -104,6 +130,19 @@ def test_the_xla_runtime_takes_every_form():
     assert text.count("stablehlo.convolution") == 2  # the dense, large-result cases
     assert "stablehlo.dot_general" in text and "stablehlo.multiply" in text
     assert emit_module(_kernel(DType.f32)).count("stablehlo.convolution") == len(CASES)
+    # a weight gradient (4 result positions, 49 taps): one slice per position, not per tap
+    xs, ws, params = CASES[-1]
+    kb = KernelBuilder("weight_grad")
+    x, w = kb.param(TensorType(xs, DType.f32)), kb.param(TensorType(ws, DType.f32))
+    fields = emit_module(
+        kb.finish([kb.emit("conv", [x, w], _full(xs, params))]), native_convolution=False
+    )
+    assert fields.count("stablehlo.slice") == 4
+    transposed = emit_module(_kernel(DType.f32, "conv_transpose"), native_convolution=False)
+    assert transposed.count("stablehlo.convolution") == 1  # the dense case
+    assert transposed.count("stablehlo.dot_general") == len(TRANSPOSE_CASES) - 2  # dense, dw
+    native = emit_module(_kernel(DType.f32, "conv_transpose"))
+    assert native.count("stablehlo.convolution") == native.count("stablehlo.reverse") == 6
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["neuron-form", "xla-cpu-forms"])
@@ -118,9 +157,13 @@ def test_convolution_on_xla_matches_the_reference(dtype, native, monkeypatch):
         if dtype.is_half
         else float(np.finfo(dtype.numpy).eps)
     )
-    assert_same(
-        _kernel(dtype), _inputs(dtype), rtol=(1 if dtype.is_half else 64) * eps, atol=64 * eps
-    )
+    for prim in ("conv", "conv_transpose"):
+        assert_same(
+            _kernel(dtype, prim),
+            _inputs(dtype, prim),
+            rtol=(1 if dtype.is_half else 64) * eps,
+            atol=64 * eps,
+        )
 
 
 def test_a_depthwise_convolution_read_by_two_reductions_is_summed_once():

@@ -64,6 +64,7 @@ __all__ = [
     "collective_broadcast",
     "concatenate",
     "conv",
+    "conv_transpose",
     "cos",
     "cosh",
     "cummax",
@@ -525,10 +526,8 @@ def squeeze(x: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
 def flip(x: ArrayLike, axis: int | Sequence[int] | None = None) -> Array:
     """Reverse the order of elements along ``axis`` (all axes if ``None``)."""
     x = asarray(x)
-    for a in _axes(axis, len(_shape(x))):
-        n = _shape(x)[a]
-        x = take(x, subtract(n - 1, arange(n)), axis=a)
-    return x
+    axes = tuple(a for a in _axes(axis, len(_shape(x))) if _shape(x)[a] > 1)
+    return apply("reverse", [x], {"axes": axes}) if axes else x
 
 
 def concatenate(xs: Sequence[ArrayLike], axis: int = 0) -> Array:
@@ -704,6 +703,38 @@ def conv(
         "groups": int(groups),
     }
     return apply("conv", [x, w], params)
+
+
+def conv_transpose(
+    x: ArrayLike,
+    w: ArrayLike,
+    *,
+    stride: Sequence[int] | None = None,
+    padding: Sequence[tuple[int, int]] | None = None,
+    rhs_dilation: Sequence[int] | None = None,
+    groups: int = 1,
+) -> Array:
+    """The adjoint of ``conv(·, w, stride=..., padding=..., rhs_dilation=..., groups=...)`` in
+    its input, from ``x (N, O, *S)`` to ``(N, C, *extent)`` with the forward weight
+    ``w (O, C/groups, *K)``: the input gradient of that convolution, and torch's transposed
+    convolution. ``extent`` is ``(S - 1) * stride + (K - 1) * rhs_dilation + 1 - low - high``:
+    a ``high`` pad smaller than the forward one adds result positions past the last window
+    (torch's ``output_padding``). One primitive, so each runtime picks its form: a compiler
+    with convolution units sees a convolution of the reversed weight; the ``cpu`` runtime
+    multiplies by the weight as it lies and sums the taps into place."""
+    dtype = result_type(x, w)
+    x, w = _lift([astype(x, dtype), astype(w, dtype)])
+    spatial = len(_shape(x)) - 2
+    ones = (1,) * spatial
+    pads = tuple(padding) if padding is not None else ((0, 0),) * spatial
+    params = {
+        "stride": tuple(int(v) for v in (stride or ones)),
+        "low": tuple(int(lo) for lo, _ in pads),
+        "high": tuple(int(hi) for _, hi in pads),
+        "rhs_dilation": tuple(int(v) for v in (rhs_dilation or ones)),
+        "groups": int(groups),
+    }
+    return apply("conv_transpose", [x, w], params)
 
 
 def _axes(axis: int | Sequence[int] | None, rank: int) -> tuple[int, ...]:

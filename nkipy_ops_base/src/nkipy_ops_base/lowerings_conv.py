@@ -1,10 +1,10 @@
 """Convolution, forward and backward, any number of spatial dims, grouped, strided, dilated,
 padded and transposed: ``convolution`` and ``convolution_backward``; and ``col2im`` (``fold``).
 
-Every convolution here is one ``conv`` primitive (``knp.conv``), so a compiler with convolution
-units sees one (XLA, neuronx-cc) and the ``cpu`` runtime picks its NumPy strategy per shape: the
-forward convolution; its adjoint, which is both the input gradient and the transposed
-convolution (``lhs_dilation``); and the weight gradient, a convolution over the batch. Half
+Every convolution here is one primitive, so a compiler with convolution units sees one (XLA,
+neuronx-cc) and the ``cpu`` runtime picks its NumPy strategy per shape: the forward convolution
+(``knp.conv``); its adjoint (``knp.conv_transpose``), which is both the input gradient and the
+transposed convolution; and the weight gradient, a convolution over the batch. Half
 floats are computed in f32 and rounded once, as torch's CPU kernels do.
 """
 
@@ -41,26 +41,18 @@ def _conv(x, w, stride, padding, dilation, groups):
 
 def _conv_transposed(x, w, extent, stride, padding, dilation, groups):
     """The adjoint of ``_conv`` in its input: ``x (N, I, *S)`` with ``w (I, O/g, *K)`` to
-    ``(N, O, *extent)``. It is a convolution of ``x`` spread by ``stride`` (``lhs_dilation``)
-    with the flipped kernel, whose in and out channels swap within each group."""
+    ``(N, O, *extent)``. The high padding is what makes the forward convolution's input
+    ``extent`` long (smaller than ``padding`` by torch's ``output_padding``)."""
     kernel = w.shape[2:]
-    i, o_per = w.shape[:2]
-    flipped = knp.flip(w, tuple(range(2, w.ndim)))
-    swapped = knp.reshape(
-        knp.transpose(
-            knp.reshape(flipped, (groups, i // groups, o_per, *kernel)),
-            (0, 2, 1, *range(3, w.ndim + 1)),
-        ),
-        (groups * o_per, i // groups, *kernel),
-    )
-    reach = [d * (k - 1) for d, k in zip(dilation, kernel)]
-    low = [r - p for r, p in zip(reach, padding)]
-    high = [e - (s - 1) * st - 1 + p for e, s, st, p in zip(extent, x.shape[2:], stride, padding)]
-    return knp.conv(
+    high = [
+        (s - 1) * st + d * (k - 1) + 1 - p - e
+        for s, st, d, k, p, e in zip(x.shape[2:], stride, dilation, kernel, padding, extent)
+    ]
+    return knp.conv_transpose(
         x,
-        swapped,
-        padding=list(zip(low, high)),
-        lhs_dilation=stride,
+        w,
+        stride=stride,
+        padding=list(zip(padding, high)),
         rhs_dilation=dilation,
         groups=groups,
     )

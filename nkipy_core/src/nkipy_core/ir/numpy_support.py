@@ -304,6 +304,56 @@ def _conv(x, w, stride, low, high, lhs_dilation, rhs_dilation, groups):
     return y.reshape(groups, og, n, positions).transpose(2, 0, 1, 3).reshape((n, o) + out)
 
 
+def _conv_transpose(x, w, stride, low, high, rhs_dilation, groups):
+    """The ``conv_transpose`` primitive: ``x (N, O, *S)`` through the adjoint of the
+    convolution with ``w (O, C/groups, *K)``. Every input position's products with every tap
+    are one matrix product per group, with the weight as it lies in memory; each tap's products
+    are then summed into place (col2im): ``x[q]`` times tap ``k`` lands at ``q * stride + k *
+    rhs_dilation - low`` of the result."""
+    n, o, cg = x.shape[0], x.shape[1], w.shape[1]
+    spatial, kernel, grid = x.ndim - 2, w.shape[2:], x.shape[2:]
+    spans = [(q - 1) * s + 1 for q, s in zip(grid, stride)]
+    reach = [(k - 1) * d for k, d in zip(kernel, rhs_dilation)]
+    out = tuple(m + r - lo - hi for m, r, lo, hi in zip(spans, reach, low, high))
+    y = np.zeros((n, groups, cg) + out, x.dtype)
+    if 0 in x.shape or 0 in w.shape or 0 in out:
+        return y.reshape((n, groups * cg) + out)
+    if o == groups:
+        # one input channel per group: ``_conv``'s per-tap products over whole arrays, with the
+        # reversed weight (a view), are faster than a product per group of one channel each
+        flipped = np.flip(w.reshape((groups, 1, cg) + kernel), tuple(range(3, spatial + 3)))
+        return _conv(
+            x,
+            flipped.reshape((groups * cg, 1) + kernel),
+            (1,) * spatial,
+            tuple(r - lo for r, lo in zip(reach, low)),
+            tuple(e - m + lo for e, m, lo in zip(out, spans, low)),
+            stride,
+            rhs_dilation,
+            groups,
+        )
+    og, taps = o // groups, int(np.prod(kernel))
+    weight = w.reshape(groups, og, cg * taps)
+    rows = x.reshape((n, groups, og, -1)).transpose(1, 2, 0, 3).reshape(groups, og, -1)
+    cols = np.matmul(weight.swapaxes(1, 2), rows).reshape((groups, cg) + kernel + (n,) + grid)
+    batch_first = (2, 0, 1) + tuple(range(3, spatial + 3))
+    for tap in np.ndindex(*kernel):
+        # the result positions this tap reaches, and the input positions that reach them
+        starts = [t * d - lo for t, d, lo in zip(tap, rhs_dilation, low)]
+        first = [max(-(a // s), 0) for a, s in zip(starts, stride)]
+        last = [min(q, (e - 1 - a) // s + 1) for a, s, q, e in zip(starts, stride, grid, out)]
+        if any(f >= e for f, e in zip(first, last)):
+            continue
+        source = tuple(slice(f, e) for f, e in zip(first, last))
+        target = tuple(
+            slice(a + f * s, a + (e - 1) * s + 1, s)
+            for a, f, e, s in zip(starts, first, last, stride)
+        )
+        values = cols[(slice(None), slice(None)) + tap].transpose(batch_first)
+        y[(slice(None),) * 3 + target] += values[(slice(None),) * 3 + source]
+    return y.reshape((n, groups * cg) + out)
+
+
 HELPERS = (
     _readonly,
     _blob,
@@ -321,4 +371,5 @@ HELPERS = (
     _erf,
     _erfc,
     _conv,
+    _conv_transpose,
 )

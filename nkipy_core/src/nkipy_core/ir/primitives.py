@@ -317,6 +317,23 @@ _define(
 )
 
 
+def _infer_reverse(x: TensorType, *, axes: tuple[int, ...]) -> TensorType:
+    _check(
+        len(set(axes)) == len(axes) and all(0 <= a < x.rank for a in axes),
+        f"reverse: axes {list(axes)} are not distinct dims of rank {x.rank}",
+    )
+    return x
+
+
+_define(
+    "reverse",
+    1,
+    _infer_reverse,
+    lambda x, axes: f"np.flip({x}, {tuple(axes)})",
+    "reverse the order of elements along `axes` (`np.flip`: a view on the `cpu` runtime)",
+)
+
+
 def _infer_slice(x: TensorType, *, start: tuple, limit: tuple, stride: tuple) -> TensorType:
     _check(
         len(start) == len(limit) == len(stride) == x.rank,
@@ -547,6 +564,59 @@ _define(
     "convolution of `x (N, C, *S)` with `w (O, C/groups, *K)` (cross-correlation, as torch's): "
     "`x` dilated by `lhs_dilation` and padded by `low`/`high` (negative crops), `w` dilated by "
     "`rhs_dilation`, windows every `stride`; XLA's `convolution` with one batch group",
+    half=True,
+)
+
+def _infer_conv_transpose(
+    x: TensorType,
+    w: TensorType,
+    *,
+    stride: tuple,
+    low: tuple,
+    high: tuple,
+    rhs_dilation: tuple,
+    groups: int,
+) -> TensorType:
+    _check(
+        x.dtype == w.dtype and x.dtype is not DType.bool,
+        f"conv_transpose: needs numeric operands of one type, got {x} and {w}",
+    )
+    spatial = x.rank - 2
+    _check(
+        spatial >= 1 and w.rank == x.rank,
+        f"conv_transpose: needs (N, O, *S) and (O, C/groups, *K), got {x} and {w}",
+    )
+    _check(
+        all(len(t) == spatial for t in (stride, low, high, rhs_dilation)),
+        f"conv_transpose: stride, padding and dilation need {spatial} entries",
+    )
+    _check(
+        all(v >= 1 for v in (*stride, *rhs_dilation, groups)),
+        "conv_transpose: strides, dilations and groups must be positive",
+    )
+    _check(
+        x.shape[1] == w.shape[0] and w.shape[0] % groups == 0,
+        f"conv_transpose: {groups} group(s) do not fit input {x} and weight {w}",
+    )
+    out = [
+        (n - 1) * s + (k - 1) * d + 1 - lo - hi
+        for n, k, s, lo, hi, d in zip(x.shape[2:], w.shape[2:], stride, low, high, rhs_dilation)
+    ]
+    _check(all(e >= 0 for e in out), f"conv_transpose: padding {low}/{high} crops past {x}")
+    return TensorType((x.shape[0], w.shape[1] * groups, *out), x.dtype)
+
+
+_define(
+    "conv_transpose",
+    2,
+    _infer_conv_transpose,
+    lambda x, w, stride, low, high, rhs_dilation, groups: (
+        f"_conv_transpose({x}, {w}, {stride}, {low}, {high}, {rhs_dilation}, {groups})"
+    ),
+    "the adjoint of `conv` in its input (the input gradient; torch's transposed convolution): "
+    "`x (N, O, *S)` with the forward weight `w (O, C/groups, *K)`, of the `conv` with these "
+    "`stride`, `low`/`high` padding, `rhs_dilation` and `groups` whose input extent is "
+    "`(S - 1) * stride + (K - 1) * rhs_dilation + 1 - low - high`",
     half=True,
 )
 

@@ -1,5 +1,5 @@
-"""Emitters of the shape primitives and the sources: broadcast, reshape, transpose, slice,
-concatenate, pad, iota and constant.
+"""Emitters of the shape primitives and the sources: broadcast, reshape, transpose, reverse,
+slice, concatenate, pad, iota and constant.
 
 Each is one StableHLO op whose semantics already equal NumPy's once the attributes are
 spelled out (NumPy's trailing alignment for ``broadcast``, ``interior_padding`` 0 for ``pad``);
@@ -34,6 +34,11 @@ def _transpose(b: FunctionBuilder, result: TensorType, x: Val, *, perm: tuple[in
     if rank >= 2 and perm == (*range(rank - 2), rank - 1, rank - 2):
         return attrs.evolve(value, swapped_from=x)
     return value
+
+
+@emits("reverse")
+def _reverse(b: FunctionBuilder, result: TensorType, x: Val, *, axes: tuple[int, ...]) -> Val:
+    return b.op("stablehlo.reverse", [x], result, {"dimensions": i64_array(axes)})
 
 
 @emits("slice")
