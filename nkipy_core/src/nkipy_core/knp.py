@@ -689,20 +689,9 @@ def conv(
     crops), ``lhs_dilation`` spreads ``x`` (a transposed convolution), ``rhs_dilation`` spreads
     ``w``. One primitive, so that a compiler with convolution units (XLA, neuronx-cc) sees one;
     every argument defaults to 1 (no padding)."""
-    dtype = result_type(x, w)
-    x, w = _lift([astype(x, dtype), astype(w, dtype)])
-    spatial = len(_shape(x)) - 2
-    ones = (1,) * spatial
-    pads = tuple(padding) if padding is not None else ((0, 0),) * spatial
-    params = {
-        "stride": tuple(int(v) for v in (stride or ones)),
-        "low": tuple(int(lo) for lo, _ in pads),
-        "high": tuple(int(hi) for _, hi in pads),
-        "lhs_dilation": tuple(int(v) for v in (lhs_dilation or ones)),
-        "rhs_dilation": tuple(int(v) for v in (rhs_dilation or ones)),
-        "groups": int(groups),
-    }
-    return apply("conv", [x, w], params)
+    return _convolution(
+        "conv", x, w, stride, padding, groups, lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation
+    )
 
 
 def conv_transpose(
@@ -722,19 +711,24 @@ def conv_transpose(
     (torch's ``output_padding``). One primitive, so each runtime picks its form: a compiler
     with convolution units sees a convolution of the reversed weight; the ``cpu`` runtime
     multiplies by the weight as it lies and sums the taps into place."""
+    return _convolution("conv_transpose", x, w, stride, padding, groups, rhs_dilation=rhs_dilation)
+
+
+def _convolution(prim: str, x: ArrayLike, w: ArrayLike, stride, padding, groups, **dilations):
+    """``prim`` of ``x`` and ``w`` in one type, each per-dim argument spelled out (1 where
+    ``None``; no padding where ``padding`` is ``None``)."""
     dtype = result_type(x, w)
     x, w = _lift([astype(x, dtype), astype(w, dtype)])
-    spatial = len(_shape(x)) - 2
-    ones = (1,) * spatial
-    pads = tuple(padding) if padding is not None else ((0, 0),) * spatial
+    ones = (1,) * (len(_shape(x)) - 2)
+    pads = tuple(padding) if padding is not None else ((0, 0),) * len(ones)
     params = {
         "stride": tuple(int(v) for v in (stride or ones)),
         "low": tuple(int(lo) for lo, _ in pads),
         "high": tuple(int(hi) for _, hi in pads),
-        "rhs_dilation": tuple(int(v) for v in (rhs_dilation or ones)),
+        **{k: tuple(int(v) for v in (d or ones)) for k, d in dilations.items()},
         "groups": int(groups),
     }
-    return apply("conv_transpose", [x, w], params)
+    return apply(prim, [x, w], params)
 
 
 def _axes(axis: int | Sequence[int] | None, rank: int) -> tuple[int, ...]:

@@ -512,6 +512,24 @@ _define(
 )
 
 
+def _check_convolution(
+    name: str, x: TensorType, w: TensorType, layout: str, per_dim: tuple, positive: tuple
+) -> None:
+    """What both convolutions ask of their operands: one numeric type, the ``layout`` ranks,
+    an entry per spatial dim in each of ``per_dim``, and ``positive`` strides and dilations."""
+    _check(
+        x.dtype == w.dtype and x.dtype is not DType.bool,
+        f"{name}: needs numeric operands of one type, got {x} and {w}",
+    )
+    spatial = x.rank - 2
+    _check(spatial >= 1 and w.rank == x.rank, f"{name}: needs {layout}, got {x} and {w}")
+    _check(
+        all(len(t) == spatial for t in per_dim),
+        f"{name}: stride, padding and dilations need {spatial} entries",
+    )
+    _check(all(v >= 1 for v in positive), f"{name}: strides, dilations and groups must be positive")
+
+
 def _infer_conv(
     x: TensorType,
     w: TensorType,
@@ -523,22 +541,13 @@ def _infer_conv(
     rhs_dilation: tuple,
     groups: int,
 ) -> TensorType:
-    _check(
-        x.dtype == w.dtype and x.dtype is not DType.bool,
-        f"conv: needs numeric operands of one type, got {x} and {w}",
-    )
-    spatial = x.rank - 2
-    _check(
-        spatial >= 1 and w.rank == x.rank,
-        f"conv: needs (N, C, *S) and (O, C/groups, *K), got {x} and {w}",
-    )
-    _check(
-        all(len(t) == spatial for t in (stride, low, high, lhs_dilation, rhs_dilation)),
-        f"conv: stride, padding and dilations need {spatial} entries",
-    )
-    _check(
-        all(v >= 1 for v in (*stride, *lhs_dilation, *rhs_dilation, groups)),
-        "conv: strides, dilations and groups must be positive",
+    _check_convolution(
+        "conv",
+        x,
+        w,
+        "(N, C, *S) and (O, C/groups, *K)",
+        (stride, low, high, lhs_dilation, rhs_dilation),
+        (*stride, *lhs_dilation, *rhs_dilation, groups),
     )
     _check(
         x.shape[1] == w.shape[1] * groups and w.shape[0] % groups == 0,
@@ -567,6 +576,7 @@ _define(
     half=True,
 )
 
+
 def _infer_conv_transpose(
     x: TensorType,
     w: TensorType,
@@ -577,22 +587,13 @@ def _infer_conv_transpose(
     rhs_dilation: tuple,
     groups: int,
 ) -> TensorType:
-    _check(
-        x.dtype == w.dtype and x.dtype is not DType.bool,
-        f"conv_transpose: needs numeric operands of one type, got {x} and {w}",
-    )
-    spatial = x.rank - 2
-    _check(
-        spatial >= 1 and w.rank == x.rank,
-        f"conv_transpose: needs (N, O, *S) and (O, C/groups, *K), got {x} and {w}",
-    )
-    _check(
-        all(len(t) == spatial for t in (stride, low, high, rhs_dilation)),
-        f"conv_transpose: stride, padding and dilation need {spatial} entries",
-    )
-    _check(
-        all(v >= 1 for v in (*stride, *rhs_dilation, groups)),
-        "conv_transpose: strides, dilations and groups must be positive",
+    _check_convolution(
+        "conv_transpose",
+        x,
+        w,
+        "(N, O, *S) and (O, C/groups, *K)",
+        (stride, low, high, rhs_dilation),
+        (*stride, *rhs_dilation, groups),
     )
     _check(
         x.shape[1] == w.shape[0] and w.shape[0] % groups == 0,
