@@ -34,6 +34,9 @@ GLUE = {torch.ops.aten.copy_.default, regions.BOUNDARY, rng.RNG_KEY}
 #: node.meta key holding the rule chosen for a node; meta travels with nodes into fused subgraphs
 RULE = "nkipy_rule"
 
+#: node.meta key of a view that stays a torch view outside kernels (``prepare.outputs_as_views``)
+TORCH_VIEW = "nkipy_torch_view"
+
 
 def _candidates(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return [
@@ -42,6 +45,7 @@ def _candidates(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
         if n.op == "call_function"
         and isinstance(n.target, _torch.OpOverload)
         and n.target not in GLUE
+        and not n.meta.get(TORCH_VIEW)
     ]
 
 

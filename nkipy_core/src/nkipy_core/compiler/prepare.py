@@ -1,5 +1,6 @@
 """The graph passes before planning: the packs' ``nkipy_graph_passes``, writes made functional,
-ops in CPU regions wrapped to stay torch, random ops seeded, graph inputs marked.
+outputs that are views of graph inputs left as torch views, ops in CPU regions wrapped to stay
+torch, random ops seeded, graph inputs marked.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from nkipy_core import _torch
 from nkipy_core.compiler import regions, rng
 from nkipy_core.compiler.aten_schema import is_view
 from nkipy_core.compiler.lowering import GRAPH_INPUT
-from nkipy_core.compiler.plan import GLUE
+from nkipy_core.compiler.plan import GLUE, TORCH_VIEW
 from nkipy_core.config.settings import Config
 from nkipy_core.plugin import manager as plugins
 from nkipy_core.runtime.base import Runtime
@@ -24,6 +25,7 @@ def prepare(gm: torch.fx.GraphModule, config: Config, runtime: Runtime) -> None:
         for graph_pass in passes or ():
             graph_pass(gm)
     functionalize_writes(gm)
+    outputs_as_views(gm)
     for node in gm.graph.nodes:
         if node.op == "call_function" and regions.in_cpu_region(node) and not is_view(node.target):
             node.args = (node.target, *node.args)
@@ -80,3 +82,50 @@ def functionalize_writes(gm: torch.fx.GraphModule) -> None:
         if base.op == "placeholder":
             with gm.graph.inserting_before(output):
                 gm.graph.call_function(torch.ops.aten.copy_.default, (base, value))
+
+
+def _view_chain(node: torch.fx.Node) -> list[torch.fx.Node] | None:
+    """The view ops from a graph input to ``node``, first to last, if ``node`` is a view of a
+    graph input through single-result views (``t``, ``permute``, ``view``, ``slice``, ...)."""
+    chain = []
+    while node.op == "call_function":
+        if not isinstance(node.target, _torch.OpOverload) or not is_view(node.target):
+            return None
+        if len(_torch.schema(node.target).returns) != 1 or not node.args:
+            return None
+        chain.append(node)
+        node = node.args[0]
+        if not isinstance(node, torch.fx.Node):
+            return None
+    return chain[::-1] if chain and node.op == "placeholder" else None
+
+
+def outputs_as_views(gm: torch.fx.GraphModule) -> None:
+    """A graph output that is a view of a graph input (a linear layer's ``w.t()``, which
+    AOTAutograd saves for the backward) is computed as that torch view, outside the kernels.
+
+    In a kernel it would be a result: one the runtime must copy, since a kernel result is memory
+    of its own (a kernel cannot tell ``w.t()`` from ``w.clone()``), and torch's own view is what
+    eager returns. Each view node a kernel reads as well gets a twin that only the output reads.
+    A view of an input the graph writes (``copy_``) stays in the kernel: the output must hold
+    the value from before the write."""
+    output = gm.graph.output_node()
+    written = {
+        n.args[0]
+        for n in gm.graph.find_nodes(op="call_function", target=torch.ops.aten.copy_.default)
+    }
+    twins: dict[torch.fx.Node, torch.fx.Node] = {}
+    for value in output.all_input_nodes:
+        chain = _view_chain(value)
+        if chain is None or chain[0].args[0] in written:
+            continue
+        with gm.graph.inserting_before(output):
+            for node in chain:
+                if node not in twins:
+                    twin = gm.graph.node_copy(node, lambda n: twins.get(n, n))
+                    twin.meta[TORCH_VIEW] = True
+                    twins[node] = twin
+        output.replace_input_with(value, twins[value])
+    for node in reversed(list(twins)):  # a view before the views made of it
+        if not node.users:
+            gm.graph.erase_node(node)
