@@ -14,6 +14,7 @@ import torch
 
 from nkipy_core import FallbackWarning, cache_stats
 from nkipy_core.compiler.kernel_call import KernelCall
+from nkipy_core.compiler.plan import TORCH_VIEW
 from nkipy_core.testing.models import LlamaBlock, QuickStartMLP
 
 
@@ -22,11 +23,15 @@ def _fallbacks(caught) -> list[str]:
 
 
 def _ops_on_cpu(graphs) -> list:
+    """ATen ops between kernels, but for the views of inputs that graphs return as torch views
+    (a saved ``w.t()``): those compute nothing."""
     return [
         n.target
         for gm in graphs
         for n in gm.graph.nodes
-        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+        if n.op == "call_function"
+        and isinstance(n.target, torch._ops.OpOverload)
+        and not n.meta.get(TORCH_VIEW)
     ]
 
 

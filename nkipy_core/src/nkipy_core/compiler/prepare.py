@@ -91,24 +91,25 @@ def _view_chain(node: torch.fx.Node) -> list[torch.fx.Node] | None:
     while node.op == "call_function":
         if not isinstance(node.target, _torch.OpOverload) or not is_view(node.target):
             return None
-        if len(_torch.schema(node.target).returns) != 1 or not node.args:
+        source = node.args[0] if node.args else None
+        if len(_torch.schema(node.target).returns) != 1 or not isinstance(source, torch.fx.Node):
             return None
         chain.append(node)
-        node = node.args[0]
-        if not isinstance(node, torch.fx.Node):
-            return None
+        node = source
     return chain[::-1] if chain and node.op == "placeholder" else None
 
 
 def outputs_as_views(gm: torch.fx.GraphModule) -> None:
-    """A graph output that is a view of a graph input (a linear layer's ``w.t()``, which
-    AOTAutograd saves for the backward) is computed as that torch view, outside the kernels.
+    """A graph output that is a view of a graph input, which a kernel reads as well (a linear
+    layer's ``w.t()``, which AOTAutograd saves for the backward), is returned as that torch view:
+    a twin of the view's nodes, outside the kernels, that only the output reads.
 
-    In a kernel it would be a result: one the runtime must copy, since a kernel result is memory
-    of its own (a kernel cannot tell ``w.t()`` from ``w.clone()``), and torch's own view is what
-    eager returns. Each view node a kernel reads as well gets a twin that only the output reads.
-    A view of an input the graph writes (``copy_``) stays in the kernel: the output must hold
-    the value from before the write."""
+    As a kernel result it would be a copy at every call, since a kernel result is memory of its
+    own (a kernel cannot tell ``w.t()`` from ``w.clone()``); torch's own view is what eager
+    returns. A view that only the output reads stays as it is: AOTAutograd already returns
+    such outputs as views of its inputs, and a graph of that one view (an OpInfo sample) then
+    still tests its rule. A view of an input the graph writes (``copy_``) stays in the kernel:
+    the output must hold the value from before the write."""
     output = gm.graph.output_node()
     written = {
         n.args[0]
@@ -117,7 +118,7 @@ def outputs_as_views(gm: torch.fx.GraphModule) -> None:
     twins: dict[torch.fx.Node, torch.fx.Node] = {}
     for value in output.all_input_nodes:
         chain = _view_chain(value)
-        if chain is None or chain[0].args[0] in written:
+        if chain is None or chain[0].args[0] in written or len(value.users) == 1:
             continue
         with gm.graph.inserting_before(output):
             for node in chain:
