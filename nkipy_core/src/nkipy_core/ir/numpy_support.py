@@ -315,9 +315,8 @@ def _conv_transpose(x, w, stride, low, high, rhs_dilation, groups):
     spans = [(q - 1) * s + 1 for q, s in zip(grid, stride)]
     reach = [(k - 1) * d for k, d in zip(kernel, rhs_dilation)]
     out = tuple(m + r - lo - hi for m, r, lo, hi in zip(spans, reach, low, high))
-    y = np.zeros((n, groups, cg) + out, x.dtype)
     if 0 in x.shape or 0 in w.shape or 0 in out:
-        return y.reshape((n, groups * cg) + out)
+        return np.zeros((n, groups * cg) + out, x.dtype)
     if o == groups:
         # one input channel per group: ``_conv``'s per-tap products over whole arrays, with the
         # reversed weight (a view), are faster than a product per group of one channel each
@@ -337,6 +336,7 @@ def _conv_transpose(x, w, stride, low, high, rhs_dilation, groups):
     rows = x.reshape((n, groups, og, -1)).transpose(1, 2, 0, 3).reshape(groups, og, -1)
     cols = np.matmul(weight.swapaxes(1, 2), rows).reshape((groups, cg) + kernel + (n,) + grid)
     batch_first = (2, 0, 1) + tuple(range(3, spatial + 3))
+    y = np.zeros((n, groups, cg) + out, x.dtype)
     for tap in np.ndindex(*kernel):
         # the result positions this tap reaches, and the input positions that reach them
         starts = [t * d - lo for t, d, lo in zip(tap, rhs_dilation, low)]

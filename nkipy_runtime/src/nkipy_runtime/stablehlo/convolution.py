@@ -162,10 +162,10 @@ def _scattered_taps(b, result, x, w, stride, low, rhs_dilation, groups) -> Val:
     assert isinstance(product, Val)
     split = b.reshape(product, (groups, n, positions, cg, len(taps)))
     zero = b.constant(0, x.dtype)
+    spans = [(q - 1) * s + 1 for q, s in zip(grid, stride)]
     total = None
     for t, tap in enumerate(taps):
         starts = [k * d - lo for k, d, lo in zip(tap, rhs_dilation, low)]
-        spans = [(q - 1) * s + 1 for q, s in zip(grid, stride)]
         if any(a >= e or a + m <= 0 for a, m, e in zip(starts, spans, extent)):
             continue  # every product of this tap falls outside the result
         column = b.op(
