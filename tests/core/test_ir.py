@@ -183,6 +183,46 @@ def test_simplify_folds_constants_dedups_and_drops_dead_code():
     np.testing.assert_allclose(after, np.exp(x) * 3, rtol=1e-6)
 
 
+@pytest.mark.parametrize("ufunc", [np.add, np.maximum, np.minimum, np.multiply])
+@pytest.mark.parametrize(
+    "index",
+    [[3], [0, 2, 4], [4, 0, 1], [-1, 0, -3], [2, 0, 2], [-1, 4], [1, 1, 1, 1]],
+    ids=["one", "increasing", "unordered", "negative", "repeated", "wrapping", "all-same"],
+)
+@pytest.mark.parametrize("axis0", [False, True])
+def test_scatters_combine_each_update_once_as_ufunc_at_does(ufunc, index, axis0):
+    from nkipy_core.ir.numpy_support import _scatter_reduce
+
+    rng = np.random.default_rng(len(index))
+    x = rng.standard_normal((2, 5, 3)).astype(np.float32)
+    updates = rng.standard_normal((2, len(index), 3)).astype(np.float32)
+    position = np.s_[:, np.array(index)]
+    if axis0:  # written ``np.s_[i]``: the index array itself, not a tuple
+        x, updates, position = x[0], updates[0], np.array(index)
+    expected = x.copy()
+    ufunc.at(expected, position, updates)
+    np.testing.assert_array_equal(_scatter_reduce(x, position, updates, ufunc), expected)
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16, DType.f16])
+def test_multiplications_by_one_are_their_operand_bit_for_bit(dtype):
+    one = np.ones((), dtype.numpy)
+
+    def fn(x, y):
+        return x * one, knp.multiply(one, x) + y, (x / one) * y, knp.broadcast_to(one, (4, 4)) * x
+
+    kernel = simplify(trace(fn, TensorType((4, 4), dtype), TensorType((4, 4), dtype)))
+    verify(kernel)
+    assert [op.prim for op in kernel.ops] == ["add", "mul"]
+    assert kernel.outputs[0] is kernel.params[0] and kernel.outputs[3] is kernel.params[0]
+    special = [np.nan, -0.0, np.inf, -np.inf]
+    x = np.array(special * 4, dtype.numpy).reshape(4, 4)
+    y = np.arange(16).astype(dtype.numpy).reshape(4, 4)
+    got = codegen.load(codegen.generate(kernel))(x, y)
+    for result, expected in zip(got, (x, x + y, x * y, x), strict=True):
+        np.testing.assert_array_equal(result.view(np.uint8), expected.view(np.uint8))
+
+
 def test_ir_text_is_stable_and_readable():
     kernel = trace(lambda x: knp.exp(x), TensorType((2, 3), F32))
     text = format_kernel(kernel)

@@ -8,6 +8,8 @@ import copy
 import pytest
 import torch
 
+from nkipy_core.compiler import kernel_call
+
 
 def _model():
     torch.manual_seed(0)
@@ -41,3 +43,34 @@ def test_a_compiled_optimizer_step_matches_eager(name):
         torch.testing.assert_close(p, q)
         for key, value in eager.state[q].items():
             torch.testing.assert_close(optimizer.state[p][key], value)
+
+
+def test_parameters_and_states_are_updated_where_they_lie():
+    """The kernel's new parameters and states are left in the tensors the step updates (the
+    graph's ``copy_`` back taken into the kernel call); on the ``cpu`` runtime the kernel
+    writes the 256 KiB weight and its states there itself, without a new array."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(256, 256)
+    reference = copy.deepcopy(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    eager = torch.optim.AdamW(reference.parameters(), lr=1e-2, weight_decay=0.1)
+    step = torch.compile(optimizer.step, backend="nkipy", options={"strict": True})
+    x = torch.randn(4, 256, generator=torch.Generator().manual_seed(1))
+    earlier = set(kernel_call._LIVE)
+    where = [p.data_ptr() for p in model.parameters()]
+    for _ in range(3):
+        for m, opt in ((model, optimizer), (reference, eager)):
+            opt.zero_grad()
+            m(x).square().mean().backward()
+        step()
+        eager.step()
+    assert [p.data_ptr() for p in model.parameters()] == where
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p, q)
+        for key, value in eager.state[q].items():
+            torch.testing.assert_close(optimizer.state[p][key], value)
+    (call,) = set(kernel_call._LIVE) - earlier
+    # of the weight and the bias: the parameter, exp_avg, exp_avg_sq and the step count
+    assert len(call.boundary.writes) == 8
+    if call.runtime.name == "cpu":  # the weight and its two states: 256 KiB each
+        assert call.executable.written_in_place == 3 * 3

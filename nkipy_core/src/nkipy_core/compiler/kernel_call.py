@@ -46,6 +46,10 @@ class Boundary:
     #: per input: the memory order the kernel takes it in (``lower.input_orders``), passed
     #: permuted into it; ``()``: every input as it is
     input_orders: tuple[tuple[int, ...] | None, ...] = ()
+    #: pairs ``(k, j)``: the call leaves output ``k`` in input ``j``'s tensor and returns that
+    #: tensor for it (``in_place.write_inputs_in_kernels``: the graph's ``copy_`` of the output
+    #: into that input, taken into the call)
+    writes: tuple[tuple[int, int], ...] = ()
 
 
 #: a kernel whose torch values are its arrays (real tensors without math bits)
@@ -111,6 +115,7 @@ class KernelCall(torch.nn.Module):
         self.inverse_orders = tuple(None if o is None else inverse_permutation(o) for o in orders)
         #: a call whose inputs are all CPU tensors runs on host arrays, without staging
         self.run_host: Any = getattr(runtime, "run_host", None)  # set when host_path is
+        self.run_host_into: Any = getattr(runtime, "run_host_into", None)
         self.host_path = not any(self.on_device) and self.run_host is not None
         self.boundary = boundary
         self.host_views = (
@@ -121,6 +126,7 @@ class KernelCall(torch.nn.Module):
         self._viewed_complex = any(self.complex_outputs)
         self._resolved_inputs = boundary.resolved_inputs
         self._input_orders = boundary.input_orders
+        self._writes = boundary.writes
         #: the one output, returned as the kernel gives it (no tuple, no permutation, real)
         self.single = (
             not tuple_output and self.inverse_orders == (None,) and not self._viewed_complex
@@ -142,6 +148,21 @@ class KernelCall(torch.nn.Module):
             self.boundary,
         )
 
+    def writing(self, writes: tuple[tuple[int, int], ...]) -> KernelCall:
+        """This call, leaving output ``k`` in input ``j``'s tensor for each pair of ``writes``
+        (see ``Boundary.writes``)."""
+        return KernelCall(
+            self.kernel_name,
+            self.executable,
+            self.runtime,
+            self.tuple_output,
+            self.entry,
+            self.on_device,
+            self._orders,
+            self.stats,
+            attrs.evolve(self.boundary, writes=writes),
+        )
+
     def _execute(self, run, inputs: list, *outputs):
         """Run the kernel through ``run`` (``runtime.run``, ``run_into``) with its counters
         (``forward``'s host path has the same lines inline)."""
@@ -151,6 +172,14 @@ class KernelCall(torch.nn.Module):
         return results
 
     def forward(self, *args: torch.Tensor):
+        if self._writes:
+            return self._writing(args)
+        return self._compute(args)
+
+    __call__ = forward
+
+    def _prepared(self, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """``args`` as the kernel takes them: math bits resolved, layouts in memory order."""
         if self._resolved_inputs:
             args = self._resolved(args)
         if self._input_orders:
@@ -158,15 +187,12 @@ class KernelCall(torch.nn.Module):
                 a if order is None else a.permute(order)
                 for a, order in zip(args, self._input_orders)
             )
+        return args
+
+    def _compute(self, args: tuple[torch.Tensor, ...]):
+        args = self._prepared(args)
         if self.host_path:
-            arrays: list[np.ndarray] | None = None
-            if self.host_views is not None:
-                try:  # CPU tensors NumPy can view; device tensors, bf16 and autograd tensors raise
-                    arrays = self.host_views.arrays(args)
-                except (TypeError, RuntimeError):
-                    pass
-            if arrays is None:
-                arrays = host_arrays(args)
+            arrays = self._host_arrays(args)
             if arrays is not None:  # what _execute does, inline: this is the call of a small graph
                 stats = self.stats
                 start = stats.start()
@@ -187,7 +213,41 @@ class KernelCall(torch.nn.Module):
             )
         )
 
-    __call__ = forward
+    def _host_arrays(self, args: Sequence[torch.Tensor]) -> list[np.ndarray] | None:
+        """NumPy views of ``args``, or ``None`` if some is not a CPU tensor."""
+        if self.host_views is not None:
+            try:  # CPU tensors NumPy can view; device tensors, bf16 and autograd tensors raise
+                return self.host_views.arrays(args)
+            except (TypeError, RuntimeError):
+                pass
+        return host_arrays(args)
+
+    def _writing(self, args: tuple[torch.Tensor, ...]):
+        """``forward`` of a call with ``writes``: output ``k`` left in ``args[j]``, and
+        ``args[j]`` returned for it. A runtime with ``run_host_into`` is given the inputs'
+        own arrays to write into; otherwise the results are copied into them. (Compilation
+        gives ``writes`` only to inputs taken as they are: no math bit, no layout change.)"""
+        arrays = None
+        if self.host_path and self.run_host_into:
+            arrays = self._host_arrays(self._prepared(args))
+        written = dict(self._writes)
+        if arrays is not None:
+            stats = self.stats
+            start = stats.start()
+            results = self.run_host_into(self.executable, arrays, self._writes)
+            stats.stop(start)
+            return self._laid_out(
+                tuple(
+                    args[written[i]] if i in written else _to_torch(r)
+                    for i, r in enumerate(results)
+                )
+            )
+        computed = self._compute(args)  # laid out already
+        outputs = list(computed) if self.tuple_output else [computed]
+        for k, j in written.items():
+            args[j].copy_(outputs[k])
+            outputs[k] = args[j]
+        return tuple(outputs) if self.tuple_output else outputs[0]
 
     def device_call(self, *args: torch.Tensor) -> torch.Tensor:
         """``forward`` for a call whose inputs are all device tensors and whose one output

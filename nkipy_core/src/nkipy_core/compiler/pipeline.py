@@ -6,7 +6,8 @@ is replaced by a call to a compiled NKIPy kernel and everything else still runs 
 
 The stages, in order: ``prepare`` (graph passes), ``plan`` (a rule per node), ``fallback`` (the
 ops left on CPU, reported), ``partition`` (fused subgraphs), ``lower`` (one NKIPy kernel per
-subgraph), ``kernels`` (cache, compile, ``KernelCall``).
+subgraph), ``kernels`` (cache, compile, ``KernelCall``), ``in_place`` (inputs the graph
+updates, written by their kernel call).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch.fx
 from nkipy_core.cache.kernel_cache import KernelCache
 from nkipy_core.compiler import precompile, rng
 from nkipy_core.compiler.fallback import FALLBACKS, find_fallbacks, report_fallbacks
+from nkipy_core.compiler.in_place import write_inputs_in_kernels
 from nkipy_core.compiler.kernel_call import KernelCall
 from nkipy_core.compiler.kernels import compile_kernels
 from nkipy_core.compiler.partition import partition
@@ -77,6 +79,7 @@ def _lower(
     fused, subs = partition(gm, decisions, config.dedup_layers)
     for (name, _), call in zip(subs, compile_kernels(subs, config, runtime, report)):
         setattr(fused, name, call)
+    write_inputs_in_kernels(fused)
     fused.recompile()
     fused.meta[FALLBACKS] = fallbacks
     log.info(

@@ -204,6 +204,47 @@ def _buffer_reuse(
     return reuse
 
 
+def _emitted(kernel: Kernel) -> list[tuple[Op, tuple[Value, ...]]]:
+    """The ops ``generate`` writes, in its order, each with the operands its line reads: the ops
+    an output needs, with broadcasts left to NumPy (``_implicit_broadcasts``)."""
+    substituted = _implicit_broadcasts(kernel)
+    live = {v.id for v in kernel.outputs}
+    emitted: list[tuple[Op, tuple[Value, ...]]] = []
+    for op in reversed(kernel.ops):
+        if op.result.id in live:
+            operands = substituted.get(op.result.id, op.operands)
+            live.update(v.id for v in operands)
+            emitted.append((op, operands))
+    emitted.reverse()
+    return emitted
+
+
+def writes_into_param(kernel: Kernel, output: int, param: int) -> bool:
+    """Whether ``kernel(..., out=...)`` may be given parameter ``param``'s own array as the array
+    of output ``output``, so that the kernel updates its input in place (an optimizer step's
+    parameters and states: no new array, and no copy back into the parameter afterwards).
+
+    That is sound when the output is one the kernel writes where it is told
+    (``recycled_outputs``), the line writing it comes after every line that reads the parameter
+    or a value that may be a view of it (NumPy's ufuncs read each element before writing it,
+    and copy an operand that overlaps the result in another layout), and no other output is
+    such a view (it would hold the new values, not the old)."""
+    if output not in recycled_outputs(kernel):
+        return False
+    target = kernel.outputs[output].id
+    aliases = {kernel.params[param].id}
+    writer = last_read = -1
+    for i, (op, operands) in enumerate(_emitted(kernel)):
+        if any(v.id in aliases for v in operands):
+            last_read = i
+            if op.prim not in _OWN_RESULT:
+                aliases.add(op.result.id)
+        if op.result.id == target and writer < 0:
+            writer = i
+    others = {v.id for i, v in enumerate(kernel.outputs) if i != output and v.id != target}
+    return last_read <= writer and not others & aliases
+
+
 @functools.lru_cache(maxsize=1)
 def _helpers_source() -> str:
     """The helpers' source, copied into every module: read once (``inspect`` reads and tokenizes
@@ -220,16 +261,8 @@ def generate(kernel: Kernel) -> str:
     writes into a buffer that no value needs any more where it can (``_buffer_reuse``)."""
     helpers = _helpers_source()
     params = ", ".join(p.name for p in kernel.params)
-    substituted = _implicit_broadcasts(kernel)
     load_time = _load_time(kernel)
-    live = {v.id for v in kernel.outputs}
-    emitted: list[tuple[Op, tuple[Value, ...]]] = []
-    for op in reversed(kernel.ops):
-        if op.result.id in live:
-            operands = substituted.get(op.result.id, op.operands)
-            live.update(v.id for v in operands)
-            emitted.append((op, operands))
-    emitted.reverse()
+    emitted = _emitted(kernel)
     recycled = {kernel.outputs[i].id: i for i in recycled_outputs(kernel)}
     reuse = _buffer_reuse(emitted, load_time, kernel.outputs, set(recycled))
 

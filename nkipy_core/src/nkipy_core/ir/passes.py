@@ -1,4 +1,5 @@
-"""Simplification passes over kernels: constant folding, view composition, squares, CSE and DCE.
+"""Simplification passes over kernels: constant folding, view composition, squares,
+multiplications by one, CSE and DCE.
 
 Each pass is a pure function ``Kernel -> Kernel``; ``simplify`` runs them to a fixed point. Rules
 are written naively (every scalar becomes a constant, every op is emitted), so these passes are
@@ -125,11 +126,42 @@ def square_by_multiplication(kernel: Kernel) -> Kernel:
     return Kernel(kernel.name, kernel.params, ops, kernel.outputs)
 
 
+def multiplications_by_one(kernel: Kernel) -> Kernel:
+    """``x * 1``, ``1 * x`` and ``x / 1`` (a constant one, possibly broadcast) are ``x`` when they
+    have ``x``'s type: exact in every dtype, NaN, infinities and signed zeros included.
+
+    Decompositions write them (torch's single-tensor Adam multiplies its first moment by a
+    ``1`` that dynamo traces as a constant); each is a pass over the whole array on the cpu
+    runtime, a tenth of an AdamW step's NumPy work."""
+    ones: set[int] = set()
+    renamed: dict[int, Value] = {}
+    ops: list[Op] = []
+    for op in kernel.ops:
+        operands = tuple(renamed.get(v.id, v) for v in op.operands)
+        if op.prim == "constant" and np.all(op.params["value"].array == 1):
+            ones.add(op.result.id)
+        elif op.prim == "broadcast" and operands[0].id in ones:
+            ones.add(op.result.id)
+        elif op.prim in ("mul", "div"):
+            kept = [
+                x
+                for x, other in (operands, operands[::-1])[: 2 if op.prim == "mul" else 1]
+                if other.id in ones and x.type == op.result.type
+            ]
+            if kept:
+                renamed[op.result.id] = kept[0]
+                continue
+        ops.append(Op(op.prim, operands, op.attributes, op.result, op.origin))
+    return _rename(kernel, ops, renamed)
+
+
 def simplify(kernel: Kernel) -> Kernel:
     while True:
         new = dead_code_elimination(
             common_subexpression_elimination(
-                square_by_multiplication(compose_views(constant_folding(kernel)))
+                multiplications_by_one(
+                    square_by_multiplication(compose_views(constant_folding(kernel)))
+                )
             )
         )
         if new == kernel:

@@ -281,6 +281,13 @@ class Runtime(Protocol):
     # directly; a runtime whose device memory is host memory offers it so that graphs of CPU
     # tensors skip staging. Without it, CPU tensors go through to_device/run/to_host.
     #
+    # Optional: ``run_host_into(executable, arrays, writes) -> arrays`` is ``run_host`` for a
+    # kernel that updates some of its inputs: for each pair ``(k, j)`` of ``writes``, result
+    # ``k`` is left in ``arrays[j]`` (the memory of the tensor the graph writes back into), which
+    # is returned for it. A runtime that can have the kernel write there itself saves a new
+    # array and a copy per updated tensor (an optimizer step's parameters and states). Without
+    # it, the results are copied into those tensors after the call.
+    #
     # Optional: ``to_host_into(src, dst) -> None`` copies ``src`` into an existing host array of
     # its shape and dtype (one counted transfer), so that ``host.copy_(device_tensor)`` and
     # ``.cpu()`` copy once instead of through a new host array (``to_host``) and again into

@@ -113,11 +113,16 @@ class CpuExecutable:
         self._run = self._recycling if self.recycled else self._fn
         #: the recycled outputs of the last call, in a list that ``_recycling`` pops: a pop is
         #: atomic, so two threads never get the same arrays
-        self._spare: list[list[np.ndarray]] = []
-        #: how many outputs were written into a spare array and how many were new (tests)
-        self.reused = self.allocated = 0
+        self._spare: list[list[np.ndarray | None]] = []
+        #: how many outputs were written into a spare array, how many were new, and how many
+        #: into an input's array (tests)
+        self.reused = self.allocated = self.written_in_place = 0
+        #: per (output, input): whether the output may be written into the input's array
+        self._in_place: dict[tuple[int, int], bool] = {}
 
-    def _recycling(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
+    def _recycling(
+        self, *arrays: np.ndarray, into: Mapping[int, np.ndarray] | None = None
+    ) -> Sequence[np.ndarray]:
         try:
             spare = self._spare.pop()
         except IndexError:
@@ -125,34 +130,54 @@ class CpuExecutable:
         out: list[np.ndarray | None] = [None] * len(self.signature.outputs)
         for k, index in enumerate(self.recycled[: len(spare)]):
             # referred to by ``spare`` and getrefcount's argument: by nothing else
-            if sys.getrefcount(spare[k]) == 2:
+            if spare[k] is not None and sys.getrefcount(spare[k]) == 2:
                 out[index] = spare[k]
         reused = sum(o is not None for o in out)
         self.reused += reused
         self.allocated += len(self.recycled) - reused
+        if into:
+            for index, array in into.items():
+                out[index] = array
+            self.written_in_place += len(into)
         results = self._fn(*arrays, out=tuple(out))
         if self.reused + self.allocated > len(self.recycled):  # not the first call
-            self._spare = [[results[i] for i in self.recycled]]
+            # never an input's array: it is the caller's memory, not this executable's spare
+            self._spare = [[None if into and i in into else results[i] for i in self.recycled]]
         return results
+
+    def writes_into_input(self, output: int, input: int) -> bool:
+        """Whether a call may write ``output`` into the array of ``input`` itself
+        (``codegen.writes_into_param``, decided once per pair)."""
+        key = (output, input)
+        known = self._in_place.get(key)
+        if known is None:
+            known = self._in_place[key] = codegen.writes_into_param(self.kernel, output, input)
+        return known
 
     if _ERRSTATE is not None:
 
-        def __call__(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
+        def __call__(
+            self, *arrays: np.ndarray, into: Mapping[int, np.ndarray] | None = None
+        ) -> Sequence[np.ndarray]:
             """The kernel under ``np.errstate(all="ignore")`` (kernels compute inf and NaN
-            silently, as torch does). Entering ``np.errstate`` builds its error object anew each
-            time (about 1.5 µs, a tenth of a small kernel call); NumPy 2's object is built once
-            and only the context variable ``np.errstate`` sets is set and reset here."""
+            silently, as torch does); with ``into``, each output ``k`` of it written into
+            ``into[k]``, an input's array that ``writes_into_input`` allows. Entering
+            ``np.errstate`` builds its error object anew each time (about 1.5 µs, a tenth of a
+            small kernel call); NumPy 2's object is built once and only the context variable
+            ``np.errstate`` sets is set and reset here."""
             variable, ignore = _ERRSTATE
             token = variable.set(ignore)
             try:
-                return self._run(*arrays)
+                return self._recycling(*arrays, into=into) if into else self._run(*arrays)
             finally:
                 variable.reset(token)
     else:
 
-        def __call__(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
+        def __call__(
+            self, *arrays: np.ndarray, into: Mapping[int, np.ndarray] | None = None
+        ) -> Sequence[np.ndarray]:
             with np.errstate(all="ignore"):
-                return self._run(*arrays)
+                return self._recycling(*arrays, into=into) if into else self._run(*arrays)
 
     def artifacts(self) -> Mapping[str, bytes]:
         data = json.dumps(kernel_data(self.kernel), indent=1, sort_keys=True)
@@ -264,13 +289,26 @@ class CpuRuntime:
         broadcast, or one value twice (after CSE), and those are copied. A result that owns its
         memory and is none of the inputs and earlier results is new (what a NumPy operation
         returns), so the slower overlap test is only made for views."""
-        owned: list[np.ndarray] = []
-        for out in executable(*arrays):
-            if type(out) is not np.ndarray:
-                out = np.asarray(out)
-            if not _new_memory(out, arrays, owned):
-                out = np.array(out, copy=True)
-            owned.append(out)
+        return _owned(executable(*arrays), arrays)
+
+    def run_host_into(
+        self,
+        executable: CpuExecutable,
+        arrays: Sequence[np.ndarray],
+        writes: Sequence[tuple[int, int]],
+    ) -> list[np.ndarray]:
+        """``run_host`` that leaves each result ``k`` of ``writes``' pairs ``(k, j)`` in input
+        ``arrays[j]`` and returns that array for it (see ``Runtime``). The kernel writes it there
+        itself where its code allows (``CpuExecutable.writes_into_input``: an optimizer step's
+        parameters and states are updated where they lie); any other is copied in after the
+        call, once every result is memory of its own."""
+        into = {k: arrays[j] for k, j in writes if executable.writes_into_input(k, j)}
+        results = executable(*arrays, into=into)
+        owned = _owned(results, arrays, into)
+        for k, j in writes:
+            if k not in into:
+                _copy(arrays[j], owned[k])
+                owned[k] = arrays[j]
         return owned
 
     def _adopt(self, result: np.ndarray, type_: TensorType) -> DeviceArray:
@@ -283,6 +321,26 @@ class CpuRuntime:
             result = np.ascontiguousarray(result.astype(dtype, copy=False).reshape(type_.shape))
         self.stats.allocate(result.nbytes)
         return DeviceArray(result, type_.dtype, type_.shape, _strides(type_.shape))
+
+
+def _owned(
+    results: Sequence[np.ndarray],
+    arrays: Sequence[np.ndarray],
+    written: Mapping[int, np.ndarray] | None = None,
+) -> list[np.ndarray]:
+    """A kernel's results as writable memory of their own (``run_host``), except those it wrote
+    into an input's array as ``written`` told it to, which stay that array."""
+    owned: list[np.ndarray] = []
+    for i, out in enumerate(results):
+        if written and i in written:
+            owned.append(out)
+            continue
+        if type(out) is not np.ndarray:
+            out = np.asarray(out)
+        if not _new_memory(out, arrays, owned):
+            out = np.array(out, copy=True)
+        owned.append(out)
+    return owned
 
 
 def _new_memory(out: np.ndarray, arrays: Sequence[np.ndarray], owned: list[np.ndarray]) -> bool:
