@@ -244,6 +244,7 @@ class KernelCall(torch.nn.Module):
             )
         computed = self._compute(args)  # laid out already
         outputs = list(computed) if self.tuple_output else [computed]
+        del computed  # each value freed once copied, as the graph's copy_ freed it
         for k, j in written.items():
             args[j].copy_(outputs[k])
             outputs[k] = args[j]
