@@ -1,6 +1,6 @@
 """transformers' ``LlamaForCausalLM``: prefill, greedy generation and a training step, nkipy vs eager vs inductor.
 
-Four tables from one run, each with a row for eager, inductor and nkipy on every available
+Five tables from one run, each with a row for eager, inductor and nkipy on every available
 runtime (``cpu``; ``xla`` when nkipy-runtime[xla] is installed), all on CPU tensors:
 
 - forward: one call over the prompt (``use_cache=False``), the prefill's work;
@@ -9,7 +9,8 @@ runtime (``cpu``; ``xla`` when nkipy-runtime[xla] is installed), all on CPU tens
   other tables (tokens/s in the notes);
 - training step: forward with the language-modelling loss, backward and ``AdamW.step``
   (dropout off, so every row computes the same numbers); then the same step with
-  ``optimizer.step`` compiled by the row's backend too (``torch.compile(optimizer.step)``).
+  ``optimizer.step`` compiled by the row's backend too (``torch.compile(optimizer.step)``);
+- optimizer: that compiled ``AdamW.step`` alone, over the model's parameters and gradients.
 
 Before timing, each compiled row is checked against eager: logits within 1e-4, the same greedy
 tokens, the first step's loss within 1e-4. The model is a random Llama of a medium size (the
@@ -141,6 +142,28 @@ def main() -> None:
             args.repeat,
             warmup=3,
         )
+
+    def optimizer_row(compile_fn):
+        trained = copy.deepcopy(model).train()
+        trained(input_ids=batch, labels=batch).loss.backward()
+        optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-4)
+        update = compile_fn(optimizer.step)
+
+        def first_update():
+            update()
+            return torch.cat([p.detach().reshape(-1) for p in trained.parameters()])
+
+        return update, first_update
+
+    measure(
+        f"AdamW's step alone, compiled by the row's backend, {size}",
+        "ms/call",
+        compilers,
+        optimizer_row,
+        close,
+        args.repeat,
+        warmup=3,
+    )
 
 
 if __name__ == "__main__":
