@@ -37,6 +37,10 @@ CASES = [
     ((2, 4, 5, 5), (3, 4, 3, 3), dict(low=(1, 1), high=(2, 2), lhs_dilation=(2, 2))),  # transposed
     ((1, 2, 2, 2), (3, 2, 3, 3), dict(low=(2, 2), high=(2, 2), lhs_dilation=(2, 2))),  # small
     ((3, 2, 9, 9), (3, 2, 7, 7), dict(stride=(2, 2), low=(1, 1), high=(0, 0))),  # a weight gradient
+    # grouped ones with 9 result positions: a depthwise one with a channel multiplier of 2 and
+    # 81 taps, and the weight gradient of a depthwise one (two channels per group: the batch)
+    ((1, 4, 12, 12), (8, 1, 9, 9), dict(stride=(2, 2), low=(1, 1), high=(0, 0), groups=4)),
+    ((1, 8, 10, 10), (4, 2, 7, 7), dict(stride=(2, 2), low=(1, 1), high=(0, 0), groups=4)),
 ]
 
 
@@ -130,14 +134,14 @@ def test_the_xla_runtime_takes_every_form():
     assert text.count("stablehlo.convolution") == 2  # the dense, large-result cases
     assert "stablehlo.dot_general" in text and "stablehlo.multiply" in text
     assert emit_module(_kernel(DType.f32)).count("stablehlo.convolution") == len(CASES)
-    # a weight gradient (4 result positions, 49 taps): one slice per position, not per tap
-    xs, ws, params = CASES[-1]
-    kb = KernelBuilder("weight_grad")
-    x, w = kb.param(TensorType(xs, DType.f32)), kb.param(TensorType(ws, DType.f32))
-    fields = emit_module(
-        kb.finish([kb.emit("conv", [x, w], _full(xs, params))]), native_convolution=False
-    )
-    assert fields.count("stablehlo.slice") == 4
+    # weight gradients (4 and 9 result positions, 49 or 81 taps): a slice per position, not tap
+    for (xs, ws, params), positions in zip(CASES[-3:], (4, 9, 9)):
+        kb = KernelBuilder("weight_grad")
+        x, w = kb.param(TensorType(xs, DType.f32)), kb.param(TensorType(ws, DType.f32))
+        fields = emit_module(
+            kb.finish([kb.emit("conv", [x, w], _full(xs, params))]), native_convolution=False
+        )
+        assert fields.count("stablehlo.slice") == positions
     transposed = emit_module(_kernel(DType.f32, "conv_transpose"), native_convolution=False)
     assert transposed.count("stablehlo.convolution") == 1  # the dense case
     assert transposed.count("stablehlo.dot_general") == len(TRANSPOSE_CASES) - 2  # dense, dw

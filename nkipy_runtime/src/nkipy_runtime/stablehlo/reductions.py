@@ -129,6 +129,11 @@ def _reduced(
     )
 
 
+def summed(b: FunctionBuilder, x: Val, axes: Sequence[int]) -> Val:
+    """``x`` summed over ``axes``, which are dropped: one ``stablehlo.reduce``."""
+    return _reduced(b, x, 0, "add", axes)
+
+
 def _scanned(b: FunctionBuilder, x: Val, init: int | float, combiner: str, axis: int) -> Val:
     """An inclusive scan as ``reduce_window``: element ``i`` combines the window of the axis'
     length ending at ``i`` (padded with the identity before the start)."""
