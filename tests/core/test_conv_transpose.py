@@ -51,6 +51,7 @@ CASES = [
     (2, 1, 3, 2, 3, 1, 1, -1, 3),  # a negative low pad
     (1, 3, 3, 6, 2, 1, 1, 0, 0),  # one input channel per group
     (2, 4, 4, 8, 3, 2, 1, 1, 0),  # depthwise, a channel multiplier of 2, strided
+    (2, 3, 3, 3, 3, 2, 2, 2, -1),  # depthwise, strided, dilated, cropped
 ]
 
 

@@ -320,12 +320,29 @@ def _conv(x, w, stride, low, high, lhs_dilation, rhs_dilation, groups):
     return y.reshape(groups, og, n, positions).transpose(2, 0, 1, 3).reshape((n, o) + out)
 
 
+def _tap_slices(tap, stride, low, rhs_dilation, grid, out):
+    """Where tap ``tap`` of a ``conv_transpose`` lands: the input positions whose products with
+    it reach the result, and the result positions they reach (strided slices), or ``None``."""
+    starts = [t * d - lo for t, d, lo in zip(tap, rhs_dilation, low)]
+    first = [max(-(a // s), 0) for a, s in zip(starts, stride)]
+    last = [min(q, (e - 1 - a) // s + 1) for a, s, q, e in zip(starts, stride, grid, out)]
+    if any(f >= e for f, e in zip(first, last)):
+        return None
+    source = tuple(slice(f, e) for f, e in zip(first, last))
+    target = tuple(
+        slice(a + f * s, a + (e - 1) * s + 1, s) for a, f, e, s in zip(starts, first, last, stride)
+    )
+    return source, target
+
+
 def _conv_transpose(x, w, stride, low, high, rhs_dilation, groups):
     """The ``conv_transpose`` primitive: ``x (N, O, *S)`` through the adjoint of the
     convolution with ``w (O, C/groups, *K)``. Every input position's products with every tap
     are one matrix product per group, with the weight as it lies in memory; each tap's products
     are then summed into place (col2im): ``x[q]`` times tap ``k`` lands at ``q * stride + k *
-    rhs_dilation - low`` of the result."""
+    rhs_dilation - low`` of the result. With one channel per group (depthwise) each tap's
+    products are one multiplication over the whole input instead: summed into place when
+    strided, else ``_conv``'s per-tap products with the reversed weight (a view)."""
     n, o, cg = x.shape[0], x.shape[1], w.shape[1]
     spatial, kernel, grid = x.ndim - 2, w.shape[2:], x.shape[2:]
     spans = [(q - 1) * s + 1 for q, s in zip(grid, stride)]
@@ -333,9 +350,8 @@ def _conv_transpose(x, w, stride, low, high, rhs_dilation, groups):
     out = tuple(m + r - lo - hi for m, r, lo, hi in zip(spans, reach, low, high))
     if 0 in x.shape or 0 in w.shape or 0 in out:
         return np.zeros((n, groups * cg) + out, x.dtype)
-    if o == groups:
-        # one input channel per group: ``_conv``'s per-tap products over whole arrays, with the
-        # reversed weight (a view), are faster than a product per group of one channel each
+    everything = (slice(None),) * 3
+    if o == groups and all(s == 1 for s in stride):
         flipped = np.flip(w.reshape((groups, 1, cg) + kernel), tuple(range(3, spatial + 3)))
         return _conv(
             x,
@@ -347,26 +363,28 @@ def _conv_transpose(x, w, stride, low, high, rhs_dilation, groups):
             rhs_dilation,
             groups,
         )
+    y = np.zeros((n, groups, cg) + out, x.dtype)
+    if o == groups:
+        # a strided one: spread with zeros for _conv, 3/4 of its products would be with zeros
+        values = x.reshape((n, groups, 1) + grid)
+        weights = w.reshape((1, groups, cg) + kernel + (1,) * spatial)
+        for tap in np.ndindex(*kernel):
+            places = _tap_slices(tap, stride, low, rhs_dilation, grid, out)
+            if places is not None:
+                source, target = places
+                y[everything + target] += values[everything + source] * weights[everything + tap]
+        return y.reshape((n, groups * cg) + out)
     og, taps = o // groups, int(np.prod(kernel))
     weight = w.reshape(groups, og, cg * taps)
     rows = x.reshape((n, groups, og, -1)).transpose(1, 2, 0, 3).reshape(groups, og, -1)
     cols = np.matmul(weight.swapaxes(1, 2), rows).reshape((groups, cg) + kernel + (n,) + grid)
     batch_first = (2, 0, 1) + tuple(range(3, spatial + 3))
-    y = np.zeros((n, groups, cg) + out, x.dtype)
     for tap in np.ndindex(*kernel):
-        # the result positions this tap reaches, and the input positions that reach them
-        starts = [t * d - lo for t, d, lo in zip(tap, rhs_dilation, low)]
-        first = [max(-(a // s), 0) for a, s in zip(starts, stride)]
-        last = [min(q, (e - 1 - a) // s + 1) for a, s, q, e in zip(starts, stride, grid, out)]
-        if any(f >= e for f, e in zip(first, last)):
-            continue
-        source = tuple(slice(f, e) for f, e in zip(first, last))
-        target = tuple(
-            slice(a + f * s, a + (e - 1) * s + 1, s)
-            for a, f, e, s in zip(starts, first, last, stride)
-        )
-        values = cols[(slice(None), slice(None)) + tap].transpose(batch_first)
-        y[(slice(None),) * 3 + target] += values[(slice(None),) * 3 + source]
+        places = _tap_slices(tap, stride, low, rhs_dilation, grid, out)
+        if places is not None:
+            source, target = places
+            values = cols[(slice(None), slice(None)) + tap].transpose(batch_first)
+            y[everything + target] += values[everything + source]
     return y.reshape((n, groups * cg) + out)
 
 
@@ -388,5 +406,6 @@ HELPERS = (
     _erf,
     _erfc,
     _conv,
+    _tap_slices,
     _conv_transpose,
 )
