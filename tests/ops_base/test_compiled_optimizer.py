@@ -23,16 +23,14 @@ OPTIMIZERS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_a_compiled_optimizer_step_matches_eager(name):
-    model = _model()
+def _train_and_compare(model, make_optimizer, x):
+    """Three steps of ``model`` with ``make_optimizer``'s step compiled by nkipy, and of a copy
+    with it eager; the parameters and states are checked equal. Returns the compiled one's
+    parameters' data pointers before and after."""
     reference = copy.deepcopy(model)
-    optimizer, eager = (
-        OPTIMIZERS[name](model.parameters()),
-        OPTIMIZERS[name](reference.parameters()),
-    )
+    optimizer, eager = make_optimizer(model.parameters()), make_optimizer(reference.parameters())
     step = torch.compile(optimizer.step, backend="nkipy", options={"strict": True})
-    x = torch.randn(5, 8, generator=torch.Generator().manual_seed(1))
+    before = [p.data_ptr() for p in model.parameters()]
     for _ in range(3):
         for m, opt in ((model, optimizer), (reference, eager)):
             opt.zero_grad()
@@ -43,6 +41,13 @@ def test_a_compiled_optimizer_step_matches_eager(name):
         torch.testing.assert_close(p, q)
         for key, value in eager.state[q].items():
             torch.testing.assert_close(optimizer.state[p][key], value)
+    return before, [p.data_ptr() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_a_compiled_optimizer_step_matches_eager(name):
+    x = torch.randn(5, 8, generator=torch.Generator().manual_seed(1))
+    _train_and_compare(_model(), OPTIMIZERS[name], x)
 
 
 def test_parameters_and_states_are_updated_where_they_lie():
@@ -50,25 +55,14 @@ def test_parameters_and_states_are_updated_where_they_lie():
     graph's ``copy_`` back taken into the kernel call); on the ``cpu`` runtime the kernel
     writes the 256 KiB weight and its states there itself, without a new array."""
     torch.manual_seed(0)
-    model = torch.nn.Linear(256, 256)
-    reference = copy.deepcopy(model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-    eager = torch.optim.AdamW(reference.parameters(), lr=1e-2, weight_decay=0.1)
-    step = torch.compile(optimizer.step, backend="nkipy", options={"strict": True})
     x = torch.randn(4, 256, generator=torch.Generator().manual_seed(1))
     earlier = set(kernel_call._LIVE)
-    where = [p.data_ptr() for p in model.parameters()]
-    for _ in range(3):
-        for m, opt in ((model, optimizer), (reference, eager)):
-            opt.zero_grad()
-            m(x).square().mean().backward()
-        step()
-        eager.step()
-    assert [p.data_ptr() for p in model.parameters()] == where
-    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
-        torch.testing.assert_close(p, q)
-        for key, value in eager.state[q].items():
-            torch.testing.assert_close(optimizer.state[p][key], value)
+    before, after = _train_and_compare(
+        torch.nn.Linear(256, 256),
+        lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1),
+        x,
+    )
+    assert after == before
     (call,) = set(kernel_call._LIVE) - earlier
     # of the weight and the bias: the parameter, exp_avg, exp_avg_sq and the step count
     assert len(call.boundary.writes) == 8

@@ -136,6 +136,14 @@ class KernelCall(torch.nn.Module):
         """Another call of this kernel, for a subgraph identical to this one elsewhere in the
         graph (a repeated layer): same executable and counters, its own NumPy views (the tensors
         at its argument positions are other ones: that layer's weights)."""
+        return self._another(name, self.boundary)
+
+    def writing(self, writes: tuple[tuple[int, int], ...]) -> KernelCall:
+        """This call, leaving output ``k`` in input ``j``'s tensor for each pair of ``writes``
+        (see ``Boundary.writes``)."""
+        return self._another(self.kernel_name, attrs.evolve(self.boundary, writes=writes))
+
+    def _another(self, name: str, boundary: Boundary) -> KernelCall:
         return KernelCall(
             name,
             self.executable,
@@ -145,22 +153,7 @@ class KernelCall(torch.nn.Module):
             self.on_device,
             self._orders,
             self.stats,
-            self.boundary,
-        )
-
-    def writing(self, writes: tuple[tuple[int, int], ...]) -> KernelCall:
-        """This call, leaving output ``k`` in input ``j``'s tensor for each pair of ``writes``
-        (see ``Boundary.writes``)."""
-        return KernelCall(
-            self.kernel_name,
-            self.executable,
-            self.runtime,
-            self.tuple_output,
-            self.entry,
-            self.on_device,
-            self._orders,
-            self.stats,
-            attrs.evolve(self.boundary, writes=writes),
+            boundary,
         )
 
     def _execute(self, run, inputs: list, *outputs):
