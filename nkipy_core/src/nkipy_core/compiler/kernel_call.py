@@ -127,6 +127,8 @@ class KernelCall(torch.nn.Module):
         self._resolved_inputs = boundary.resolved_inputs
         self._input_orders = boundary.input_orders
         self._writes = boundary.writes
+        #: output -> the input it is left in (``writes`` as a map)
+        self._written = dict(boundary.writes)
         #: the one output, returned as the kernel gives it (no tuple, no permutation, real)
         self.single = (
             not tuple_output and self.inverse_orders == (None,) and not self._viewed_complex
@@ -223,7 +225,7 @@ class KernelCall(torch.nn.Module):
         arrays = None
         if self.host_path and self.run_host_into:
             arrays = self._host_arrays(self._prepared(args))
-        written = dict(self._writes)
+        written = self._written
         if arrays is not None:
             stats = self.stats
             start = stats.start()

@@ -127,22 +127,22 @@ class CpuExecutable:
             spare = self._spare.pop()
         except IndexError:
             spare = []
+        into = into or {}
         out: list[np.ndarray | None] = [None] * len(self.signature.outputs)
         for k, index in enumerate(self.recycled[: len(spare)]):
             # referred to by ``spare`` and getrefcount's argument: by nothing else
-            if spare[k] is not None and sys.getrefcount(spare[k]) == 2:
+            if spare[k] is not None and index not in into and sys.getrefcount(spare[k]) == 2:
                 out[index] = spare[k]
         reused = sum(o is not None for o in out)
         self.reused += reused
-        self.allocated += len(self.recycled) - reused
-        if into:
-            for index, array in into.items():
-                out[index] = array
-            self.written_in_place += len(into)
+        self.allocated += len(self.recycled) - reused - len(into)
+        for index, array in into.items():
+            out[index] = array
+        self.written_in_place += len(into)
         results = self._fn(*arrays, out=tuple(out))
         if self.reused + self.allocated > len(self.recycled):  # not the first call
             # never an input's array: it is the caller's memory, not this executable's spare
-            self._spare = [[None if into and i in into else results[i] for i in self.recycled]]
+            self._spare = [[None if i in into else results[i] for i in self.recycled]]
         return results
 
     def writes_into_input(self, output: int, input: int) -> bool:
