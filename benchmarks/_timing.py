@@ -155,9 +155,22 @@ def run_ranks(script: str, worker: Callable[[], None], *, timeout: float = 1800)
     sys.exit(subprocess.run(command, timeout=timeout).returncode)
 
 
+#: calls before an ``auto`` row is timed: with ``NKIPY_AUTO_PAYBACK=0`` (``backends``) every
+#: kernel is compiled for XLA at its first call, then tried on both runtimes (3 calls each and
+#: one untimed XLA call) before it settles where it runs
+AUTO_SETTLE = 9
+
+
+def warmup_of(row: str, warmup: int) -> int:
+    """The untimed runs of ``row``: ``warmup``, and for the ``auto`` row enough to settle."""
+    return max(warmup, AUTO_SETTLE) if row.endswith("(auto)") else warmup
+
+
 def backends() -> dict[str, Callable[[Callable], Callable]]:
     """Row name -> how that row compiles a function (eager: not at all): eager, inductor and
-    nkipy on each available runtime among ``cpu`` and ``xla``, each with a fresh kernel cache."""
+    nkipy on each available runtime among ``cpu``, ``xla`` and ``auto``, each with a fresh kernel
+    cache. The ``auto`` row tries every kernel on both runtimes at once (``NKIPY_AUTO_PAYBACK=0``
+    unless set), so that its timed runs measure where its kernels settled."""
     import tempfile
 
     import torch
@@ -169,8 +182,9 @@ def backends() -> dict[str, Callable[[Callable], Callable]]:
         "eager": lambda fn: fn,
         "inductor": lambda fn: torch.compile(fn, backend="inductor", dynamic=False),
     }
-    for name in registry.names():
-        if registry.get(name).available()[0] and name in ("cpu", "xla"):
+    os.environ.setdefault("NKIPY_AUTO_PAYBACK", "0")
+    for name in ("cpu", "xla", "auto"):
+        if registry.get(name) is not None and registry.get(name).available()[0]:
             options = {
                 "runtime": name,
                 "nkipy_cache": tempfile.mkdtemp(prefix=f"nkipy-bench-{name}-"),
@@ -211,7 +225,7 @@ def measure(
                 expected = got
             else:
                 check(got, expected)
-            seconds = median_time(run, warmup=warmup, repeat=repeat) / per
+            seconds = median_time(run, warmup=warmup_of(name, warmup), repeat=repeat) / per
             times.append((name, seconds))
             if note:
                 notes[name] = note(seconds)

@@ -19,13 +19,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import os
 import tempfile
 import time
 import traceback
 import warnings
 
 # first: it sets the thread count before torch starts its pools
-from _timing import machine, median_time, print_table
+from _timing import machine, median_time, print_table, warmup_of
 
 # isort: split
 import torch
@@ -123,7 +124,9 @@ def measure(
                 notes[name] = (
                     f"max|out - eager| {(out.float() - expected.float()).abs().max().item():.1e}"
                 )
-                rows.append((name, median_time(lambda: fn(x), repeat=repeat)))
+                rows.append(
+                    (name, median_time(lambda: fn(x), warmup=warmup_of(name, 5), repeat=repeat))
+                )
             except Exception as exc:  # noqa: BLE001 - report and go on with the other rows
                 traceback.print_exc()
                 rows.append((name, None))
@@ -151,8 +154,15 @@ def measure(
 
 
 def available_runtimes() -> list[str]:
+    """The host runtimes available here, ``auto`` last; it tries every kernel on both at once
+    (``NKIPY_AUTO_PAYBACK=0`` unless set), so that its timed runs measure where they settled."""
+    os.environ.setdefault("NKIPY_AUTO_PAYBACK", "0")
     registry = plugins.get().runtimes
-    return [name for name in registry.names() if registry.get(name).available()[0]]
+    return [
+        name
+        for name in ("cpu", "xla", "auto")
+        if registry.get(name) is not None and registry.get(name).available()[0]
+    ]
 
 
 def main() -> None:

@@ -59,11 +59,12 @@ def test_every_plugin_loads_with_its_provenance():
         "cpu": "nkipy-core",
         "nrt": "nkipy-runtime",
         "xla": "nkipy-runtime",
+        "auto": "nkipy-runtime",
     }
     assert runtimes["nrt"]["hardware"] and not runtimes["xla"]["hardware"]
 
 
-def test_doctor_says_what_nrt_and_xla_are_missing_here():
+def test_doctor_says_what_nrt_xla_and_auto_are_missing_here():
     """This env installs nkipy-runtime without extras, on a machine without the Neuron SDK."""
     result = run("nkipy-ops", "doctor", "--format", "json")
     runtimes = {row["name"]: row for row in json.loads(result.stdout)["runtimes"]}
@@ -74,8 +75,9 @@ def test_doctor_says_what_nrt_and_xla_are_missing_here():
         "no Neuron devices (/dev/neuron*)",
     ):
         assert needed in runtimes["nrt"]["reason"]
-    assert not runtimes["xla"]["available"]
-    assert "pip install 'nkipy-runtime[xla]'" in runtimes["xla"]["reason"]
+    for needs_xla in ("xla", "auto"):
+        assert not runtimes[needs_xla]["available"]
+        assert "pip install 'nkipy-runtime[xla]'" in runtimes[needs_xla]["reason"]
 
 
 def test_doctor_reports_a_usable_runtime():

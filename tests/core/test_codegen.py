@@ -2,6 +2,7 @@
 passes), values computed once at load time, and broadcasts left to NumPy. Each result is checked against
 NumPy on the same inputs, and the source is read for what it must (not) compute per call."""
 
+import re
 import warnings
 
 import numpy as np
@@ -168,3 +169,28 @@ def test_a_square_is_a_multiplication_as_in_torch(dtype):
         torch.from_numpy(square.astype(np.float64)), torch.pow(x, 2).double()
     )
     np.testing.assert_allclose(cube.astype(np.float64), torch.pow(x, 3).double(), rtol=1e-2)
+
+
+def test_a_linear_layer_on_a_few_rows_walks_its_weight_in_its_own_order():
+    """``x @ w.T`` of at most 64 rows with a weight of at least 65536 elements is computed as
+    ``(w @ x.T).T`` (``_skinny_matmul``), into a dead buffer where ``np.matmul`` would write;
+    more rows keep ``np.matmul``. The results are row-major and equal NumPy's product."""
+
+    def fn(x, w, tall):
+        h = x @ w.transpose(1, 0)
+        scaled = x * knp.sum(h, axis=1, keepdims=True)
+        return scaled @ w.transpose(1, 0), tall @ w.transpose(1, 0)
+
+    types = [TensorType((8, 256), F32), TensorType((512, 256), F32), TensorType((128, 256), F32)]
+    source = codegen.generate(trace(fn, *types))
+    lines = body(source)
+    assert lines.count("_skinny_matmul(") == 2, lines
+    assert re.search(r"_skinny_matmul\(v\d+, v\d+, v\d+\)", lines), lines  # into h's buffer
+    assert lines.count("np.matmul(") == 1, lines
+    rng = np.random.default_rng(0)
+    x, w, tall = (rng.standard_normal(t.shape).astype(np.float32) for t in types)
+    got = codegen.load(source)(x, w, tall)
+    h = x @ w.T
+    for g, want in zip(got, ((x * h.sum(1, keepdims=True)) @ w.T, tall @ w.T), strict=True):
+        assert g.flags.c_contiguous
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-4)

@@ -130,7 +130,7 @@ def test_numpy_reference_is_torchs_convolution():
 
 
 def test_the_xla_runtime_takes_every_form():
-    text = emit_module(_kernel(DType.f32), native_convolution=False)
+    text = emit_module(_kernel(DType.f32), xla_cpu=True)
     assert text.count("stablehlo.convolution") == 2  # the dense, large-result cases
     assert "stablehlo.dot_general" in text and "stablehlo.multiply" in text
     assert emit_module(_kernel(DType.f32)).count("stablehlo.convolution") == len(CASES)
@@ -138,11 +138,9 @@ def test_the_xla_runtime_takes_every_form():
     for (xs, ws, params), positions in zip(CASES[-3:], (4, 9, 9)):
         kb = KernelBuilder("weight_grad")
         x, w = kb.param(TensorType(xs, DType.f32)), kb.param(TensorType(ws, DType.f32))
-        fields = emit_module(
-            kb.finish([kb.emit("conv", [x, w], _full(xs, params))]), native_convolution=False
-        )
+        fields = emit_module(kb.finish([kb.emit("conv", [x, w], _full(xs, params))]), xla_cpu=True)
         assert fields.count("stablehlo.slice") == positions
-    transposed = emit_module(_kernel(DType.f32, "conv_transpose"), native_convolution=False)
+    transposed = emit_module(_kernel(DType.f32, "conv_transpose"), xla_cpu=True)
     assert transposed.count("stablehlo.convolution") == 1  # the dense case
     assert transposed.count("stablehlo.dot_general") == len(TRANSPOSE_CASES) - 2  # dense, dw
     native = emit_module(_kernel(DType.f32, "conv_transpose"))
@@ -154,7 +152,7 @@ def test_the_xla_runtime_takes_every_form():
 def test_convolution_on_xla_matches_the_reference(dtype, native, monkeypatch):
     if native:
         monkeypatch.setattr(
-            xla_runtime, "hlo_artifacts", lambda k, **_: hlo_artifacts(k, native_convolution=True)
+            xla_runtime, "hlo_artifacts", lambda k, **_: hlo_artifacts(k, xla_cpu=False)
         )
     eps = (
         float(ml_dtypes.finfo(dtype.numpy).eps)
@@ -183,7 +181,7 @@ def test_a_depthwise_convolution_read_by_two_reductions_is_summed_once():
     kernel = kb.finish(
         [kb.emit("reduce", [square], {"kind": "sum", "axes": (1,), "keepdims": True}), centred]
     )
-    assert "stablehlo.optimization_barrier" in emit_module(kernel, native_convolution=False)
+    assert "stablehlo.optimization_barrier" in emit_module(kernel, xla_cpu=True)
     rng = np.random.default_rng(0)
     inputs = [
         rng.standard_normal((2, 8, 6, 6)).astype(np.float32),

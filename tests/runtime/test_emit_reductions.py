@@ -148,6 +148,57 @@ def test_a_dot_contracts_a_swapped_operand_where_it_lies(dtype):
     assert_same(kernel, [a, a_t, w], rtol=_rtol(dtype))
 
 
+def test_xla_cpu_writes_a_transposed_left_operand_out_and_a_skinny_product_transposed():
+    """For XLA's CPU backend: the left operand of a weight gradient (``dy.T @ x``) is written out
+    behind a barrier instead of contracted along its rows, and a linear layer on at most 64 rows
+    with a weight of at least 65536 elements is computed as ``(w @ x.T).T``; a product of more
+    rows or with a smaller weight keeps its form. neuronx-cc's module keeps every dot as one
+    ``dot_general`` reading through the transposes."""
+    from nkipy_runtime.stablehlo import emit_module
+
+    f32 = DType.f32
+    values = [
+        _smooth((8, 256), f32),  # x, skinny
+        _smooth((512, 256), f32, 1),  # w
+        _smooth((128, 256), f32, 2),  # x, too many rows
+        _smooth((64, 64), f32, 3),  # a small weight
+        _smooth((8, 512), f32, 4),  # dy
+    ]
+    kb = KernelBuilder("dot")
+    x, w, tall, small, dy = (kb.param(TensorType(v.shape, f32)) for v in values)
+    swap = {"perm": (1, 0)}
+    w_t = kb.emit("transpose", [w], swap)
+    kernel = kb.finish(
+        [
+            kb.emit("dot", [x, w_t], {}),
+            kb.emit("dot", [tall, w_t], {}),
+            kb.emit(
+                "dot",
+                [kb.emit("slice", [x], _columns(64)), kb.emit("transpose", [small], swap)],
+                {},
+            ),
+            kb.emit("dot", [kb.emit("transpose", [dy], swap), x], {}),
+        ]
+    )
+    host = emit_module(kernel, xla_cpu=True)
+    dots = [line.strip() for line in host.splitlines() if "dot_general" in line]
+    assert dots[0].endswith("(tensor<512x256xf32>, tensor<8x256xf32>) -> tensor<512x8xf32>")
+    assert "lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]" in dots[0]
+    assert dots[1].endswith("(tensor<128x256xf32>, tensor<512x256xf32>) -> tensor<128x512xf32>")
+    assert dots[2].endswith("(tensor<8x64xf32>, tensor<64x64xf32>) -> tensor<8x64xf32>")
+    assert dots[3].endswith("(tensor<512x8xf32>, tensor<8x256xf32>) -> tensor<512x256xf32>")
+    assert "lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]" in dots[3]
+    assert host.count("stablehlo.optimization_barrier") == 2
+    neuron = emit_module(kernel)
+    assert "optimization_barrier" not in neuron
+    assert "lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]" in neuron
+    assert_same(kernel, values, rtol=1e-5)
+
+
+def _columns(n: int) -> dict:
+    return {"start": (0, 0), "limit": (8, n), "stride": (1, 1)}
+
+
 def test_dot_with_nan_and_inf():
     """inf * 0 and inf - inf make NaN whatever the order; the finite pool values sum exactly."""
     a, b = _special((4, 3), DType.f32), _special((3, 4), DType.f32, seed=1)

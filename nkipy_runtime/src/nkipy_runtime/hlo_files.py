@@ -13,10 +13,10 @@ STABLEHLO, HLO_PROTO, HLO_TEXT = "kernel.stablehlo.mlir", "hlo_module.pb", "hlo.
 
 
 def hlo_artifacts(
-    kernel: Kernel, *, narrow_int64: bool = False, native_convolution: bool = True
+    kernel: Kernel, *, narrow_int64: bool = False, xla_cpu: bool = False
 ) -> dict[str, bytes]:
-    """The files of ``kernel``; ``narrow_int64`` and ``native_convolution`` as ``emit_module``
+    """The files of ``kernel``; ``narrow_int64`` and ``xla_cpu`` as ``emit_module``
     takes them."""
-    text = emit_module(kernel, narrow_int64=narrow_int64, native_convolution=native_convolution)
+    text = emit_module(kernel, narrow_int64=narrow_int64, xla_cpu=xla_cpu)
     hlo = xla_bridge.to_hlo(text)
     return {STABLEHLO: text.encode(), HLO_PROTO: hlo.proto, HLO_TEXT: hlo.text.encode()}

@@ -1,5 +1,6 @@
 """Plugin module of nkipy-runtime: registers the ``nrt`` runtime (Trainium through ``neuronx-cc``
-and NRT) and the ``xla`` runtime (the same HLO on XLA).
+and NRT), the ``xla`` runtime (the same HLO on XLA) and the ``auto`` runtime (each kernel on the
+faster of ``cpu`` and ``xla``).
 
 Importing it is cheap and safe without the Neuron SDK or jax: a runtime probes for what it needs
 only when asked whether it is available, and imports jax when it first compiles or allocates, so
@@ -8,6 +9,7 @@ installing this pack does not slow down ``import torch`` or other backends.
 
 from nkipy_core import hookimpl
 
+from .auto_runtime import AutoRuntime
 from .nrt_runtime import NrtRuntime
 from .xla_runtime import XlaRuntime
 
@@ -19,3 +21,4 @@ NKIPY_HOOK_API = ">=1.0,<2"
 def nkipy_register_runtimes(registry) -> None:
     registry.register(NrtRuntime())
     registry.register(XlaRuntime())
+    registry.register(AutoRuntime())

@@ -97,7 +97,7 @@ class XlaRuntime:
         return jax.devices()[0]
 
     def compile(self, kernel: Kernel, options: CompileOptions) -> XlaExecutable:
-        artifacts = hlo_artifacts(kernel, native_convolution=False)  # XLA CPU's fastest forms
+        artifacts = hlo_artifacts(kernel, xla_cpu=True)  # XLA CPU's fastest forms
         return XlaExecutable(artifacts, Signature.of(kernel), self.device)
 
     def load(

@@ -252,6 +252,34 @@ def _helpers_source() -> str:
     return "\n\n".join(inspect.getsource(f) for f in HELPERS)
 
 
+#: a 2-D product ``x @ w.T`` of at most this many rows with a weight of at least
+#: ``SKINNY_MIN_WEIGHT`` elements is computed as ``(w @ x.T).T`` (``_skinny_matmul``)
+SKINNY_ROWS = 64
+SKINNY_MIN_WEIGHT = 1 << 16
+
+
+def _skinny_products(kernel: Kernel, emitted: Sequence[tuple[Op, tuple[Value, ...]]]) -> set[int]:
+    """The ``dot``s that ``_skinny_matmul`` computes: f32 or f64 ``x @ w.T`` (the right operand a
+    transpose of a 2-D value) of a few rows with a large weight."""
+    transposed = {
+        op.result.id for op in kernel.ops if op.prim == "transpose" and op.params["perm"] == (1, 0)
+    }
+    skinny = set()
+    for op, operands in emitted:
+        if op.prim != "dot":
+            continue
+        x, w_t = operands
+        if (
+            w_t.id in transposed
+            and x.type.rank == 2
+            and x.type.dtype in (DType.f32, DType.f64)
+            and x.type.shape[0] <= SKINNY_ROWS
+            and w_t.type.size >= SKINNY_MIN_WEIGHT
+        ):
+            skinny.add(op.result.id)
+    return skinny
+
+
 def generate(kernel: Kernel) -> str:
     """Source of a module whose ``kernel`` function computes ``kernel``.
 
@@ -266,11 +294,15 @@ def generate(kernel: Kernel) -> str:
     recycled = {kernel.outputs[i].id: i for i in recycled_outputs(kernel)}
     reuse = _buffer_reuse(emitted, load_time, kernel.outputs, set(recycled))
 
+    skinny = _skinny_products(kernel, emitted)
+
     def line(op: Op, operands: tuple[Value, ...], indent: str, wrap: str = "{}") -> str:
         names = [v.name for v in operands]
         i = op.result.id
         target = f"out[{recycled[i]}]" if i in recycled else reuse[i].name if i in reuse else None
-        if target is not None:
+        if i in skinny:
+            expr = f"_skinny_matmul({', '.join([*names, *([target] if target else [])])})"
+        elif target is not None:
             expr = f"{primitive(op.prim).ufunc}({', '.join(names)}, out={target})"
         else:
             expr = expression(op.prim, names, op.params, [v.type for v in operands], op.result.type)

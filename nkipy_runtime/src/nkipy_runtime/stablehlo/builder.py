@@ -108,13 +108,14 @@ class FunctionBuilder:
     so that emitters write the bounds of i64/u64 values as 32-bit ones: a 64-bit bound would be
     cut there, not kept. Off, every 64-bit integer is exact, as on XLA and the cpu runtime.
 
-    ``native_convolution`` writes every ``conv`` as one ``stablehlo.convolution`` (what
-    neuronx-cc maps to its tensor engine); off, each is written in the form XLA's CPU backend
-    runs fastest for its shape (``convolution.py``)."""
+    ``xla_cpu`` writes convolutions and matrix products in the forms XLA's CPU backend runs
+    fastest for their shapes (``convolution.py``, ``reductions._dot``). Off, every ``conv`` is
+    one ``stablehlo.convolution`` and every ``dot`` one ``stablehlo.dot_general``: what
+    neuronx-cc maps to its tensor engine, laying the data out itself."""
 
-    def __init__(self, *, narrow_int64: bool = False, native_convolution: bool = True) -> None:
+    def __init__(self, *, narrow_int64: bool = False, xla_cpu: bool = False) -> None:
         self.narrow_int64 = narrow_int64
-        self.native_convolution = native_convolution
+        self.xla_cpu = xla_cpu
         self.lines: list[str] = []
         self._ids = itertools.count()
         self._indent = 2

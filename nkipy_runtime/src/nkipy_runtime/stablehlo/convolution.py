@@ -1,6 +1,6 @@
 """Emitters of the ``conv`` and ``conv_transpose`` primitives.
 
-For neuronx-cc (``FunctionBuilder.native_convolution``) a ``conv`` is one
+For neuronx-cc (``FunctionBuilder.xla_cpu`` off) a ``conv`` is one
 ``stablehlo.convolution`` in torch's layouts (``NCHW`` input and result, ``OIHW`` weight), one
 batch group, ``groups`` feature groups: the compiler maps it to its tensor engine.
 
@@ -65,7 +65,7 @@ def _conv(
     if result.size == 0 or x.type.size == 0 or w.type.size == 0:
         return b.full(0, result)
     dense = groups == 1 and positions >= max(NATIVE_MIN_POSITIONS, taps) and x.dtype.is_float
-    if b.native_convolution or dense:
+    if not b.xla_cpu or dense:
         return _native(b, result, x, w, stride, low, high, lhs_dilation, rhs_dilation, groups)
     padded = _spread_and_pad(b, x, low, high, lhs_dilation)
     if groups == 1 and positions < taps:
@@ -108,7 +108,7 @@ def _conv_transpose(
         and positions >= max(NATIVE_MIN_POSITIONS, math.prod(kernel))
         and x.dtype.is_float
     )
-    if b.native_convolution or dense or w.shape[0] == groups:
+    if not b.xla_cpu or dense or w.shape[0] == groups:
         # XLA's own kernel, or (one input channel per group) the fused per-tap sum of ``conv``
         spread_high = [
             e - (q - 1) * s - 1 + lo for e, q, s, lo in zip(extent, x.shape[2:], stride, low)

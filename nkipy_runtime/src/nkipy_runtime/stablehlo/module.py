@@ -69,17 +69,15 @@ def module_name(kernel: Kernel) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", kernel.name) or "kernel"
 
 
-def emit_module(
-    kernel: Kernel, *, narrow_int64: bool = False, native_convolution: bool = True
-) -> str:
+def emit_module(kernel: Kernel, *, narrow_int64: bool = False, xla_cpu: bool = False) -> str:
     """StableHLO text of ``kernel``; ``narrow_int64`` for a target that computes 64-bit
-    integers in 32 bits, ``native_convolution`` off for XLA's CPU backend (see
+    integers in 32 bits, ``xla_cpu`` for XLA's CPU backend (see
     ``FunctionBuilder``).
 
     Kernels are pure: an in-place op of the program is a kernel result that the compiled graph
     writes back into its input afterwards (a device copy), so the module declares no
     input/output aliases."""
-    b = FunctionBuilder(narrow_int64=narrow_int64, native_convolution=native_convolution)
+    b = FunctionBuilder(narrow_int64=narrow_int64, xla_cpu=xla_cpu)
     env: dict[int, Val] = {}
     params = []
     for i, p in enumerate(kernel.params):

@@ -29,6 +29,11 @@ from nkipy_core.ir import DType, TensorType
 from .builder import FunctionBuilder, Val, i64_array, index_dtype
 from .registry import emits
 
+#: a matrix product with at most this many rows is computed transposed on XLA's CPU backend
+SKINNY_ROWS = 64
+#: ... when its other operand, a transposed weight, holds at least this many elements
+SKINNY_MIN_WEIGHT = 1 << 16
+
 
 @emits("dot")
 def _dot(b: FunctionBuilder, result: TensorType, x: Val, y: Val) -> Val:
@@ -39,16 +44,59 @@ def _dot(b: FunctionBuilder, result: TensorType, x: Val, y: Val) -> Val:
     of a dot that reads a transposed bf16 operand, and it runs a bf16 dot summing in f32 on the
     bf16 instructions, twice as fast as the f32 dot of the widened operands (torch's oneDNN kernel
     does the same). So the dot reads through an operand that only widens a half float to f32
-    (products of half floats are exact in f32: the sums are the same) and through one that only
-    swaps the last two axes (its contracting dimension is then the other one)."""
+    (products of half floats are exact in f32: the sums are the same) and through a ``y`` that
+    only swaps the last two axes (its contracting dimension is then the other one).
+
+    For XLA's CPU backend (``FunctionBuilder.xla_cpu``) two more forms, each measured on its
+    library's kernels (``docs/runtimes.md``):
+
+    - an ``x`` that swaps the last two axes (a weight gradient's ``dy.T @ x``) is written out
+      first: a dot contracting its left operand's rows runs 1.2-1.6x slower than the copy and
+      the row-major dot together;
+    - a 2-D f32 ``x @ w.T`` with at most ``SKINNY_ROWS`` rows (a linear layer on a few tokens)
+      is computed as ``(w @ x.T).T``: the product then walks the large weight in its own order,
+      1.2-2.5x faster, and the transpose of the small result is cheap. XLA folds a transpose
+      into its dot, so the product ends in an optimization barrier."""
     half_x, half_y = x.widened_from, y.widened_from
     if result.dtype is DType.f32 and half_x and half_y and half_x.dtype is half_y.dtype:
         x, y = half_x, half_y
     lhs_contracting, rhs_contracting = x.type.rank - 1, y.type.rank - 2
     if x.swapped_from is not None:
-        x, lhs_contracting = x.swapped_from, x.type.rank - 2
+        if b.xla_cpu:
+            (x,) = b.op("stablehlo.optimization_barrier", [x], [x.type])
+        else:
+            x, lhs_contracting = x.swapped_from, x.type.rank - 2
     if y.swapped_from is not None:
         y, rhs_contracting = y.swapped_from, y.type.rank - 1
+        if b.xla_cpu and _skinny(result, x, y):
+            flipped = _dot_general(b, TensorType(result.shape[::-1], result.dtype), y, x, 1, 1)
+            (flipped,) = b.op("stablehlo.optimization_barrier", [flipped], [flipped.type])
+            return b.op(
+                "stablehlo.transpose", [flipped], result, {"permutation": i64_array([1, 0])}
+            )
+    return _dot_general(b, result, x, y, lhs_contracting, rhs_contracting)
+
+
+def _skinny(result: TensorType, x: Val, w: Val) -> bool:
+    """Whether ``x @ w.T`` (``w`` as it lies) is a 2-D f32 product of a few rows with a large
+    weight (``_dot``)."""
+    return (
+        result.rank == 2
+        and result.dtype is x.dtype is w.dtype is DType.f32
+        and result.shape[0] <= SKINNY_ROWS
+        and math.prod(w.shape) >= SKINNY_MIN_WEIGHT
+    )
+
+
+def _dot_general(
+    b: FunctionBuilder,
+    result: TensorType,
+    x: Val,
+    y: Val,
+    lhs_contracting: int,
+    rhs_contracting: int,
+) -> Val:
+    """``stablehlo.dot_general`` over the leading dimensions as batch."""
     batch = list(range(x.type.rank - 2))
     numbers = (
         [f"lhs_batching_dimensions = {batch}", f"rhs_batching_dimensions = {batch}"]
