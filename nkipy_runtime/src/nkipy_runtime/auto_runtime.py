@@ -275,6 +275,8 @@ class AutoRuntime:
 
 def faster(cpu_seconds: float, xla_seconds: float) -> str:
     """The runtime a kernel stays on: XLA only when its best call beat the cpu runtime's best by
-    more than the noise of a few calls (5 %); a tie keeps the kernel where it compiles in
-    milliseconds and where its updated inputs are written in place."""
-    return "xla" if xla_seconds < 0.95 * cpu_seconds else "cpu"
+    more than 10 %. Not all of an XLA call's cost is in it: its results are new memory at every
+    call, whose pages fault in when torch first writes them, and the cpu runtime writes updated
+    inputs in place. A near tie (a Llama layer's kernels, 4 % apart) keeps the kernel where it
+    compiles in milliseconds."""
+    return "xla" if xla_seconds < 0.9 * cpu_seconds else "cpu"
