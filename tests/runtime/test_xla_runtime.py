@@ -14,6 +14,7 @@ import torch
 from nkipy_core import cache_stats, init_nkipy_backend
 from nkipy_core.ir import DType, KernelBuilder, TensorType
 from nkipy_core.runtime.base import CompileOptions, DeviceArray
+from nkipy_runtime import xla_bridge
 from nkipy_runtime.hlo_files import HLO_PROTO, HLO_TEXT, STABLEHLO
 from nkipy_runtime.xla_runtime import XlaRuntime
 
@@ -274,3 +275,25 @@ def test_run_host_hands_out_large_results_in_place_as_writable_memory_of_their_o
     np.testing.assert_array_equal(same, y)
     del rt, exe, again
     np.testing.assert_array_equal(total, expected)  # the buffer outlives the runtime's references
+
+
+def test_a_tensor_that_comes_back_is_uploaded_once_and_read_where_it_lies(monkeypatch):
+    """A graph of CPU tensors borrows their memory; the upload of a tensor that comes back at
+    every call (a parameter) is kept and reused, and reads the memory as it is then: an
+    in-place update between calls is seen. Without the kept uploads each call would upload
+    both tensors again."""
+    uploads = []
+    upload = xla_bridge.Uploader._upload
+
+    def counted(self, host, semantics):
+        uploads.append(host.shape)
+        return upload(self, host, semantics)
+
+    monkeypatch.setattr(xla_bridge.Uploader, "_upload", counted)
+    w, x = torch.randn(64, 32), torch.randn(8, 64)
+    f = torch.compile(lambda x, w: torch.relu(x @ w), backend="nkipy", options={"runtime": "xla"})
+    for _ in range(5):
+        w.mul_(-0.5)  # the same tensor, new values
+        torch.testing.assert_close(f(x, w), torch.relu(x @ w))
+    # the first call's views are torch's own; from the second on, the views nkipy keeps
+    assert uploads.count((64, 32)) == uploads.count((8, 64)) == 2

@@ -11,6 +11,7 @@ module checks the installed version once and turns every failure into a ``HloCon
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -114,6 +115,10 @@ def devices(platform: str = "cpu") -> list[Any]:
     return list(jax.devices(platform))
 
 
+#: borrowed uploads an ``Uploader`` keeps for arrays that come back (``Uploader.__call__``)
+KEPT_UPLOADS = 4096
+
+
 class Uploader:
     """Copies host arrays of fixed types onto ``device`` as XLA arrays of exactly those types.
 
@@ -136,23 +141,52 @@ class Uploader:
         self._semantics = xla_client.HostBufferSemantics
         self._shaped = jax.core.ShapedArray
         self._avals: dict[tuple, Any] = {}
+        #: id(host) -> (host, its borrowed XLA array), oldest first (see ``__call__``)
+        self._kept: dict[int, tuple[np.ndarray, Any]] = {}
 
     def __call__(self, hosts: Sequence[np.ndarray], borrow: bool = False) -> list[Any]:
-        semantics = (
-            self._semantics.ZERO_COPY if borrow else self._semantics.IMMUTABLE_ONLY_DURING_CALL
-        )
-        arrays = []
+        """XLA arrays of ``hosts``.
+
+        A borrowed upload of an array that owns no memory and refers to nothing that does (a
+        view over memory kept alive elsewhere: the views ``HostViews`` keeps of a compiled
+        graph's parameters between calls) is kept, and handed out again when the same array
+        object comes back. It reads the memory in place, so it holds what the memory holds
+        then, and keeping it keeps no tensor alive. A model's parameters are then uploaded once,
+        not at every call (EfficientNet-B0's forward: 250 arrays, 1.6 ms of 11 ms a call)."""
+        if not borrow:
+            return [
+                self._upload(host, self._semantics.IMMUTABLE_ONLY_DURING_CALL) for host in hosts
+            ]
+        kept, arrays = self._kept, []
         for host in hosts:
-            key = (host.shape, host.dtype)
-            aval = self._avals.get(key)
-            if aval is None:
-                aval = self._avals[key] = self._shaped(host.shape, host.dtype)
-            arrays.append(
-                self._put(
-                    aval, self._sharding, [host], [self._device], True, not borrow, semantics, True
-                )
-            )
+            entry = kept.get(id(host))
+            if entry is not None and entry[0] is host:
+                arrays.append(entry[1])
+                continue
+            array = self._upload(host, self._semantics.ZERO_COPY)
+            if _owns_nothing(host) and array.unsafe_buffer_pointer() == host.ctypes.data:
+                if len(kept) >= KEPT_UPLOADS:
+                    del kept[next(iter(kept))]
+                kept[id(host)] = (host, array)
+            arrays.append(array)
         return arrays
+
+    def _upload(self, host: np.ndarray, semantics: Any) -> Any:
+        key = (host.shape, host.dtype)
+        aval = self._avals.get(key)
+        if aval is None:
+            aval = self._avals[key] = self._shaped(host.shape, host.dtype)
+        forced = semantics is not self._semantics.ZERO_COPY
+        return self._put(
+            aval, self._sharding, [host], [self._device], True, forced, semantics, True
+        )
+
+
+def _owns_nothing(host: np.ndarray) -> bool:
+    """Whether ``host`` is a view over memory it does not keep alive: its base is a ctypes array
+    made over an address (``_b_needsfree_`` false: it did not allocate its memory)."""
+    base = host.base
+    return isinstance(base, ctypes.Array) and not base._b_needsfree_ and host.size > 0
 
 
 #: the XLA pass that removes ``stablehlo.optimization_barrier``s, disabled for CPU executables
