@@ -68,8 +68,8 @@ class XlaBuffer:
 
 
 class XlaRuntime:
-    """Runs kernels on the first device of jax's default backend (CPU here; a GPU where
-    jaxlib sees one)."""
+    """Runs kernels on the first device of jax's default backend: a GPU where jaxlib sees one,
+    else the CPU, through nkipy's own synchronous client (``xla_bridge._cpu_client``)."""
 
     name = "xla"
     priority = -10  # below cpu until the figures say otherwise (see docs/runtimes.md)
@@ -94,7 +94,7 @@ class XlaRuntime:
     def device(self) -> Any:
         import jax
 
-        return jax.devices()[0]
+        return xla_bridge.devices(jax.default_backend())[0]
 
     def compile(self, kernel: Kernel, options: CompileOptions) -> XlaExecutable:
         artifacts = hlo_artifacts(kernel, xla_cpu=True)  # XLA CPU's fastest forms
