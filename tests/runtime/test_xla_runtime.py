@@ -188,6 +188,27 @@ def test_jax_64_bit_setting_is_left_as_the_user_had_it():
     assert jax.numpy.asarray(big.astype(np.int32)).dtype == np.int32
 
 
+def test_kernels_run_on_the_calling_thread_and_jax_keeps_its_own_client():
+    """A kernel has finished when XLA's call returns: nkipy's CPU client runs it on the calling
+    thread, so no worker thread has to wake at each call. The user's jax keeps its own client."""
+    import jax
+
+    rt = XlaRuntime()
+    n = 384
+    t = f"tensor<{n}x{n}xf32>"
+    dots = "\n".join(
+        f"%{i + 1} = stablehlo.dot_general %{i}, %{i}, contracting_dims = [1] x [0] : ({t}, {t}) -> {t}"
+        for i in range(6)
+    )
+    text = f"module @m {{ func.func public @main(%0: {t}) -> {t} {{ {dots}\n return %6 : {t} }} }}"
+    executable = xla_bridge.compile_stablehlo(text, rt.device)
+    (a,) = xla_bridge.Uploader(rt.device)([np.full((n, n), 1 / n, np.float32)])
+    ((out,),) = executable.execute_sharded([a]).disassemble_into_single_device_arrays()
+    assert out.is_ready()
+    np.testing.assert_allclose(np.asarray(out), 1 / n, rtol=1e-4)  # J/n is idempotent
+    assert rt.device.client is not jax.devices()[0].client
+
+
 def test_without_jax_the_runtime_says_what_to_install():
     code = (
         "import sys; sys.modules['jax'] = None; sys.modules['jaxlib'] = None\n"
