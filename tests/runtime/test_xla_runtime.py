@@ -145,6 +145,26 @@ def test_kernels_read_strided_views_of_buffers():
     np.testing.assert_array_equal(rt.to_host(out), host.T + host.T)
 
 
+def test_a_buffer_read_whole_and_written_again_is_read_with_its_new_values():
+    """The runtime remembers the last whole read of a buffer (a weight read by every call); a
+    write, whole or strided, replaces what the next call reads."""
+    rt = XlaRuntime()
+    exe = rt.compile(add_kernel(DType.f32, (2, 3)), CompileOptions())
+    host = sample(DType.f32, (2, 3))
+    array = put(rt, host, DType.f32)
+    for _ in range(2):
+        (out, _) = rt.run(exe, [array, array])
+        np.testing.assert_array_equal(rt.to_host(out), host + host)
+    host = host + 1
+    rt.to_device(host, array)
+    (out, _) = rt.run(exe, [array, array])
+    np.testing.assert_array_equal(rt.to_host(out), host + host)
+    rt.to_device(np.zeros(2, np.float32), strided(array, (2,), (3,), 1))  # one column
+    host[:, 1] = 0
+    (out, _) = rt.run(exe, [array, array])
+    np.testing.assert_array_equal(rt.to_host(out), host + host)
+
+
 def test_compile_produces_the_hlo_artifacts_and_load_reuses_them():
     rt = XlaRuntime()
     exe = rt.compile(add_kernel(DType.f32), CompileOptions())
