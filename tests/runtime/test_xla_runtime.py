@@ -338,3 +338,28 @@ def test_a_tensor_that_comes_back_is_uploaded_once_and_read_where_it_lies(monkey
         torch.testing.assert_close(f(x, w), torch.relu(x @ w))
     # the first call's views are torch's own; from the second on, the views nkipy keeps
     assert uploads.count((64, 32)) == uploads.count((8, 64)) == 2
+
+
+def test_a_result_handed_out_in_place_goes_back_to_xla_as_the_array_it_is(monkeypatch):
+    """A large result is handed out as a view of its XLA buffer; a kernel that reads it next (an
+    activation, one saved for the backward) gets that XLA array back, not an upload of its
+    memory, and sees torch's in-place writes to it. A slice of it is uploaded as usual."""
+    uploads = []
+    upload = xla_bridge.Uploader._upload
+
+    def counted(self, host, semantics):
+        uploads.append(host.shape)
+        return upload(self, host, semantics)
+
+    monkeypatch.setattr(xla_bridge.Uploader, "_upload", counted)
+    first = torch.compile(lambda x: torch.tanh(x) * 2, backend="nkipy", options={"runtime": "xla"})
+    second = torch.compile(lambda h: h.sum(0) + 1, backend="nkipy", options={"runtime": "xla"})
+    x = torch.randn(128, 256)  # 128 KiB: handed out in place
+    for _ in range(3):
+        h = first(x)
+        h[0].add_(1.0)  # torch writes into XLA's buffer
+        torch.testing.assert_close(second(h), h.sum(0) + 1)
+        torch.testing.assert_close(second(h[1:]), h[1:].sum(0) + 1)
+    # x twice (the first call's view is torch's own, then nkipy's kept one), h never
+    assert uploads.count((128, 256)) == 2
+    assert uploads.count((127, 256)) == 3

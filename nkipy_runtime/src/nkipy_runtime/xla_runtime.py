@@ -146,7 +146,7 @@ class XlaRuntime:
     def run_host(self, executable: XlaExecutable, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Host arrays in, host arrays out, for graphs of CPU tensors, without the buffer
         bookkeeping of ``run``. An XLA CPU device reads aligned inputs where they are and
-        hands out its results as host memory (``xla_bridge.host_result``); on another device
+        hands out its results as host memory (``Uploader.host_result``); on another device
         the copies are transfers and are counted as such. An input whose dtype is not the
         kernel's (torch's meta functions and CPU kernels disagree on a few ops, e.g. the bf16
         ``_native_batch_norm_legit`` statistics) is converted to the kernel's, as staging it
@@ -158,7 +158,7 @@ class XlaRuntime:
         inputs = self._upload(hosts, borrow=True)
         results = xla_bridge.execute(executable.compiled, inputs)
         if self.device.platform == "cpu":
-            return [xla_bridge.host_result(o) for o in results]
+            return [self._upload.host_result(o) for o in results]
         outputs = [np.array(o) for o in results]
         self.stats.host_to_device += len(inputs)
         self.stats.host_to_device_bytes += sum(a.nbytes for a in arrays)
