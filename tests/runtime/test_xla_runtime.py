@@ -318,19 +318,25 @@ def test_run_host_hands_out_large_results_in_place_as_writable_memory_of_their_o
     np.testing.assert_array_equal(total, expected)  # the buffer outlives the runtime's references
 
 
-def test_a_tensor_that_comes_back_is_uploaded_once_and_read_where_it_lies(monkeypatch):
+@pytest.fixture
+def uploads(monkeypatch) -> list[tuple[int, ...]]:
+    """The shape of every host array the xla runtime uploads, in order."""
+    shapes: list[tuple[int, ...]] = []
+    upload = xla_bridge.Uploader._upload
+
+    def counted(self, host, semantics):
+        shapes.append(host.shape)
+        return upload(self, host, semantics)
+
+    monkeypatch.setattr(xla_bridge.Uploader, "_upload", counted)
+    return shapes
+
+
+def test_a_tensor_that_comes_back_is_uploaded_once_and_read_where_it_lies(uploads):
     """A graph of CPU tensors borrows their memory; the upload of a tensor that comes back at
     every call (a parameter) is kept and reused, and reads the memory as it is then: an
     in-place update between calls is seen. Without the kept uploads each call would upload
     both tensors again."""
-    uploads = []
-    upload = xla_bridge.Uploader._upload
-
-    def counted(self, host, semantics):
-        uploads.append(host.shape)
-        return upload(self, host, semantics)
-
-    monkeypatch.setattr(xla_bridge.Uploader, "_upload", counted)
     w, x = torch.randn(64, 32), torch.randn(8, 64)
     f = torch.compile(lambda x, w: torch.relu(x @ w), backend="nkipy", options={"runtime": "xla"})
     for _ in range(5):
@@ -340,18 +346,10 @@ def test_a_tensor_that_comes_back_is_uploaded_once_and_read_where_it_lies(monkey
     assert uploads.count((64, 32)) == uploads.count((8, 64)) == 2
 
 
-def test_a_result_handed_out_in_place_goes_back_to_xla_as_the_array_it_is(monkeypatch):
+def test_a_result_handed_out_in_place_goes_back_to_xla_as_the_array_it_is(uploads):
     """A large result is handed out as a view of its XLA buffer; a kernel that reads it next (an
     activation, one saved for the backward) gets that XLA array back, not an upload of its
     memory, and sees torch's in-place writes to it. A slice of it is uploaded as usual."""
-    uploads = []
-    upload = xla_bridge.Uploader._upload
-
-    def counted(self, host, semantics):
-        uploads.append(host.shape)
-        return upload(self, host, semantics)
-
-    monkeypatch.setattr(xla_bridge.Uploader, "_upload", counted)
     first = torch.compile(lambda x: torch.tanh(x) * 2, backend="nkipy", options={"runtime": "xla"})
     second = torch.compile(lambda h: h.sum(0) + 1, backend="nkipy", options={"runtime": "xla"})
     x = torch.randn(128, 256)  # 128 KiB: handed out in place
