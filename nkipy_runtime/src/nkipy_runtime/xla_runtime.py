@@ -65,8 +65,8 @@ class XlaBuffer:
     def __init__(self, nbytes: int, array: Any = None):
         self.nbytes = nbytes
         self.array = array
-        #: ``(view, array, dense)`` of the last read that took ``array`` whole (``_read``)
-        self.whole: tuple[DeviceArray, Any, Any] | None = None
+        #: ``(view, array)`` of the last read that took ``array`` as it is (``_read``)
+        self.whole: tuple[DeviceArray, Any] | None = None
 
 
 class XlaRuntime:
@@ -178,19 +178,21 @@ class XlaRuntime:
     def _read(self, view: DeviceArray) -> Any:
         """The values of ``view`` as a dense XLA array of its shape (on the device).
 
-        A view that reads its buffer's array whole is remembered with the array it read: the
-        same view object comes back at every kernel call that reads a weight (``memory.array``
-        hands it out again), and comparing two identities costs a tenth of checking the
-        layout against jax's array (about 3 us, for each input of each call)."""
+        A view that reads its buffer's array as it is (whole, same shape) is remembered with
+        that array: the same view object comes back at every kernel call that reads a weight
+        (``memory.array`` hands it out again), and comparing two identities costs a tenth of
+        checking the layout against jax's array (about 3 us, for each input of each call). A
+        reshaped read is not remembered: XLA may copy to reshape, and the copy would live on."""
         buffer: XlaBuffer = view.buffer
         array = buffer.array
         whole = buffer.whole
         if whole is not None and whole[0] is view and whole[1] is array:
-            return whole[2]
+            return array
         if array is not None and _is_whole(view, array):
-            dense = array.reshape(view.shape) if array.shape != view.shape else array
-            buffer.whole = (view, array, dense)
-            return dense
+            if array.shape != view.shape:
+                return array.reshape(view.shape)
+            buffer.whole = (view, array)
+            return array
         return _gather(self._flat(buffer, view.dtype), view.shape, view.strides, view.offset)
 
     def _write(self, view: DeviceArray, values: Any) -> None:
