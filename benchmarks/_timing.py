@@ -183,7 +183,7 @@ def backends() -> dict[str, Callable[[Callable], Callable]]:
         "inductor": lambda fn: torch.compile(fn, backend="inductor", dynamic=False),
     }
     os.environ.setdefault("NKIPY_AUTO_PAYBACK", "0")
-    for name in ("cpu", "xla", "auto"):
+    for name in ("cpu", "xla", "auto", "inductor"):
         if registry.get(name) is not None and registry.get(name).available()[0]:
             options = {
                 "runtime": name,

@@ -60,11 +60,12 @@ def test_every_plugin_loads_with_its_provenance():
         "nrt": "nkipy-runtime",
         "xla": "nkipy-runtime",
         "auto": "nkipy-runtime",
+        "inductor": "nkipy-runtime",
     }
     assert runtimes["nrt"]["hardware"] and not runtimes["xla"]["hardware"]
 
 
-def test_doctor_says_what_nrt_xla_and_auto_are_missing_here():
+def test_doctor_says_what_nrt_xla_and_auto_are_missing_here_and_inductor_is_not():
     """This env installs nkipy-runtime without extras, on a machine without the Neuron SDK."""
     result = run("nkipy-ops", "doctor", "--format", "json")
     runtimes = {row["name"]: row for row in json.loads(result.stdout)["runtimes"]}
@@ -78,6 +79,7 @@ def test_doctor_says_what_nrt_xla_and_auto_are_missing_here():
     for needs_xla in ("xla", "auto"):
         assert not runtimes[needs_xla]["available"]
         assert "pip install 'nkipy-runtime[xla]'" in runtimes[needs_xla]["reason"]
+    assert runtimes["inductor"]["available"]  # torch and a C++ compiler are all it needs
 
 
 def test_doctor_reports_a_usable_runtime():

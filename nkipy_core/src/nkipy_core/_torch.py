@@ -290,6 +290,11 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "ContinueExecutionCache": ("torch._dynamo.resume_execution", "ContinueExecutionCache"),
     # what torch.compile raises when a backend fails: the test harness reports it
     "BackendCompilerFailed": ("torch._dynamo.exc", "BackendCompilerFailed"),
+    # TorchInductor's compile of an FX graph outside dynamo: the ``inductor`` runtime's kernels
+    "standalone_compile": ("torch._inductor", "standalone_compile"),
+    # the torch dispatch modes around a call set aside (AOTAutograd's runtime wrapper may have one
+    # active at a graph's first call): a kernel compiled there must not be traced by them
+    "disable_current_modes": ("torch.utils._python_dispatch", "_disable_current_modes"),
     # PyTorch's OpInfo database: the conformance harness's cases
     "common_methods_invocations": ("torch.testing._internal.common_methods_invocations", None),
 }

@@ -10,6 +10,7 @@ installing this pack does not slow down ``import torch`` or other backends.
 from nkipy_core import hookimpl
 
 from .auto_runtime import AutoRuntime
+from .inductor_runtime import InductorRuntime
 from .nrt_runtime import NrtRuntime
 from .xla_runtime import XlaRuntime
 
@@ -22,3 +23,4 @@ def nkipy_register_runtimes(registry) -> None:
     registry.register(NrtRuntime())
     registry.register(XlaRuntime())
     registry.register(AutoRuntime())
+    registry.register(InductorRuntime())

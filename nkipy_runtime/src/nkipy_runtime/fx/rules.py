@@ -1,0 +1,312 @@
+"""Each NKIPy primitive as torch operations, with the primitive's own semantics
+(``nkipy_core.ir.primitives``: its NumPy expression is the reference).
+
+A rule takes the operands as torch tensors and the op's attributes, and returns the result of the
+op's type. Half floats follow ``half_float_rule`` as the cpu runtime does: an op marked
+``half_compute`` computes in f32 and rounds its result once (``run``). A primitive without a rule
+here (random bits, whose words are unsigned 32-bit integers torch barely computes with;
+convolutions of a dilated input; collectives and custom calls) keeps its kernel
+on the cpu runtime (``unsupported``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from nkipy_core.ir import DType, Kernel, TensorType, numpy_to_torch
+from nkipy_core.ir.half_float import HalfFloat, half_float_rule
+
+Rule = Callable[..., torch.Tensor]
+
+RULES: dict[str, Rule] = {}
+
+#: element types torch computes with as NumPy does (its unsigned 32 and 64-bit integers lack
+#: most operations)
+DTYPES = frozenset(DType) - {DType.u32, DType.u64}
+
+
+def _rule(*names: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        for name in names:
+            RULES[name] = fn
+        return fn
+
+    return register
+
+
+def _elementwise(names: dict[str, Callable[..., torch.Tensor]]) -> None:
+    for name, fn in names.items():
+        RULES[name] = lambda *xs, _fn=fn: _fn(*xs)
+
+
+_elementwise(
+    {
+        "exp": torch.exp,
+        "log": torch.log,
+        "log1p": torch.log1p,
+        "expm1": torch.expm1,
+        "sqrt": torch.sqrt,
+        "rsqrt": torch.rsqrt,
+        "sin": torch.sin,
+        "cos": torch.cos,
+        "tan": torch.tan,
+        "tanh": torch.tanh,
+        "atan": torch.atan,
+        "logistic": torch.sigmoid,
+        "erf": torch.erf,
+        "erfc": torch.erfc,
+        "floor": torch.floor,
+        "ceil": torch.ceil,
+        "round": torch.round,  # half to even, as np.round
+        "isnan": torch.isnan,
+        "isinf": torch.isinf,
+        "signbit": torch.signbit,
+        "neg": torch.neg,
+        "abs": torch.abs,
+        "not": torch.logical_not,
+        "bitwise_not": torch.bitwise_not,
+        "add": torch.add,
+        "sub": torch.sub,
+        "mul": torch.mul,
+        "pow": torch.pow,
+        "maximum": torch.maximum,
+        "minimum": torch.minimum,
+        "remainder": torch.remainder,
+        "fmod": torch.fmod,
+        "floor_divide": torch.floor_divide,
+        "atan2": torch.atan2,
+        "and": torch.logical_and,
+        "or": torch.logical_or,
+        "xor": torch.logical_xor,
+        "bitwise_and": torch.bitwise_and,
+        "bitwise_or": torch.bitwise_or,
+        "bitwise_xor": torch.bitwise_xor,
+        "eq": torch.eq,
+        "ne": torch.ne,
+        "lt": torch.lt,
+        "le": torch.le,
+        "gt": torch.gt,
+        "ge": torch.ge,
+        "select": torch.where,
+    }
+)
+
+
+@_rule("sign")
+def _sign(x: torch.Tensor) -> torch.Tensor:
+    """``np.sign``: NaN stays NaN (torch's ``sign`` gives 0 for it)."""
+    return torch.where(torch.isnan(x), x, torch.sign(x)) if x.is_floating_point() else torch.sign(x)
+
+
+@_rule("div")
+def _div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.true_divide(a, b)
+
+
+@_rule("convert")
+def _convert(x: torch.Tensor, *, dtype: DType) -> torch.Tensor:
+    return x.to(dtype.torch)
+
+
+@_rule("broadcast")
+def _broadcast(x: torch.Tensor, *, shape: tuple[int, ...]) -> torch.Tensor:
+    return x.expand(shape)
+
+
+@_rule("reshape")
+def _reshape(x: torch.Tensor, *, shape: tuple[int, ...]) -> torch.Tensor:
+    return x.reshape(shape)
+
+
+@_rule("transpose")
+def _transpose(x: torch.Tensor, *, perm: tuple[int, ...]) -> torch.Tensor:
+    return x.permute(perm)
+
+
+@_rule("reverse")
+def _reverse(x: torch.Tensor, *, axes: tuple[int, ...]) -> torch.Tensor:
+    return torch.flip(x, axes) if axes else x
+
+
+@_rule("slice")
+def _slice(x: torch.Tensor, *, start: tuple, limit: tuple, stride: tuple) -> torch.Tensor:
+    return x[tuple(slice(s, e, k) for s, e, k in zip(start, limit, stride))]
+
+
+@_rule("concatenate")
+def _concatenate(*xs: torch.Tensor, axis: int) -> torch.Tensor:
+    return torch.cat(xs, axis)
+
+
+@_rule("pad")
+def _pad(x: torch.Tensor, value: torch.Tensor, *, low: tuple, high: tuple) -> torch.Tensor:
+    """Zero padding, then ``value`` where no element of ``x`` landed."""
+    pads = [p for lo, hi in zip(reversed(low), reversed(high)) for p in (lo, hi)]
+    padded = torch.constant_pad_nd(x, pads, 0)
+    inside = torch.constant_pad_nd(torch.ones_like(x, dtype=torch.bool), pads, False)
+    return torch.where(inside, padded, value)
+
+
+@_rule("take")
+def _take(x: torch.Tensor, idx: torch.Tensor, *, axis: int) -> torch.Tensor:
+    shape = x.shape[:axis] + idx.shape + x.shape[axis + 1 :]
+    return torch.index_select(x, axis, idx.reshape(-1)).reshape(shape)
+
+
+@_rule("take_along_axis")
+def _take_along_axis(x: torch.Tensor, idx: torch.Tensor, *, axis: int) -> torch.Tensor:
+    return torch.gather(x, axis, idx.to(torch.int64))
+
+
+@_rule("scatter_add")
+def _scatter_add(
+    x: torch.Tensor, idx: torch.Tensor, upd: torch.Tensor, *, axis: int, kind: str = "add"
+) -> torch.Tensor:
+    return torch.index_add(x, axis, idx, upd)
+
+
+#: scatter_reduce kinds -> torch's ``scatter_reduce`` (each propagates NaN, as the reference does)
+_SCATTER_REDUCE = {"max": "amax", "min": "amin", "prod": "prod"}
+
+
+@_rule("scatter_reduce")
+def _scatter_reduce(
+    x: torch.Tensor, idx: torch.Tensor, upd: torch.Tensor, *, axis: int, kind: str
+) -> torch.Tensor:
+    """Row ``idx[i]`` along ``axis`` combined with row ``i`` of the updates: torch's
+    ``scatter_reduce`` with the index spread over the updates' shape."""
+    shape = [-1 if i == axis else 1 for i in range(upd.dim())]
+    index = idx.to(torch.int64).reshape(shape).expand(upd.shape)
+    return torch.scatter_reduce(x, axis, index, upd, _SCATTER_REDUCE[kind], include_self=True)
+
+
+@_rule("dot")
+def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.matmul(a, b)
+
+
+@_rule("reduce")
+def _reduce(x: torch.Tensor, *, kind: str, axes: tuple, keepdims: bool) -> torch.Tensor:
+    axes = tuple(axes)
+    if not axes:
+        return x.to(torch.bool) if kind in ("any", "all") else x
+    if kind == "sum":
+        return torch.sum(x, axes, keepdim=keepdims, dtype=x.dtype)
+    if kind == "max":
+        return torch.amax(x, axes, keepdim=keepdims)
+    if kind == "min":
+        return torch.amin(x, axes, keepdim=keepdims)
+    if kind in ("any", "all"):
+        return getattr(torch, kind)(x, axes, keepdim=keepdims)
+    for axis in sorted(axes, reverse=True):  # prod: one axis at a time
+        x = torch.prod(x, axis, keepdim=keepdims, dtype=x.dtype)
+    return x
+
+
+@_rule("argreduce")
+def _argreduce(x: torch.Tensor, *, kind: str, axis: int, keepdims: bool) -> torch.Tensor:
+    fn = torch.argmax if kind == "argmax" else torch.argmin
+    return fn(x, axis, keepdim=keepdims)
+
+
+@_rule("cumulative")
+def _cumulative(x: torch.Tensor, *, kind: str, axis: int) -> torch.Tensor:
+    if kind == "cumsum":
+        return torch.cumsum(x, axis, dtype=x.dtype)
+    if kind == "cumprod":
+        return torch.cumprod(x, axis, dtype=x.dtype)
+    return getattr(torch, kind)(x, axis).values
+
+
+@_rule("sort")
+def _sort(x: torch.Tensor, *, axis: int, descending: bool, indices: bool) -> torch.Tensor:
+    """A stable ascending sort of ``-x`` for descending order, as the reference does: NaN comes
+    last either way."""
+    order = torch.sort(-x if descending else x, dim=axis, stable=True).indices
+    return order if indices else torch.gather(x, axis, order)
+
+
+@_rule("iota")
+def _iota(*, shape: tuple, dtype: DType, axis: int) -> torch.Tensor:
+    view = tuple(d if i == axis else 1 for i, d in enumerate(shape))
+    return torch.arange(shape[axis], dtype=dtype.torch).reshape(view).expand(shape)
+
+
+@_rule("constant")
+def _constant(*, value: Any) -> torch.Tensor:
+    return numpy_to_torch(value.array.copy())
+
+
+@_rule("conv")
+def _conv(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    *,
+    stride: tuple,
+    low: tuple,
+    high: tuple,
+    lhs_dilation: tuple,
+    rhs_dilation: tuple,
+    groups: int,
+) -> torch.Tensor:
+    """Padding (negative amounts crop) first, as the reference's; then torch's convolution."""
+    pads = [p for lo, hi in zip(reversed(low), reversed(high)) for p in (lo, hi)]
+    x = torch.constant_pad_nd(x, pads, 0)
+    zeros = [0] * len(stride)
+    return torch.convolution(x, w, None, stride, zeros, rhs_dilation, False, zeros, groups)
+
+
+@_rule("conv_transpose")
+def _conv_transpose(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    *,
+    stride: tuple,
+    low: tuple,
+    high: tuple,
+    rhs_dilation: tuple,
+    groups: int,
+) -> torch.Tensor:
+    """torch's transposed convolution without padding, whose every output position the
+    reference computes too, then ``low`` and ``high`` cropped off (padded where negative)."""
+    zeros = [0] * len(stride)
+    full = torch.convolution(x, w, None, stride, zeros, rhs_dilation, True, zeros, groups)
+    crops = [-p for lo, hi in zip(reversed(low), reversed(high)) for p in (lo, hi)]
+    return torch.constant_pad_nd(full, crops, 0)
+
+
+def unsupported(kernel: Kernel) -> str | None:
+    """Why the ``inductor`` runtime cannot run ``kernel`` (a primitive without a rule, or an
+    element type torch does not compute with), or ``None``."""
+    for op in kernel.ops:
+        if op.prim not in RULES:
+            return f"no torch rule for the primitive {op.prim}"
+        if op.prim == "conv" and any(d != 1 for d in op.params["lhs_dilation"]):
+            return "a convolution of a dilated input"
+        for t in (*[v.type for v in op.operands], op.result.type):
+            if t.dtype not in DTYPES:
+                return f"element type {t.dtype.value}"
+    return None
+
+
+def run(
+    prim: str,
+    operands: Sequence[torch.Tensor],
+    params: dict[str, Any],
+    types: Sequence[TensorType],
+    result: TensorType,
+) -> torch.Tensor:
+    """One op: its rule on ``operands``, half floats as ``half_float_rule`` says, the result of
+    the op's element type."""
+    rule = half_float_rule(prim, types, result)
+    if rule is HalfFloat.COMPUTE_IN_F32:
+        operands = [
+            x.float() if x.dtype in (torch.float16, torch.bfloat16) else x for x in operands
+        ]
+    elif rule is HalfFloat.CONVERT_THROUGH_F32:
+        operands = [operands[0].float()]
+    out = RULES[prim](*operands, **params)
+    return out if out.dtype == result.dtype.torch else out.to(result.dtype.torch)

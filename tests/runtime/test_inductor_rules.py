@@ -1,0 +1,249 @@
+"""Each primitive's torch rule (``nkipy_runtime.fx.rules``) against the NumPy reference, over the
+element types its type rule accepts: the kernel's FX graph (``fx.graph.trace``) run as it is,
+without TorchInductor, against the cpu runtime.
+
+Exact unless a primitive is transcendental (torch's and the C library's approximations may
+differ in the last bits); NaN where the reference has NaN.
+"""
+
+import numpy as np
+import pytest
+from op_kernels import ALL_DTYPES, one_op, sample
+
+from nkipy_core.ir import (
+    ConstantData,
+    DType,
+    KernelBuilder,
+    TensorType,
+    numpy_to_torch,
+    torch_to_numpy,
+)
+from nkipy_core.ir.primitives import infer
+from nkipy_core.runtime import CpuRuntime
+from nkipy_runtime.fx import graph, rules
+
+TRANSCENDENTAL = {
+    "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "atan",
+    "logistic", "erf", "erfc", "pow", "atan2",
+}  # fmt: skip
+HALF_ULP = {DType.f16: 2**-10, DType.bf16: 2**-7}
+UNARY = [
+    "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "atan",
+    "logistic", "erf", "erfc", "floor", "ceil", "round", "isnan", "isinf", "signbit", "neg",
+    "abs", "sign", "not", "bitwise_not",
+]  # fmt: skip
+BINARY = [
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "fmod",
+    "floor_divide", "atan2", "and", "or", "xor", "bitwise_and", "bitwise_or", "bitwise_xor",
+    "eq", "ne", "lt", "le", "gt", "ge",
+]  # fmt: skip
+TORCH_DTYPES = [d for d in ALL_DTYPES if d in rules.DTYPES]
+
+
+def run_rules(kernel, inputs):
+    gm = graph.trace(kernel)
+    outs = gm(*[numpy_to_torch(np.array(a, copy=True)) for a in inputs])
+    return [torch_to_numpy(o.contiguous()) for o in outs]
+
+
+def reference(kernel, inputs):
+    runtime = CpuRuntime()
+    return runtime.run_host(runtime.compile(kernel, None), [np.array(a, copy=True) for a in inputs])
+
+
+def assert_matches(kernel, inputs, rtol=0.0):
+    assert rules.unsupported(kernel) is None
+    got, want = run_rules(kernel, inputs), reference(kernel, inputs)
+    for g, w, t in zip(got, want, kernel.output_types, strict=True):
+        w = np.asarray(w, dtype=t.dtype.numpy)
+        assert (g.dtype, g.shape) == (w.dtype, w.shape)
+        if t.dtype.is_float:
+            g64, w64 = g.astype(np.float64), w.astype(np.float64)
+            np.testing.assert_array_equal(np.isnan(g64), np.isnan(w64))
+            tol = max(rtol, HALF_ULP.get(t.dtype, 0.0) if rtol else 0.0)
+            np.testing.assert_allclose(g64, w64, rtol=tol, atol=0 if not tol else 1e-30)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+def accepts(prim, arity, dtype):
+    if prim == "bitwise_not" and dtype.is_float:
+        return False
+    try:
+        infer(prim, [TensorType((), dtype)] * arity, {})
+    except TypeError:
+        return False
+    return True
+
+
+def sweep(prim, arity):
+    """One kernel applying ``prim`` to samples of every accepted element type."""
+    kb = KernelBuilder(f"sweep_{prim}")
+    outs, flat = [], []
+    with kb.building(f"test.{prim}"):
+        for dtype in TORCH_DTYPES:
+            if not accepts(prim, arity, dtype):
+                continue
+            arrays = [sample(dtype, (4, 8), seed) for seed in range(arity)]
+            if prim in ("remainder", "fmod", "floor_divide") and dtype.is_integer:
+                arrays[1] = np.where(arrays[1] == 0, 1, arrays[1]).astype(arrays[1].dtype)
+            if prim == "pow" and dtype.is_integer:
+                arrays[1] = np.abs(arrays[1]) % 4
+            args = [kb.param(TensorType(a.shape, DType.from_numpy(a.dtype))) for a in arrays]
+            outs.append(kb.emit(prim, args, {}))
+            flat += arrays
+    return kb.finish(outs), flat
+
+
+@pytest.mark.parametrize("prim", UNARY)
+def test_unary(prim):
+    kernel, inputs = sweep(prim, 1)
+    assert_matches(kernel, inputs, rtol=2e-6 if prim in TRANSCENDENTAL else 0.0)
+
+
+@pytest.mark.parametrize("prim", BINARY)
+def test_binary(prim):
+    kernel, inputs = sweep(prim, 2)
+    assert_matches(kernel, inputs, rtol=2e-6 if prim in TRANSCENDENTAL else 0.0)
+
+
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
+def test_select_and_convert_to_every_type(dtype):
+    kb = KernelBuilder("convert")
+    x = sample(dtype, (4, 8))
+    cond, other = sample(DType.bool, (4, 8), 1), sample(dtype, (4, 8), 2)
+    with kb.building("test.convert"):
+        px, pc, po = (
+            kb.param(TensorType((4, 8), DType.from_numpy(a.dtype))) for a in (x, cond, other)
+        )
+        outs = [kb.emit("convert", [px], {"dtype": to}) for to in TORCH_DTYPES]
+        outs.append(kb.emit("select", [pc, px, po], {}))
+    inputs = [x, cond, other]
+    if dtype.is_float:  # float to int of NaN, infinities or out of range values is undefined
+        inputs[0] = np.nan_to_num(x, nan=1.5, posinf=100.0, neginf=-100.0)
+    assert_matches(kb.finish(outs), inputs)
+
+
+SHAPES = [
+    ("broadcast", [(3, 1)], {"shape": (2, 3, 4)}),
+    ("broadcast", [()], {"shape": (2, 3)}),
+    ("reshape", [(2, 3, 4)], {"shape": (4, 6)}),
+    ("transpose", [(2, 3, 4)], {"perm": (2, 0, 1)}),
+    ("reverse", [(2, 3, 4)], {"axes": (0, 2)}),
+    ("slice", [(5, 6)], {"start": (1, 0), "limit": (5, 6), "stride": (2, 4)}),
+    ("concatenate", [(2, 3), (2, 0), (2, 1)], {"axis": 1}),
+    ("pad", [(2, 3), ()], {"low": (1, 0), "high": (0, 2)}),
+    ("reduce", [(3, 4, 5)], {"kind": "sum", "axes": (0, 2), "keepdims": False}),
+    ("reduce", [(3, 4, 5)], {"kind": "prod", "axes": (1, 2), "keepdims": True}),
+    ("reduce", [(3, 4, 5)], {"kind": "max", "axes": (1,), "keepdims": False}),
+    ("reduce", [(3, 4, 5)], {"kind": "min", "axes": (0, 1, 2), "keepdims": False}),
+    ("argreduce", [(3, 8)], {"kind": "argmax", "axis": 1, "keepdims": False}),
+    ("argreduce", [(3, 8)], {"kind": "argmin", "axis": 0, "keepdims": True}),
+    ("cumulative", [(3, 8)], {"kind": "cumsum", "axis": 1}),
+    ("cumulative", [(3, 8)], {"kind": "cumprod", "axis": 0}),
+    ("cumulative", [(3, 8)], {"kind": "cummax", "axis": 1}),
+    ("cumulative", [(3, 8)], {"kind": "cummin", "axis": 1}),
+    ("sort", [(3, 8)], {"axis": 1, "descending": False, "indices": False}),
+    ("sort", [(3, 8)], {"axis": 1, "descending": True, "indices": True}),
+]
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16, DType.i32, DType.i64], ids=str)
+@pytest.mark.parametrize(("prim", "shapes", "params"), SHAPES, ids=str)
+def test_shape_reduction_and_scan(prim, shapes, params, dtype):
+    inputs = [sample(dtype, s, seed) for seed, s in enumerate(shapes)]
+    if prim == "sort" and dtype is DType.bf16:
+        # the reference sorts bf16 through ml_dtypes, which orders NaN first (torch: last)
+        inputs = [np.nan_to_num(a.astype(np.float32)).astype(a.dtype) for a in inputs]
+    if prim == "reduce" and params["kind"] in ("sum", "prod") and dtype.is_float:
+        rtol = HALF_ULP.get(dtype, 1e-6) * 4  # torch and NumPy sum in different orders
+    elif prim == "cumulative" and params["kind"] in ("cumsum", "cumprod") and dtype.is_float:
+        rtol = HALF_ULP.get(dtype, 1e-6) * 4
+    else:
+        rtol = 0.0
+    assert_matches(one_op(prim, inputs, **params), inputs, rtol=rtol)
+
+
+@pytest.mark.parametrize("kind", ["any", "all"])
+def test_logical_reductions(kind):
+    inputs = [sample(DType.bool, (3, 4, 5))]
+    assert_matches(one_op("reduce", inputs, kind=kind, axes=(1,), keepdims=False), inputs)
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16, DType.i64], ids=str)
+def test_gathers_and_scatters(dtype):
+    x = sample(dtype, (5, 6))
+    idx = np.array([[4, 0, 2], [1, 1, 3]], dtype=np.int64)
+    assert_matches(one_op("take", [x, idx], axis=0), [x, idx])
+    along = np.array([[5, 0], [1, 1], [2, 3], [0, 0], [4, 5]], dtype=np.int32)
+    assert_matches(one_op("take_along_axis", [x, along], axis=1), [x, along])
+    rows, upd = np.array([3, 0, 3], dtype=np.int64), sample(dtype, (3, 6), 1)
+    tol = HALF_ULP.get(dtype, 0.0)
+    assert_matches(one_op("scatter_add", [x, rows, upd], axis=0), [x, rows, upd], rtol=tol)
+    for kind in ("max", "min", "prod"):
+        kernel = one_op("scatter_reduce", [x, rows, upd], axis=0, kind=kind)
+        assert_matches(kernel, [x, rows, upd], rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16, DType.i32], ids=str)
+def test_dot(dtype):
+    a, b = sample(dtype, (2, 3, 8), 0, low=-4, high=4), sample(dtype, (2, 8, 5), 1, low=-4, high=4)
+    if dtype.is_float:
+        a, b = np.nan_to_num(a, posinf=3, neginf=-3), np.nan_to_num(b, posinf=3, neginf=-3)
+    assert_matches(one_op("dot", [a, b]), [a, b], rtol=HALF_ULP.get(dtype, 1e-6) * 4)
+
+
+def test_conv_with_strides_crops_dilations_and_groups():
+    x = sample(DType.f32, (2, 4, 9, 8))
+    w = sample(DType.f32, (6, 2, 3, 2), 1)
+    x, w = np.nan_to_num(x, posinf=1, neginf=-1), np.nan_to_num(w, posinf=1, neginf=-1)
+    params = dict(
+        stride=(2, 1), low=(1, -1), high=(2, 0), lhs_dilation=(1, 1), rhs_dilation=(1, 2), groups=2
+    )
+    assert_matches(one_op("conv", [x, w], **params), [x, w], rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("x", "w", "params"),
+    [
+        (
+            (2, 6, 4, 5),
+            (6, 2, 3, 3),
+            dict(stride=(2, 1), low=(1, 0), high=(0, 2), rhs_dilation=(1, 1), groups=3),
+        ),
+        (
+            (1, 4, 5, 5),
+            (4, 1, 3, 3),
+            dict(stride=(1, 1), low=(1, 1), high=(1, 1), rhs_dilation=(1, 1), groups=4),
+        ),
+        (
+            (1, 2, 6),
+            (2, 3, 2),
+            dict(stride=(3,), low=(-1,), high=(1,), rhs_dilation=(2,), groups=1),
+        ),
+    ],
+    ids=["strided-grouped", "depthwise", "1d-dilated"],
+)
+def test_conv_transpose(x, w, params):
+    x = np.nan_to_num(sample(DType.f32, x), posinf=1, neginf=-1)
+    w = np.nan_to_num(sample(DType.f32, w, 1), posinf=1, neginf=-1)
+    assert_matches(one_op("conv_transpose", [x, w], **params), [x, w], rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16, DType.i64, DType.bool], ids=str)
+def test_iota_and_constant(dtype):
+    value = ConstantData.from_array(sample(dtype, (2, 3)), dtype)
+    assert_matches(one_op("constant", [], value=value), [])
+    if dtype is not DType.bool:
+        assert_matches(one_op("iota", [], shape=(3, 4), dtype=dtype, axis=1), [])
+
+
+def test_kernels_torch_cannot_run_here_say_why():
+    state = np.zeros(4, np.uint32)
+    kernel = one_op("random_bits", [state], shape=(8,), part="bits")
+    assert "u32" in rules.unsupported(kernel) or "random_bits" in rules.unsupported(kernel)
+    x, w = sample(DType.f32, (1, 1, 5)), sample(DType.f32, (1, 1, 2), 1)
+    dilated = dict(stride=(1,), low=(0,), high=(0,), lhs_dilation=(2,), rhs_dilation=(1,), groups=1)
+    assert (
+        rules.unsupported(one_op("conv", [x, w], **dilated)) == "a convolution of a dilated input"
+    )

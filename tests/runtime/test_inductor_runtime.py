@@ -1,0 +1,109 @@
+"""The ``inductor`` runtime: compiled graphs whose kernels TorchInductor runs, against eager
+torch; updated inputs written where they lie; kernels torch cannot run kept on the cpu runtime;
+results that are memory of their own."""
+
+import copy
+import logging
+
+import numpy as np
+import torch
+from op_kernels import one_op, sample
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from nkipy_core import _torch
+from nkipy_core.ir import DType
+from nkipy_core.runtime import CompileOptions
+from nkipy_runtime.inductor_runtime import InductorRuntime
+
+OPTIONS = {"runtime": "inductor", "strict": True}
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(16, 64)
+        self.down = torch.nn.Linear(64, 16)
+        self.norm = torch.nn.LayerNorm(16)
+
+    def forward(self, x):
+        return self.norm(x + self.down(torch.nn.functional.gelu(self.up(x))))
+
+
+def test_a_training_step_and_its_compiled_optimizer_match_eager(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="nkipy.runtime.inductor")
+    torch.manual_seed(0)
+    model, x = Block(), torch.randn(4, 8, 16)
+    twin = copy.deepcopy(model)
+    options = {**OPTIONS, "nkipy_cache": str(tmp_path)}
+    compiled = torch.compile(twin, backend="nkipy", options=options)
+    # a large eps: Adam divides by the root of tiny squared gradients, which amplifies their
+    # last-bit differences between any two ways of computing them
+    opt, twin_opt = (torch.optim.AdamW(m.parameters(), lr=1e-2, eps=1e-3) for m in (model, twin))
+    step = torch.compile(twin_opt.step, backend="nkipy", options=options)
+    where = [p.data_ptr() for p in twin.parameters()]
+    for _ in range(3):
+        for o, f, update in ((opt, model, opt.step), (twin_opt, compiled, step)):
+            o.zero_grad()
+            f(x).square().mean().backward()
+            update()
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+    assert [p.data_ptr() for p in twin.parameters()] == where
+    assert "cpu runtime" not in caplog.text  # every kernel ran through TorchInductor
+
+
+def run_host(kernel, inputs, runtime=None):
+    runtime = runtime or InductorRuntime()
+    executable = runtime.compile(kernel, CompileOptions())
+    return runtime, executable, runtime.run_host(executable, inputs)
+
+
+def test_a_kernel_with_a_primitive_torch_cannot_run_here_runs_on_the_cpu_runtime(caplog):
+    state = np.array([1, 2, 3, 4], np.uint32)
+    kernel = one_op("random_bits", [state], shape=(8,), part="bits")
+    with caplog.at_level(logging.INFO, logger="nkipy.runtime.inductor"):
+        runtime, executable, (bits,) = run_host(kernel, [state])
+    assert executable.reason and not executable.programs
+    assert "runs on the cpu runtime" in caplog.text and kernel.name in caplog.text
+    (expected,) = runtime.cpu.run_host(runtime.cpu.compile(kernel, CompileOptions()), [state])
+    np.testing.assert_array_equal(bits, expected)
+
+
+def test_results_are_memory_of_their_own_and_strided_inputs_are_read_as_they_are():
+    x = sample(DType.f32, (6, 4)).T  # a transposed view
+    kernel = one_op("reshape", [x], shape=(24,))
+    _, executable, (flat,) = run_host(kernel, [x])
+    np.testing.assert_array_equal(flat, x.reshape(24))
+    assert executable.programs and flat.flags.writeable and not np.shares_memory(flat, x)
+    y = sample(DType.f32, (3, 4))
+    _, _, (same,) = run_host(one_op("reshape", [y], shape=(3, 4)), [y])
+    assert not np.shares_memory(same, y)
+
+
+class Passing(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_kernel_first_called_under_a_dispatch_mode_compiles_outside_it():
+    """AOTAutograd's runtime wrapper may hold a dispatch mode at a graph's first call."""
+    a, b = sample(DType.f32, (4, 4)), sample(DType.f32, (4, 4), 1)
+    with Passing():
+        _, executable, (total,) = run_host(one_op("add", [a, b]), [a, b])
+    assert executable.programs
+    np.testing.assert_array_equal(total, a + b)
+
+
+def test_a_kernel_torchinductor_refuses_runs_on_the_cpu_runtime_with_a_warning(monkeypatch, caplog):
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no C++ compiler today")
+
+    monkeypatch.setattr(_torch, "standalone_compile", refuse)
+    a, b = sample(DType.f32, (4, 4)), sample(DType.f32, (4, 4), 1)
+    with caplog.at_level(logging.WARNING, logger="nkipy.runtime.inductor"):
+        runtime, executable, (total,) = run_host(one_op("mul", [a, b]), [a, b])
+        (again,) = runtime.run_host(executable, [a, b])
+    np.testing.assert_array_equal(total, a * b)
+    np.testing.assert_array_equal(again, a * b)
+    assert executable.reason == "TorchInductor: RuntimeError: no C++ compiler today"
+    assert caplog.text.count("no C++ compiler today") == 1  # said once, not at every call
