@@ -166,32 +166,41 @@ def warmup_of(row: str, warmup: int) -> int:
     return max(warmup, AUTO_SETTLE) if row.endswith("(auto)") else warmup
 
 
+#: the host runtimes a benchmark row runs nkipy on, where available
+HOST_RUNTIMES = ("cpu", "xla", "auto", "inductor")
+
+
+def host_runtimes() -> list[str]:
+    """The host runtimes available here. ``auto`` tries every kernel on ``cpu`` and ``xla`` at
+    once (``NKIPY_AUTO_PAYBACK=0`` unless set), so that its timed runs measure where its
+    kernels settled."""
+    from nkipy_core.plugin import manager as plugins
+
+    os.environ.setdefault("NKIPY_AUTO_PAYBACK", "0")
+    registry = plugins.get().runtimes
+    return [
+        name
+        for name in HOST_RUNTIMES
+        if registry.get(name) is not None and registry.get(name).available()[0]
+    ]
+
+
 def backends() -> dict[str, Callable[[Callable], Callable]]:
     """Row name -> how that row compiles a function (eager: not at all): eager, inductor and
-    nkipy on each available runtime among ``cpu``, ``xla`` and ``auto``, each with a fresh kernel
-    cache. The ``auto`` row tries every kernel on both runtimes at once (``NKIPY_AUTO_PAYBACK=0``
-    unless set), so that its timed runs measure where its kernels settled."""
+    nkipy on each available host runtime (``host_runtimes``), each with a fresh kernel cache."""
     import tempfile
 
     import torch
 
-    from nkipy_core.plugin import manager as plugins
-
-    registry = plugins.get().runtimes
     rows = {
         "eager": lambda fn: fn,
         "inductor": lambda fn: torch.compile(fn, backend="inductor", dynamic=False),
     }
-    os.environ.setdefault("NKIPY_AUTO_PAYBACK", "0")
-    for name in ("cpu", "xla", "auto", "inductor"):
-        if registry.get(name) is not None and registry.get(name).available()[0]:
-            options = {
-                "runtime": name,
-                "nkipy_cache": tempfile.mkdtemp(prefix=f"nkipy-bench-{name}-"),
-            }
-            rows[f"nkipy ({name})"] = lambda fn, options=options: torch.compile(
-                fn, backend="nkipy", dynamic=False, options=options
-            )
+    for name in host_runtimes():
+        options = {"runtime": name, "nkipy_cache": tempfile.mkdtemp(prefix=f"nkipy-bench-{name}-")}
+        rows[f"nkipy ({name})"] = lambda fn, options=options: torch.compile(
+            fn, backend="nkipy", dynamic=False, options=options
+        )
     return rows
 
 

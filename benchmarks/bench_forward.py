@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import os
 import tempfile
 import time
 import traceback
 import warnings
 
 # first: it sets the thread count before torch starts its pools
-from _timing import machine, median_time, print_table, warmup_of
+from _timing import host_runtimes, machine, median_time, print_table, warmup_of
 
 # isort: split
 import torch
@@ -153,18 +152,6 @@ def measure(
             )
 
 
-def available_runtimes() -> list[str]:
-    """The host runtimes available here, ``auto`` last; it tries every kernel on both at once
-    (``NKIPY_AUTO_PAYBACK=0`` unless set), so that its timed runs measure where they settled."""
-    os.environ.setdefault("NKIPY_AUTO_PAYBACK", "0")
-    registry = plugins.get().runtimes
-    return [
-        name
-        for name in ("cpu", "xla", "auto")
-        if registry.get(name) is not None and registry.get(name).available()[0]
-    ]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -189,8 +176,8 @@ def main() -> None:
         "--sizes", nargs="+", choices=sorted(SIZES), default=["small"], help="block sizes"
     )
     args = parser.parse_args()
-    runtimes = args.runtimes or available_runtimes()
-    device_runtime = args.device_runtime or ("xla" if "xla" in available_runtimes() else "cpu")
+    runtimes = args.runtimes or host_runtimes()
+    device_runtime = args.device_runtime or ("xla" if "xla" in host_runtimes() else "cpu")
     nkipy_core.init_nkipy_backend(
         runtime=device_runtime
     )  # the device's memory lives in this runtime

@@ -1,6 +1,6 @@
 """Plugin module of nkipy-runtime: registers the ``nrt`` runtime (Trainium through ``neuronx-cc``
-and NRT), the ``xla`` runtime (the same HLO on XLA) and the ``auto`` runtime (each kernel on the
-faster of ``cpu`` and ``xla``).
+and NRT), the ``xla`` runtime (the same HLO on XLA), the ``auto`` runtime (each kernel on the
+faster of ``cpu`` and ``xla``) and the ``inductor`` runtime (kernels compiled by TorchInductor).
 
 Importing it is cheap and safe without the Neuron SDK or jax: a runtime probes for what it needs
 only when asked whether it is available, and imports jax when it first compiles or allocates, so
