@@ -7,11 +7,10 @@ approximations, not the C library NumPy calls, so they may differ in the last bi
 
 import numpy as np
 import pytest
-from op_kernels import ALL_DTYPES, one_op, sample
+from op_kernels import ALL_DTYPES, accepts, one_op, sample
 from xla_oracle import assert_same
 
 from nkipy_core.ir import DType, Kernel, KernelBuilder, TensorType
-from nkipy_core.ir.primitives import infer
 
 #: relative tolerance per transcendental primitive, in units of the f32 epsilon (1.2e-7); f16
 #: and bf16 compute in f32 and round once, so they agree unless a result sits at a rounding
@@ -44,18 +43,6 @@ def _rtol(prim: str, dtype: DType) -> float:
         return 0.0
     ulps = TRANSCENDENTAL_ULPS[prim] * np.finfo(np.float32).eps
     return max(ulps * (2**-29 if dtype is DType.f64 else 1), HALF_ULP[dtype])
-
-
-def _accepts(prim: str, arity: int, dtype: DType) -> bool:
-    """The type rule takes ``dtype``, and so does NumPy: ``bitwise_not`` is typed for floats,
-    but ``np.invert`` rejects them (a gap in the core's type rule, not an emitter's)."""
-    if prim == "bitwise_not" and dtype.is_float:
-        return False
-    try:
-        infer(prim, [TensorType((), dtype)] * arity, {})
-    except TypeError:
-        return False
-    return True
 
 
 UNARY = [
@@ -113,7 +100,7 @@ BINARY = [
 
 
 def _dtypes(prim: str, arity: int) -> list[DType]:
-    return [d for d in ALL_DTYPES if _accepts(prim, arity, d)]
+    return [d for d in ALL_DTYPES if accepts(prim, arity, d)]
 
 
 def _sweep(prim: str, cases: list[list[np.ndarray]]) -> tuple[Kernel, list[np.ndarray]]:

@@ -78,6 +78,10 @@ def test_results_are_memory_of_their_own_and_strided_inputs_are_read_as_they_are
     y = sample(DType.f32, (3, 4))
     _, _, (same,) = run_host(one_op("reshape", [y], shape=(3, 4)), [y])
     assert not np.shares_memory(same, y)
+    _, _, (counts,) = run_host(one_op("iota", [], shape=(3, 4), dtype=DType.i64, axis=1), [])
+    assert 0 not in counts.strides  # not a broadcast view: each position its own element
+    counts[0, 0] = 7
+    assert counts.tolist() == [[7, 1, 2, 3], [0, 1, 2, 3], [0, 1, 2, 3]]
 
 
 class Passing(TorchDispatchMode):

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from nkipy_core.ir import DType, Kernel, KernelBuilder, TensorType
+from nkipy_core.ir.primitives import infer
 
 
 def one_op(prim: str, inputs: Sequence[np.ndarray], **params: Any) -> Kernel:
@@ -48,3 +49,15 @@ def sample(
         .astype(dtype.numpy)
         .reshape(shape)
     )
+
+
+def accepts(prim: str, arity: int, dtype: DType) -> bool:
+    """The type rule takes ``dtype``, and so does NumPy: ``bitwise_not`` is typed for floats,
+    but ``np.invert`` rejects them (a gap in the core's type rule, not an emitter's)."""
+    if prim == "bitwise_not" and dtype.is_float:
+        return False
+    try:
+        infer(prim, [TensorType((), dtype)] * arity, {})
+    except TypeError:
+        return False
+    return True

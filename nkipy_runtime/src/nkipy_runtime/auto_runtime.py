@@ -31,8 +31,9 @@ import numpy as np
 
 from nkipy_core import declare_env, env
 from nkipy_core.ir import Kernel, primitive
-from nkipy_core.runtime import CompileOptions, CpuRuntime, DeviceArray, Signature
+from nkipy_core.runtime import CompileOptions, CpuRuntime, Signature
 
+from .host_memory import CpuDeviceMemory
 from .xla_runtime import XlaRuntime
 
 log = logging.getLogger("nkipy.runtime.auto")
@@ -103,7 +104,7 @@ def _movable(kernel: Kernel) -> bool:
     return not any(op.prim == "custom_call" or primitive(op.prim).collective for op in kernel.ops)
 
 
-class AutoRuntime:
+class AutoRuntime(CpuDeviceMemory):
     """``cpu`` first, ``xla`` for the kernels that run long enough and faster there (see the
     module's docstring). Opt in with ``NKIPY_RUNTIME=auto``."""
 
@@ -237,40 +238,6 @@ class AutoRuntime:
             1e3 * cpu,
             1e3 * xla,
         )
-
-    # -- device memory and eager kernels: the cpu runtime's ---------------------------------
-
-    def allocate(self, nbytes: int) -> Any:
-        return self.cpu.allocate(nbytes)
-
-    def free(self, buffer: Any) -> None:
-        self.cpu.free(buffer)
-
-    def memory_info(self) -> tuple[int, int]:
-        return self.cpu.memory_info()
-
-    def to_device(self, host: np.ndarray, dst: DeviceArray) -> None:
-        self.cpu.to_device(host, dst)
-
-    def to_host(self, src: DeviceArray) -> np.ndarray:
-        return self.cpu.to_host(src)
-
-    def to_host_into(self, src: DeviceArray, dst: np.ndarray) -> None:
-        self.cpu.to_host_into(src, dst)
-
-    def copy(self, src: DeviceArray, dst: DeviceArray) -> None:
-        self.cpu.copy(src, dst)
-
-    def run(self, executable: AutoExecutable, inputs: Sequence[DeviceArray]) -> list[DeviceArray]:
-        return self.cpu.run(executable.cpu, inputs)
-
-    def run_into(
-        self,
-        executable: AutoExecutable,
-        inputs: Sequence[DeviceArray],
-        outputs: Sequence[DeviceArray],
-    ) -> None:
-        self.cpu.run_into(executable.cpu, inputs, outputs)
 
 
 def faster(cpu_seconds: float, xla_seconds: float) -> str:

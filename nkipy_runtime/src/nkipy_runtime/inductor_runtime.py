@@ -27,9 +27,10 @@ import numpy as np
 
 from nkipy_core import _torch
 from nkipy_core.ir import Kernel, numpy_to_torch, torch_to_numpy
-from nkipy_core.runtime import CompileOptions, CpuRuntime, DeviceArray, Signature
+from nkipy_core.runtime import CompileOptions, CpuRuntime, Signature
 
 from .fx import rules
+from .host_memory import CpuDeviceMemory
 
 log = logging.getLogger("nkipy.runtime.inductor")
 
@@ -77,7 +78,7 @@ class InductorExecutable:
         return program
 
 
-class InductorRuntime:
+class InductorRuntime(CpuDeviceMemory):
     """Kernels of CPU tensors compiled by TorchInductor (see the module's docstring). Opt in
     with ``NKIPY_RUNTIME=inductor``."""
 
@@ -162,47 +163,11 @@ class InductorRuntime:
                 out.append(arrays[into[k]])
                 continue
             t = next(results)
-            if t.untyped_storage().data_ptr() in inputs or not t.untyped_storage().size():
-                t = t.clone()  # every result is memory of its own
+            if t.untyped_storage().data_ptr() in inputs or (0 in t.stride() and t.numel() > 1):
+                t = t.contiguous().clone()  # memory of its own, one element per position
             inputs.add(t.untyped_storage().data_ptr())
             out.append(torch_to_numpy(t))
         return out
-
-    # -- device memory and eager kernels: the cpu runtime's ---------------------------------
-
-    def allocate(self, nbytes: int) -> Any:
-        return self.cpu.allocate(nbytes)
-
-    def free(self, buffer: Any) -> None:
-        self.cpu.free(buffer)
-
-    def memory_info(self) -> tuple[int, int]:
-        return self.cpu.memory_info()
-
-    def to_device(self, host: np.ndarray, dst: DeviceArray) -> None:
-        self.cpu.to_device(host, dst)
-
-    def to_host(self, src: DeviceArray) -> np.ndarray:
-        return self.cpu.to_host(src)
-
-    def to_host_into(self, src: DeviceArray, dst: np.ndarray) -> None:
-        self.cpu.to_host_into(src, dst)
-
-    def copy(self, src: DeviceArray, dst: DeviceArray) -> None:
-        self.cpu.copy(src, dst)
-
-    def run(
-        self, executable: InductorExecutable, inputs: Sequence[DeviceArray]
-    ) -> list[DeviceArray]:
-        return self.cpu.run(executable.cpu, inputs)
-
-    def run_into(
-        self,
-        executable: InductorExecutable,
-        inputs: Sequence[DeviceArray],
-        outputs: Sequence[DeviceArray],
-    ) -> None:
-        self.cpu.run_into(executable.cpu, inputs, outputs)
 
 
 def _address(array: np.ndarray) -> int:
