@@ -256,7 +256,7 @@ def _shown(default: Any) -> str:
 NKIPY_RUNTIME = _declare(
     "NKIPY_RUNTIME",
     kind=TEXT,
-    meaning="The runtime to run on (`cpu`, `nrt`, `xla`, `auto`) when `init_nkipy_backend(runtime=...)` "
+    meaning="The runtime to run on (`cpu`, `nrt`, `xla`, `auto`, `inductor`) when `init_nkipy_backend(runtime=...)` "
     "names none; unset picks the highest-priority available one.",
     owner=CORE,
 )
