@@ -167,6 +167,29 @@ def _gloo_methods() -> None:
 
 
 #: door name -> a check that raises (or returns False) when torch no longer gives nkipy that
+class _Seen(torch.utils._python_dispatch.TorchDispatchMode):
+    """A dispatch mode that records the ops it sees."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+def _modes_set_aside() -> bool:
+    """Inside ``disable_current_modes`` an active dispatch mode sees nothing; outside it, it does."""
+    x = torch.ones(2)
+    with _Seen() as seen:
+        with _torch.disable_current_modes():
+            torch.add(x, x)
+        hidden = not seen.ops
+        torch.add(x, x)
+    return hidden and bool(seen.ops)
+
+
 CANARIES = {
     "OpOverload": lambda: isinstance(ADD, _torch.OpOverload),
     "OpOverloadPacket": lambda: isinstance(torch.ops.aten.add, _torch.OpOverloadPacket),
@@ -280,6 +303,10 @@ CANARIES = {
         "inner_exception" in _params(_torch.BackendCompilerFailed.__init__)
     ),
     "opinfo_samples_untracked": _opinfo_samples_skip_the_stack_walk,
+    "standalone_compile": lambda: (
+        {"dynamic_shapes", "options"} <= set(_params(_torch.standalone_compile))
+    ),
+    "disable_current_modes": _modes_set_aside,
     "common_methods_invocations": lambda: (
         len(_torch.common_methods_invocations.op_db) > 100
         and callable(_torch.common_methods_invocations.wrapper_set_seed)

@@ -16,8 +16,7 @@ from typing import Any
 
 import torch
 
-from nkipy_core.ir import DType, Kernel, TensorType, numpy_to_torch
-from nkipy_core.ir.half_float import HalfFloat, half_float_rule
+from nkipy_core.ir import DType, HalfFloat, Kernel, TensorType, half_float_rule, numpy_to_torch
 
 Rule = Callable[..., torch.Tensor]
 
