@@ -36,12 +36,8 @@ def _rule(*names: str) -> Callable[[Rule], Rule]:
     return register
 
 
-def _elementwise(names: dict[str, Callable[..., torch.Tensor]]) -> None:
-    for name, fn in names.items():
-        RULES[name] = lambda *xs, _fn=fn: _fn(*xs)
-
-
-_elementwise(
+# the primitives that are one torch function of their operands
+RULES.update(
     {
         "exp": torch.exp,
         "log": torch.log,
