@@ -182,12 +182,17 @@ def test_dot(dtype):
     assert_matches(one_op("dot", [a, b]), [a, b], rtol=HALF_ULP.get(dtype, 1e-6) * 4)
 
 
-def test_conv_with_strides_crops_dilations_and_groups():
+@pytest.mark.parametrize(
+    ("low", "high"),
+    [((1, -1), (2, 0)), ((1, 2), (1, 2)), ((0, 0), (0, 0))],
+    ids=["padded-and-cropped", "padded-by-the-convolution", "unpadded"],
+)
+def test_conv_with_strides_paddings_dilations_and_groups(low, high):
     x = sample(DType.f32, (2, 4, 9, 8))
     w = sample(DType.f32, (6, 2, 3, 2), 1)
     x, w = np.nan_to_num(x, posinf=1, neginf=-1), np.nan_to_num(w, posinf=1, neginf=-1)
     params = dict(
-        stride=(2, 1), low=(1, -1), high=(2, 0), lhs_dilation=(1, 1), rhs_dilation=(1, 2), groups=2
+        stride=(2, 1), low=low, high=high, lhs_dilation=(1, 1), rhs_dilation=(1, 2), groups=2
     )
     assert_matches(one_op("conv", [x, w], **params), [x, w], rtol=1e-5)
 

@@ -1,6 +1,7 @@
 """The ``inductor`` runtime: compiled graphs whose kernels TorchInductor runs, against eager
-torch; updated inputs written where they lie; kernels torch cannot run kept on the cpu runtime;
-results that are memory of their own."""
+torch; tensors passed to the kernels as they are; a model's repeated layers in one kernel;
+updated inputs written where they lie; kernels torch cannot run kept on the cpu runtime; results
+that are memory of their own."""
 
 import copy
 import logging
@@ -11,8 +12,11 @@ from op_kernels import one_op, sample
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nkipy_core import _torch
+from nkipy_core.compiler.host_views import HostViews
+from nkipy_core.compiler.kernel_call import KernelCall
 from nkipy_core.ir import DType
 from nkipy_core.runtime import CompileOptions
+from nkipy_core.testing.models import LlamaModel
 from nkipy_runtime.inductor_runtime import InductorRuntime
 
 OPTIONS = {"runtime": "inductor", "strict": True}
@@ -50,6 +54,40 @@ def test_a_training_step_and_its_compiled_optimizer_match_eager(tmp_path, caplog
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
     assert [p.data_ptr() for p in twin.parameters()] == where
     assert "cpu runtime" not in caplog.text  # every kernel ran through TorchInductor
+
+
+def no_numpy(monkeypatch):
+    """Make every NumPy view of a kernel call's tensors, and every NumPy call of the runtime,
+    an error."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a kernel call went through NumPy")
+
+    monkeypatch.setattr(HostViews, "arrays", refuse)
+    monkeypatch.setattr("nkipy_core.compiler.kernel_call.host_arrays", refuse)
+    monkeypatch.setattr(InductorRuntime, "run_host", refuse)
+    monkeypatch.setattr(InductorRuntime, "run_host_into", refuse)
+
+
+def test_repeated_layers_are_one_kernel_called_with_the_graphs_tensors(
+    tmp_path, graphs, monkeypatch
+):
+    no_numpy(monkeypatch)
+    model = LlamaModel(3, seed=3)
+    reference = copy.deepcopy(model)
+    ids = model.example_input(seed=3)
+    compiled = torch.compile(
+        model, backend="nkipy", options={**OPTIONS, "nkipy_cache": str(tmp_path)}
+    )
+    out = compiled(ids)
+    out.float().square().mean().backward()
+    expected = reference(ids)
+    expected.float().square().mean().backward()
+    torch.testing.assert_close(out, expected, rtol=2e-5, atol=2e-5)
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=2e-5, atol=2e-5)
+    # forward and backward: each one kernel, the three layers in it (dedup_layers is on)
+    assert [sum(isinstance(m, KernelCall) for m in gm.children()) for gm in graphs] == [1, 1]
 
 
 def run_host(kernel, inputs, runtime=None):

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from nkipy_core import _torch
 from nkipy_core.ir import Kernel, numpy_to_torch, torch_to_numpy
@@ -87,6 +88,7 @@ class InductorRuntime(CpuDeviceMemory):
     hardware = False
     kernel_collectives = True  # kernels holding them run on the cpu runtime
     host_custom_calls = True
+    whole_graphs = True  # it compiles in seconds and fuses across a model's layers
     device_name = CpuRuntime.device_name
 
     def __init__(self) -> None:
@@ -119,12 +121,51 @@ class InductorRuntime(CpuDeviceMemory):
 
     # -- graphs of CPU tensors --------------------------------------------------------------
 
+    def run_torch(
+        self,
+        executable: InductorExecutable,
+        tensors: Sequence[torch.Tensor],
+        writes: Sequence[tuple[int, int]] = (),
+    ) -> list[torch.Tensor]:
+        """The kernel on CPU tensors, its results as tensors of their own; each result ``k`` of
+        ``writes`` is left in ``tensors[j]``, written there by the compiled loop that computes
+        it. The compiled program takes and returns torch tensors, so a graph's kernel call
+        passes them through without NumPy views either way."""
+        writes = tuple(writes)
+        program = None if executable.reason else executable.program(writes)
+        if program is None:
+            return self._on_cpu(executable, tensors, writes)
+        # the programs are specialised on row-major inputs: a strided one is copied (rare: a
+        # kernel call passes its inputs in their memory order), and one to be written is then
+        # written back from its new value
+        inputs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+        if any(inputs[j] is not tensors[j] for _, j in writes):
+            results = self.run_torch(executable, inputs, ())
+            for k, j in writes:
+                tensors[j].copy_(results[k])
+                results[k] = tensors[j]
+            return results
+        computed = iter(program(*inputs))
+        into = dict(writes)
+        owners = {t.untyped_storage().data_ptr() for t in inputs}
+        results: list[torch.Tensor] = []
+        for k in range(len(executable.signature.outputs)):
+            if k in into:
+                results.append(tensors[into[k]])
+                continue
+            t = next(computed)
+            if t.untyped_storage().data_ptr() in owners or (0 in t.stride() and t.numel() > 1):
+                t = t.contiguous().clone()  # memory of its own, one element per position
+            owners.add(t.untyped_storage().data_ptr())
+            results.append(t)
+        return results
+
     def run_host(
         self, executable: InductorExecutable, arrays: Sequence[np.ndarray]
     ) -> list[np.ndarray]:
         if executable.reason:
             return self.cpu.run_host(executable.cpu, arrays)
-        return self._run(executable, arrays, ())
+        return self.run_host_into(executable, arrays, ())
 
     def run_host_into(
         self,
@@ -132,42 +173,30 @@ class InductorRuntime(CpuDeviceMemory):
         arrays: Sequence[np.ndarray],
         writes: Sequence[tuple[int, int]],
     ) -> list[np.ndarray]:
-        """``run_host`` leaving each result ``k`` of ``writes`` in ``arrays[j]``, written there
-        by the compiled loop that computes it."""
+        """``run_torch`` on NumPy arrays (the device's eager ops, a caller without tensors)."""
         if executable.reason:
             return self.cpu.run_host_into(executable.cpu, arrays, writes)
-        return self._run(executable, arrays, tuple(writes))
+        results = [
+            torch_to_numpy(t)
+            for t in self.run_torch(executable, [numpy_to_torch(a) for a in arrays], writes)
+        ]
+        for k, j in writes:  # a read-only array went to torch as a copy: written back
+            if _address(results[k]) != _address(arrays[j]):
+                np.copyto(arrays[j], results[k])
+            results[k] = arrays[j]
+        return results
 
-    def _run(
+    def _on_cpu(
         self,
         executable: InductorExecutable,
-        arrays: Sequence[np.ndarray],
+        tensors: Sequence[torch.Tensor],
         writes: tuple[tuple[int, int], ...],
-    ) -> list[np.ndarray]:
-        # the programs are specialised on row-major inputs: a strided view is copied (rare: a
-        # kernel call passes its inputs in their memory order)
-        tensors = [
-            numpy_to_torch(a if a.flags.c_contiguous else np.ascontiguousarray(a)) for a in arrays
-        ]
-        if writes and any(tensors[j].data_ptr() != _address(arrays[j]) for _, j in writes):
-            return self.cpu.run_host_into(executable.cpu, arrays, writes)  # a copy: not in place
-        program = executable.program(writes)
-        if program is None:
-            return self.cpu.run_host_into(executable.cpu, arrays, writes)
-        results = iter(program(*tensors))
+    ) -> list[torch.Tensor]:
+        """``run_torch`` on the cpu runtime, for a kernel TorchInductor does not run."""
+        arrays = [torch_to_numpy(t) for t in tensors]
+        results = self.cpu.run_host_into(executable.cpu, arrays, writes)
         into = dict(writes)
-        inputs = {t.untyped_storage().data_ptr() for t in tensors}
-        out: list[np.ndarray] = []
-        for k in range(len(executable.signature.outputs)):
-            if k in into:
-                out.append(arrays[into[k]])
-                continue
-            t = next(results)
-            if t.untyped_storage().data_ptr() in inputs or (0 in t.stride() and t.numel() > 1):
-                t = t.contiguous().clone()  # memory of its own, one element per position
-            inputs.add(t.untyped_storage().data_ptr())
-            out.append(torch_to_numpy(t))
-        return out
+        return [tensors[into[k]] if k in into else numpy_to_torch(r) for k, r in enumerate(results)]
 
 
 def _address(array: np.ndarray) -> int:

@@ -2,7 +2,7 @@
 
 ``KernelCall`` binds a compiled executable to its runtime and passes it torch tensors: ``nkipy``
 tensors as the device arrays they are (through ``memory``, the buffer layer), CPU tensors as host
-arrays or staged buffers. ``entry`` is what AOTAutograd calls for a compiled graph. It sits below
+arrays or staged buffers, or as they are to a runtime that computes with torch (``run_torch``). ``entry`` is what AOTAutograd calls for a compiled graph. It sits below
 the device: the device's eager ops run their single-op kernels through it.
 
 Kernels compute on plain arrays; ``Boundary`` says where a call's torch values differ from them.
@@ -117,6 +117,12 @@ class KernelCall(torch.nn.Module):
         self.run_host: Any = getattr(runtime, "run_host", None)  # set when host_path is
         self.run_host_into: Any = getattr(runtime, "run_host_into", None)
         self.host_path = not any(self.on_device) and self.run_host is not None
+        #: a runtime that computes with torch takes CPU tensors as they are (``run_torch``)
+        self.run_torch: Any = (
+            getattr(runtime, "run_torch", None)
+            if not any(self.on_device) and not boundary.complex_inputs
+            else None
+        )
         self.boundary = boundary
         self.host_views = (
             None if boundary.complex_inputs else HostViews(len(executable.signature.inputs))
@@ -186,6 +192,12 @@ class KernelCall(torch.nn.Module):
 
     def _compute(self, args: tuple[torch.Tensor, ...]):
         args = self._prepared(args)
+        if self.run_torch is not None and all(a.is_cpu for a in args):
+            stats = self.stats
+            start = stats.start()
+            tensors = self.run_torch(self.executable, args)
+            stats.stop(start)
+            return tensors[0] if self.single else self._laid_out(tuple(tensors))
         if self.host_path:
             arrays = self._host_arrays(args)
             if arrays is not None:  # what _execute does, inline: this is the call of a small graph
@@ -222,10 +234,18 @@ class KernelCall(torch.nn.Module):
         ``args[j]`` returned for it. A runtime with ``run_host_into`` is given the inputs'
         own arrays to write into; otherwise the results are copied into them. (Compilation
         gives ``writes`` only to inputs taken as they are: no math bit, no layout change.)"""
+        written = self._written
+        if self.run_torch is not None and all(a.is_cpu for a in args):
+            stats = self.stats
+            start = stats.start()
+            tensors = self.run_torch(self.executable, self._prepared(args), self._writes)
+            stats.stop(start)
+            return self._laid_out(
+                tuple(args[written[i]] if i in written else t for i, t in enumerate(tensors))
+            )
         arrays = None
         if self.host_path and self.run_host_into:
             arrays = self._host_arrays(self._prepared(args))
-        written = self._written
         if arrays is not None:
             stats = self.stats
             start = stats.start()

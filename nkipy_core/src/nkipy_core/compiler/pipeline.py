@@ -76,7 +76,8 @@ def _lower(
     if not any(isinstance(d, LoweringRule) for d in decisions.values()):
         gm.meta[FALLBACKS] = fallbacks
         return gm
-    fused, subs = partition(gm, decisions, config.dedup_layers)
+    by_layers = config.dedup_layers and not getattr(runtime, "whole_graphs", False)
+    fused, subs = partition(gm, decisions, by_layers)
     for (name, _), call in zip(subs, compile_kernels(subs, config, runtime, report)):
         setattr(fused, name, call)
     write_inputs_in_kernels(fused)

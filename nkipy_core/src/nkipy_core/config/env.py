@@ -334,7 +334,8 @@ NKIPY_DEDUP_LAYERS = _declare(
     default=True,
     meaning="On: a compiled graph's repeated layers (items of a `ModuleList` or `Sequential` of "
     "one of the model's own module classes, running the same ops) become one kernel per distinct "
-    "layer, compiled once and called once per layer; off: each supported region is one kernel.",
+    "layer, compiled once and called once per layer; off: each supported region is one kernel "
+    "(as always on the `inductor` runtime, which compiles whole graphs in seconds).",
     owner=CORE,
 )
 NKIPY_CACHE_LOCK_TIMEOUT = _declare(

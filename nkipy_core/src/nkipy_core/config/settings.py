@@ -103,8 +103,8 @@ class Config:
     eager_fusion: bool = True
     #: a graph's repeated layers (a model's own module class, items of a container, running the
     #: same ops) become one kernel per distinct layer, called once per layer, instead of being
-    #: fused with the rest; off: each supported region is one kernel (``NKIPY_DEDUP_LAYERS``;
-    #: see ``nkipy_core.compiler.blocks``)
+    #: fused with the rest; off: each supported region is one kernel, as on a runtime that
+    #: compiles ``whole_graphs`` (``NKIPY_DEDUP_LAYERS``; see ``nkipy_core.compiler.blocks``)
     dedup_layers: bool = True
 
     def compile_options(self) -> CompileOptions:
@@ -205,8 +205,8 @@ def init_nkipy_backend(
     ``max_kernels`` (``NKIPY_MAX_KERNELS``; default: no limit) makes a compiled function that needs
     more kernel graphs than that raise ``RecompileLimitError`` (see docs/shapes.md).
     ``dedup_layers`` (``NKIPY_DEDUP_LAYERS``, default on) compiles a model's repeated layers as
-    one kernel per distinct layer, called once per layer; off fuses them with the rest (see
-    docs/architecture.md).
+    one kernel per distinct layer, called once per layer; off fuses them with the rest, as the
+    ``inductor`` runtime always does (see docs/architecture.md).
 
     Before any call, the first use of the backend or the device (a compile, ``.to("nkipy")``)
     configures the process with these same defaults, and the first call replaces that implicit

@@ -252,6 +252,11 @@ class Runtime(Protocol):
     # - ``can_compile() -> (bool, reason)``: compiling works here even if ``available()`` says no
     #   (no device); ahead-of-time compiles (``nkipy-ops precompile``) need only this.
     #
+    # Optional: ``whole_graphs = True``: a graph's repeated layers are fused with the rest
+    # (``Config.dedup_layers`` does not apply), for a runtime whose compile is fast and grows with
+    # the graph rather than per kernel, and which fuses across the layers' edges (``inductor``):
+    # one kernel per supported region saves a call per layer and the values between layers.
+    #
     # Optional, for multi-process runs (torch.distributed):
     # - ``kernel_collectives = True``: kernels may hold collective primitives, because the
     #   runtime runs them between the processes of the group (the ``cpu`` runtime through
@@ -287,6 +292,12 @@ class Runtime(Protocol):
     # is returned for it. A runtime that can have the kernel write there itself saves a new
     # array and a copy per updated tensor (an optimizer step's parameters and states). Without
     # it, the results are copied into those tensors after the call.
+    #
+    # Optional: ``run_torch(executable, tensors, writes=()) -> tensors`` is ``run_host_into`` on
+    # CPU torch tensors, for a runtime that computes with torch (``inductor``): a graph's kernel
+    # call passes its tensors as they are and takes the results as tensors, with no NumPy view
+    # made either way (tens of microseconds per call of a kernel with many inputs). Results
+    # are memory of their own, except those ``writes`` leaves in their input's tensor.
     #
     # Optional: ``to_host_into(src, dst) -> None`` copies ``src`` into an existing host array of
     # its shape and dtype (one counted transfer), so that ``host.copy_(device_tensor)`` and

@@ -247,11 +247,15 @@ def _conv(
     rhs_dilation: tuple,
     groups: int,
 ) -> torch.Tensor:
-    """Padding (negative amounts crop) first, as the reference's; then torch's convolution."""
-    pads = [p for lo, hi in zip(reversed(low), reversed(high)) for p in (lo, hi)]
-    x = torch.constant_pad_nd(x, pads, 0)
+    """torch's convolution, padding with it where it can (the same zeros before and after each
+    spatial dimension: a convolution's usual padding, with no padded copy of the input made);
+    other padding (negative amounts crop) first, as the reference's."""
     zeros = [0] * len(stride)
-    return torch.convolution(x, w, None, stride, zeros, rhs_dilation, False, zeros, groups)
+    padding = list(low)
+    if low != high or min(low, default=0) < 0:
+        pads = [p for lo, hi in zip(reversed(low), reversed(high)) for p in (lo, hi)]
+        x, padding = torch.constant_pad_nd(x, pads, 0), zeros
+    return torch.convolution(x, w, None, stride, padding, rhs_dilation, False, zeros, groups)
 
 
 @_rule("conv_transpose")
