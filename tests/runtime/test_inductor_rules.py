@@ -198,6 +198,38 @@ def test_conv_with_strides_paddings_dilations_and_groups(low, high):
 
 
 @pytest.mark.parametrize(
+    ("low", "high"),
+    [((1, 1), (1, 1)), ((-1, 0), (1, 2)), ((0, 2), (2, 0))],
+    ids=["padded", "padded-and-cropped", "with-unread-edges"],
+)
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16], ids=str)
+def test_conv_with_a_window_larger_than_its_output(low, high, dtype):
+    """The shape of a weight gradient, which runs as one. Small whole numbers: their sums are
+    exact in any order."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(-3, 4, (2, 6, 9, 8)).astype(dtype.numpy)
+    w = rng.integers(-3, 4, (4, 3, 6, 5)).astype(dtype.numpy)
+    params = dict(
+        stride=(2, 1), low=low, high=high, lhs_dilation=(1, 1), rhs_dilation=(1, 2), groups=2
+    )
+    assert_matches(one_op("conv", [x, w], **params), [x, w])
+
+
+@pytest.mark.parametrize("stride", [(1, 1), (2, 3)], ids=str)
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16], ids=str)
+def test_pointwise_conv_and_conv_transpose(stride, dtype):
+    """1x1 windows: products over channels. Small whole numbers: their sums are exact."""
+    rng = np.random.default_rng(1)
+    x = rng.integers(-3, 4, (2, 6, 5, 7)).astype(dtype.numpy)
+    w = rng.integers(-3, 4, (4, 6, 1, 1)).astype(dtype.numpy)
+    none = dict(low=(0, 0), high=(0, 0), rhs_dilation=(1, 1), groups=1)
+    assert_matches(one_op("conv", [x, w], stride=stride, lhs_dilation=(1, 1), **none), [x, w])
+    if stride == (1, 1):
+        w = rng.integers(-3, 4, (6, 4, 1, 1)).astype(dtype.numpy)
+        assert_matches(one_op("conv_transpose", [x, w], stride=stride, **none), [x, w])
+
+
+@pytest.mark.parametrize(
     ("x", "w", "params"),
     [
         (

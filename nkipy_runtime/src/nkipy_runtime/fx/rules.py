@@ -249,13 +249,94 @@ def _conv(
 ) -> torch.Tensor:
     """torch's convolution, padding with it where it can (the same zeros before and after each
     spatial dimension: a convolution's usual padding, with no padded copy of the input made);
-    other padding (negative amounts crop) first, as the reference's."""
+    other padding (negative amounts crop) first, as the reference's. A convolution whose window
+    is larger than its output is a weight gradient (the lowering of a convolution's backward):
+    it runs as one (``_as_weight_gradient``)."""
+    spatial = [
+        (size + lo + hi - d * (k - 1) - 1) // s + 1
+        for size, k, lo, hi, s, d in zip(x.shape[2:], w.shape[2:], low, high, stride, rhs_dilation)
+    ]
+    if _prod(w.shape[2:]) > _prod(spatial):
+        return _as_weight_gradient(x, w, stride, low, rhs_dilation, groups, spatial)
+    if _pointwise(w, low, high, groups):
+        x = x[(slice(None), slice(None), *(slice(None, None, s) for s in stride))]
+        return _channel_product(w.flatten(1), x)
     zeros = [0] * len(stride)
     padding = list(low)
     if low != high or min(low, default=0) < 0:
         pads = [p for lo, hi in zip(reversed(low), reversed(high)) for p in (lo, hi)]
         x, padding = torch.constant_pad_nd(x, pads, 0), zeros
     return torch.convolution(x, w, None, stride, padding, rhs_dilation, False, zeros, groups)
+
+
+def _as_weight_gradient(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    stride: tuple,
+    low: tuple,
+    dilation: tuple,
+    groups: int,
+    spatial: list[int],
+) -> torch.Tensor:
+    """The convolution ``out[n, g*O + o, i] = sum(c, a) x[n, g*C + c, i*stride + a*dilation] *
+    w[g*O + o, c, a]`` computed as the weight gradient of another one, which oneDNN computes
+    several times faster than a convolution with a window this large (a depthwise layer's
+    gradient: 5x). In that one ``c`` is the batch, ``n`` the input channel within a group, ``w``
+    the output gradient, and stride and dilation trade places; the input is padded (or cropped)
+    to exactly the extent the windows read."""
+    batch, channels = x.shape[:2]
+    per_group = channels // groups
+    inputs = (
+        x.reshape(batch, groups, per_group, *x.shape[2:])
+        .permute(2, 1, 0, *range(3, x.dim() + 1))
+        .reshape(per_group, groups * batch, *x.shape[2:])
+    )
+    extents = [
+        s * (n - 1) + d * (k - 1) + 1 for s, n, d, k in zip(stride, spatial, dilation, w.shape[2:])
+    ]
+    pads = [
+        p
+        for size, lo, extent in zip(reversed(x.shape[2:]), reversed(low), reversed(extents))
+        for p in (lo, extent - size - lo)
+    ]
+    inputs = torch.constant_pad_nd(inputs, pads, 0)
+    weight = w.new_empty((w.shape[0], batch, *spatial))  # its shape is all that is read
+    zeros = [0] * len(stride)
+    _, gradient, _ = torch.ops.aten.convolution_backward(
+        w.transpose(0, 1),
+        inputs,
+        weight,
+        None,
+        list(dilation),
+        zeros,
+        list(stride),
+        False,
+        zeros,
+        groups,
+        [False, True, False],
+    )
+    return gradient.transpose(0, 1)
+
+
+def _pointwise(w: torch.Tensor, low: tuple, high: tuple, groups: int) -> bool:
+    """Whether a convolution is a product over channels at each position (a 1x1 window, no
+    padding, one group): a matrix product, which TorchInductor fuses with what surrounds it,
+    where oneDNN's convolutions take their slow path on such small windows."""
+    return groups == 1 and all(k == 1 for k in w.shape[2:]) and not any(low) and not any(high)
+
+
+def _channel_product(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``out[n, o, ...] = sum(c) w[o, c] * x[n, c, ...]``."""
+    batch, channels = x.shape[:2]
+    product = torch.matmul(w, x.reshape(batch, channels, -1))
+    return product.reshape(batch, w.shape[0], *x.shape[2:])
+
+
+def _prod(sizes: Sequence[int]) -> int:
+    total = 1
+    for size in sizes:
+        total *= size
+    return total
 
 
 @_rule("conv_transpose")
@@ -271,6 +352,8 @@ def _conv_transpose(
 ) -> torch.Tensor:
     """torch's transposed convolution without padding, whose every output position the
     reference computes too, then ``low`` and ``high`` cropped off (padded where negative)."""
+    if _pointwise(w, low, high, groups) and all(s == 1 for s in stride):
+        return _channel_product(w.flatten(1).t(), x)
     zeros = [0] * len(stride)
     full = torch.convolution(x, w, None, stride, zeros, rhs_dilation, True, zeros, groups)
     crops = [-p for lo, hi in zip(reversed(low), reversed(high)) for p in (lo, hi)]
