@@ -326,10 +326,11 @@ def _pointwise(w: torch.Tensor, low: tuple, high: tuple, groups: int) -> bool:
 
 
 def _channel_product(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``out[n, o, ...] = sum(c) w[o, c] * x[n, c, ...]``."""
+    """``out[n, o, ...] = sum(c) w[o, c] * x[n, c, ...]``, as one matrix product over every
+    position of the batch (a product per image would read ``w`` once per image)."""
     batch, channels = x.shape[:2]
-    product = torch.matmul(w, x.reshape(batch, channels, -1))
-    return product.reshape(batch, w.shape[0], *x.shape[2:])
+    columns = x.transpose(0, 1).reshape(channels, -1)
+    return torch.mm(w, columns).reshape(w.shape[0], batch, *x.shape[2:]).transpose(0, 1)
 
 
 def _prod(sizes: Sequence[int]) -> int:
