@@ -8,6 +8,7 @@ differ in the last bits); NaN where the reference has NaN.
 
 import numpy as np
 import pytest
+import torch
 from op_kernels import ALL_DTYPES, accepts, one_op, sample
 
 from nkipy_core.ir import (
@@ -182,6 +183,37 @@ def test_dot(dtype):
     assert_matches(one_op("dot", [a, b]), [a, b], rtol=HALF_ULP.get(dtype, 1e-6) * 4)
 
 
+def widened_product(half, also_f32):
+    """``convert(dot(convert(a, f32), convert(b, f32)), half)``, as half-float matrix products
+    are lowered; ``also_f32``: the f32 product is an output too."""
+    kb = KernelBuilder("widened_product")
+    with kb.building("test.dot"):
+        a, b = kb.param(TensorType((2, 3, 8), half)), kb.param(TensorType((2, 8, 5), half))
+        wide = [kb.emit("convert", [p], {"dtype": DType.f32}) for p in (a, b)]
+        product = kb.emit("dot", wide, {})
+        outs = [kb.emit("convert", [product], {"dtype": half})]
+    return kb.finish(outs + [product] if also_f32 else outs)
+
+
+def product_dtypes(gm):
+    return [n.meta["val"].dtype for n in gm.graph.nodes if n.target is torch.ops.aten.bmm.default]
+
+
+@pytest.mark.parametrize("half", [DType.bf16, DType.f16], ids=str)
+def test_a_widened_half_float_product_is_a_half_float_product(half):
+    """The f32 products of half floats are exact and their f32 sum is rounded once, which is
+    what torch's half-float products compute. Small whole numbers: their sums are exact."""
+    rng = np.random.default_rng(2)
+    a, b = (rng.integers(-4, 5, shape).astype(half.numpy) for shape in ((2, 3, 8), (2, 8, 5)))
+    kernel = widened_product(half, also_f32=False)
+    assert product_dtypes(graph.trace(kernel)) == [half.torch]
+    assert_matches(kernel, [a, b])
+    # the f32 product is needed as it is: it stays one
+    kernel = widened_product(half, also_f32=True)
+    assert product_dtypes(graph.trace(kernel)) == [torch.float32]
+    assert_matches(kernel, [a, b])
+
+
 @pytest.mark.parametrize(
     ("low", "high"),
     [((1, -1), (2, 0)), ((1, 2), (1, 2)), ((0, 0), (0, 0))],
@@ -213,20 +245,6 @@ def test_conv_with_a_window_larger_than_its_output(low, high, dtype):
         stride=(2, 1), low=low, high=high, lhs_dilation=(1, 1), rhs_dilation=(1, 2), groups=2
     )
     assert_matches(one_op("conv", [x, w], **params), [x, w])
-
-
-@pytest.mark.parametrize("stride", [(1, 1), (2, 3)], ids=str)
-@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16], ids=str)
-def test_pointwise_conv_and_conv_transpose(stride, dtype):
-    """1x1 windows: products over channels. Small whole numbers: their sums are exact."""
-    rng = np.random.default_rng(1)
-    x = rng.integers(-3, 4, (2, 6, 5, 7)).astype(dtype.numpy)
-    w = rng.integers(-3, 4, (4, 6, 1, 1)).astype(dtype.numpy)
-    none = dict(low=(0, 0), high=(0, 0), rhs_dilation=(1, 1), groups=1)
-    assert_matches(one_op("conv", [x, w], stride=stride, lhs_dilation=(1, 1), **none), [x, w])
-    if stride == (1, 1):
-        w = rng.integers(-3, 4, (6, 4, 1, 1)).astype(dtype.numpy)
-        assert_matches(one_op("conv_transpose", [x, w], stride=stride, **none), [x, w])
 
 
 @pytest.mark.parametrize(

@@ -258,9 +258,6 @@ def _conv(
     ]
     if _prod(w.shape[2:]) > _prod(spatial):
         return _as_weight_gradient(x, w, stride, low, rhs_dilation, groups, spatial)
-    if _pointwise(w, low, high, groups):
-        x = x[(slice(None), slice(None), *(slice(None, None, s) for s in stride))]
-        return _channel_product(w.flatten(1), x)
     zeros = [0] * len(stride)
     padding = list(low)
     if low != high or min(low, default=0) < 0:
@@ -318,21 +315,6 @@ def _as_weight_gradient(
     return gradient.transpose(0, 1)
 
 
-def _pointwise(w: torch.Tensor, low: tuple, high: tuple, groups: int) -> bool:
-    """Whether a convolution is a product over channels at each position (a 1x1 window, no
-    padding, one group): a matrix product, which TorchInductor fuses with what surrounds it,
-    where oneDNN's convolutions take their slow path on such small windows."""
-    return groups == 1 and all(k == 1 for k in w.shape[2:]) and not any(low) and not any(high)
-
-
-def _channel_product(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``out[n, o, ...] = sum(c) w[o, c] * x[n, c, ...]``, as one matrix product over every
-    position of the batch (a product per image would read ``w`` once per image)."""
-    batch, channels = x.shape[:2]
-    columns = x.transpose(0, 1).reshape(channels, -1)
-    return torch.mm(w, columns).reshape(w.shape[0], batch, *x.shape[2:]).transpose(0, 1)
-
-
 def _prod(sizes: Sequence[int]) -> int:
     total = 1
     for size in sizes:
@@ -353,8 +335,6 @@ def _conv_transpose(
 ) -> torch.Tensor:
     """torch's transposed convolution without padding, whose every output position the
     reference computes too, then ``low`` and ``high`` cropped off (padded where negative)."""
-    if _pointwise(w, low, high, groups) and all(s == 1 for s in stride):
-        return _channel_product(w.flatten(1).t(), x)
     zeros = [0] * len(stride)
     full = torch.convolution(x, w, None, stride, zeros, rhs_dilation, True, zeros, groups)
     crops = [-p for lo, hi in zip(reversed(low), reversed(high)) for p in (lo, hi)]
