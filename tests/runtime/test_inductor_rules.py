@@ -200,12 +200,14 @@ def product_dtypes(gm):
 
 
 @pytest.mark.parametrize("half", [DType.bf16, DType.f16], ids=str)
-def test_a_widened_half_float_product_is_a_half_float_product(half):
+def test_a_large_widened_half_float_product_is_a_half_float_product(half, monkeypatch):
     """The f32 products of half floats are exact and their f32 sum is rounded once, which is
     what torch's half-float products compute. Small whole numbers: their sums are exact."""
     rng = np.random.default_rng(2)
     a, b = (rng.integers(-4, 5, shape).astype(half.numpy) for shape in ((2, 3, 8), (2, 8, 5)))
     kernel = widened_product(half, also_f32=False)
+    assert product_dtypes(graph.trace(kernel)) == [torch.float32]  # small: widened is faster
+    monkeypatch.setattr(graph, "HALF_PRODUCT_SIZE", 2 * 3 * 5 * 8)
     assert product_dtypes(graph.trace(kernel)) == [half.torch]
     assert_matches(kernel, [a, b])
     # the f32 product is needed as it is: it stays one
@@ -244,7 +246,24 @@ def test_conv_with_a_window_larger_than_its_output(low, high, dtype):
     params = dict(
         stride=(2, 1), low=low, high=high, lhs_dilation=(1, 1), rhs_dilation=(1, 2), groups=2
     )
-    assert_matches(one_op("conv", [x, w], **params), [x, w])
+    kernel = one_op("conv", [x, w], **params)
+    assert torch.ops.aten.convolution_backward.default in targets(graph.trace(kernel))
+    assert_matches(kernel, [x, w])
+
+
+def test_a_small_images_convolution_stays_one():
+    """A 5x5 window over a padded 2x2 image: more taps than results, but wider than the image."""
+    rng = np.random.default_rng(0)
+    x, w = rng.integers(-3, 4, (2, 4, 2, 2)), rng.integers(-3, 4, (4, 1, 5, 5))
+    x, w = x.astype(np.float32), w.astype(np.float32)
+    none = dict(stride=(1, 1), lhs_dilation=(1, 1), rhs_dilation=(1, 1), groups=4)
+    kernel = one_op("conv", [x, w], low=(2, 2), high=(2, 2), **none)
+    assert torch.ops.aten.convolution_backward.default not in targets(graph.trace(kernel))
+    assert_matches(kernel, [x, w])
+
+
+def targets(gm):
+    return {n.target for n in gm.graph.nodes}
 
 
 @pytest.mark.parametrize(

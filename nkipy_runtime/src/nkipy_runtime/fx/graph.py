@@ -8,11 +8,14 @@ its tensors where they lie. It is traced with fake tensors: nothing is computed.
 A product of half floats is lowered as ``convert`` to f32, ``dot``, ``convert`` back (the f32
 products of half floats are exact, their sum is rounded once). torch's half-float matrix
 products compute just that, at half the memory traffic and without the two widened copies, so
-such a chain is traced as one product of the half floats (``half_products``).
+such a chain is traced as one product of the half floats (``half_products``), when it is large
+enough: on a small product torch's half-float kernel costs a fixed 20 µs or so more than the
+widened one (``HALF_PRODUCT_SIZE``).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 
@@ -24,6 +27,10 @@ from nkipy_core.ir import DType, Kernel, Op, Value
 from . import rules
 
 _HALF = (DType.bf16, DType.f16)
+#: multiply-adds from which a half-float product runs on torch's half-float kernel: measured on
+#: this project's benchmark machine, it is slower below (32x64 @ 64x64: 30 µs against 8 µs),
+#: as fast at about this size, and twice as fast from 128x256 @ 256x256 up
+HALF_PRODUCT_SIZE = 1 << 20
 
 
 def trace(kernel: Kernel, writes: Sequence[tuple[int, int]] = ()) -> torch.fx.GraphModule:
@@ -61,8 +68,9 @@ def trace(kernel: Kernel, writes: Sequence[tuple[int, int]] = ()) -> torch.fx.Gr
 def half_products(kernel: Kernel) -> dict[int, tuple[Op, tuple[Value, Value]]]:
     """The products of half floats widened to f32 and rounded back: for each ``convert`` of a
     ``dot``'s f32 result to a half float, when that is the result's only use and both of the
-    ``dot``'s operands are ``convert``s of that half float to f32, the ``dot`` and the half-float
-    operands, by the ``convert``'s result id."""
+    ``dot``'s operands are ``convert``s of that half float to f32 and it makes at least
+    ``HALF_PRODUCT_SIZE`` multiply-adds, the ``dot`` and the half-float operands, by the
+    ``convert``'s result id."""
     producers = {op.result.id: op for op in kernel.ops}
     uses = Counter(v.id for op in kernel.ops for v in op.operands)
     uses.update(v.id for v in kernel.outputs)
@@ -76,6 +84,7 @@ def half_products(kernel: Kernel) -> dict[int, tuple[Op, tuple[Value, Value]]]:
             or dot.prim != "dot"
             or dot.result.type.dtype is not DType.f32
             or uses[dot.result.id] != 1
+            or math.prod(dot.result.type.shape) * dot.operands[0].type.shape[-1] < HALF_PRODUCT_SIZE
         ):
             continue
         widened = [producers.get(v.id) for v in dot.operands]

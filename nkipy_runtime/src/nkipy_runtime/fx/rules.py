@@ -250,13 +250,17 @@ def _conv(
     """torch's convolution, padding with it where it can (the same zeros before and after each
     spatial dimension: a convolution's usual padding, with no padded copy of the input made);
     other padding (negative amounts crop) first, as the reference's. A convolution whose window
-    is larger than its output is a weight gradient (the lowering of a convolution's backward):
-    it runs as one (``_as_weight_gradient``)."""
+    has more taps than its output has positions and fits in its unpadded input is a weight
+    gradient (the lowering of a convolution's backward, whose window is the output gradient):
+    it runs as one (``_as_weight_gradient``). A forward convolution of a small image can have
+    more taps than positions too, but its window is wider than the image."""
     spatial = [
         (size + lo + hi - d * (k - 1) - 1) // s + 1
         for size, k, lo, hi, s, d in zip(x.shape[2:], w.shape[2:], low, high, stride, rhs_dilation)
     ]
-    if _prod(w.shape[2:]) > _prod(spatial):
+    if _prod(w.shape[2:]) > _prod(spatial) and all(
+        k <= size for k, size in zip(w.shape[2:], x.shape[2:])
+    ):
         return _as_weight_gradient(x, w, stride, low, rhs_dilation, groups, spatial)
     zeros = [0] * len(stride)
     padding = list(low)
