@@ -163,8 +163,6 @@ class InductorRuntime(CpuDeviceMemory):
     def run_host(
         self, executable: InductorExecutable, arrays: Sequence[np.ndarray]
     ) -> list[np.ndarray]:
-        if executable.reason:
-            return self.cpu.run_host(executable.cpu, arrays)
         return self.run_host_into(executable, arrays, ())
 
     def run_host_into(

@@ -11,6 +11,7 @@ on the cpu runtime (``unsupported``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -258,7 +259,7 @@ def _conv(
         (size + lo + hi - d * (k - 1) - 1) // s + 1
         for size, k, lo, hi, s, d in zip(x.shape[2:], w.shape[2:], low, high, stride, rhs_dilation)
     ]
-    if _prod(w.shape[2:]) > _prod(spatial) and all(
+    if math.prod(w.shape[2:]) > math.prod(spatial) and all(
         k <= size for k, size in zip(w.shape[2:], x.shape[2:])
     ):
         return _as_weight_gradient(x, w, stride, low, rhs_dilation, groups, spatial)
@@ -317,13 +318,6 @@ def _as_weight_gradient(
         [False, True, False],
     )
     return gradient.transpose(0, 1)
-
-
-def _prod(sizes: Sequence[int]) -> int:
-    total = 1
-    for size in sizes:
-        total *= size
-    return total
 
 
 @_rule("conv_transpose")
