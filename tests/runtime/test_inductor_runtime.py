@@ -1,20 +1,21 @@
 """The ``inductor`` runtime: compiled graphs whose kernels TorchInductor runs, against eager
 torch; tensors passed to the kernels as they are; a model's repeated layers in one kernel;
 updated inputs written where they lie; kernels torch cannot run kept on the cpu runtime; results
-that are memory of their own."""
+that are row-major memory of their own."""
 
 import copy
 import logging
 
 import numpy as np
 import torch
+from ir_trace import trace
 from op_kernels import one_op, sample
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nkipy_core import _torch
+from nkipy_core import _torch, knp
 from nkipy_core.compiler.host_views import HostViews
 from nkipy_core.compiler.kernel_call import KernelCall
-from nkipy_core.ir import DType
+from nkipy_core.ir import DType, TensorType
 from nkipy_core.runtime import CompileOptions
 from nkipy_core.testing.models import LlamaModel
 from nkipy_runtime.inductor_runtime import InductorRuntime
@@ -107,15 +108,26 @@ def test_a_kernel_with_a_primitive_torch_cannot_run_here_runs_on_the_cpu_runtime
     np.testing.assert_array_equal(bits, expected)
 
 
-def test_results_are_memory_of_their_own_and_strided_inputs_are_read_as_they_are():
+def test_results_are_row_major_memory_of_their_own_and_strided_inputs_are_read_as_they_are():
     x = sample(DType.f32, (6, 4)).T  # a transposed view
     kernel = one_op("reshape", [x], shape=(24,))
     _, executable, (flat,) = run_host(kernel, [x])
     np.testing.assert_array_equal(flat, x.reshape(24))
     assert executable.programs and flat.flags.writeable and not np.shares_memory(flat, x)
     y = sample(DType.f32, (3, 4))
-    _, _, (same,) = run_host(one_op("reshape", [y], shape=(3, 4)), [y])
+    runtime, executable, (same,) = run_host(one_op("reshape", [y], shape=(3, 4)), [y])
     assert not np.shares_memory(same, y)
+    z = sample(DType.f32, (3, 4), 1)  # which results are copies is learnt at the first call
+    (again,) = runtime.run_host(executable, [z])
+    assert not np.shares_memory(again, z) and not np.shares_memory(again, same)
+    np.testing.assert_array_equal(again, z)
+    # TorchInductor gives a product of a transpose the operand's strides: returned row-major
+    kernel = trace(
+        lambda a: knp.multiply(knp.transpose(a, (1, 0)), 2.0), TensorType((3, 4), DType.f32)
+    )
+    _, _, (turned,) = run_host(kernel, [y])
+    assert turned.flags.c_contiguous
+    np.testing.assert_array_equal(turned, y.T * 2)
     _, _, (counts,) = run_host(one_op("iota", [], shape=(3, 4), dtype=DType.i64, axis=1), [])
     assert 0 not in counts.strides  # not a broadcast view: each position its own element
     counts[0, 0] = 7

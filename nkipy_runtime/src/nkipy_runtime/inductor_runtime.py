@@ -36,6 +36,42 @@ from .host_memory import CpuDeviceMemory
 log = logging.getLogger("nkipy.runtime.inductor")
 
 
+class Program:
+    """A TorchInductor program of a kernel, and which of its results it returns other than as
+    row-major memory of their own: in an input's memory or an earlier result's, as one element
+    for several positions (a 0 stride), or in another layout (TorchInductor follows its
+    operands' strides; a call returns row-major results, as torch lays out a graph's new
+    tensors). The program is specialised on its inputs' shapes and strides, so which results
+    those are is the same at every call: learnt at the first (``shared``)."""
+
+    __slots__ = ("compiled", "shared")
+
+    def __init__(self, compiled: Any):
+        self.compiled = compiled
+        self.shared: tuple[bool, ...] | None = None
+
+    def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The results of the program on ``inputs``, each a tensor of its own."""
+        results = self.compiled(*inputs)
+        shared = self.shared
+        if shared is None:
+            shared = self.shared = _shared(inputs, results)
+        return [
+            torch.clone(t, memory_format=torch.contiguous_format) if s else t
+            for t, s in zip(results, shared)
+        ]
+
+
+def _shared(inputs: Sequence[torch.Tensor], results: Sequence[torch.Tensor]) -> tuple[bool, ...]:
+    owners = {t.untyped_storage().data_ptr() for t in inputs}
+    shared = []
+    for t in results:
+        address = t.untyped_storage().data_ptr()
+        shared.append(address in owners or not t.is_contiguous())
+        owners.add(address)
+    return tuple(shared)
+
+
 class InductorExecutable:
     """A kernel's cpu executable, and its TorchInductor programs once called: one per set of
     outputs written into inputs (``run_host_into``)."""
@@ -45,7 +81,7 @@ class InductorExecutable:
         self.signature: Signature = cpu.signature
         #: why the kernel runs on the cpu runtime, or ``None``
         self.reason = rules.unsupported(cpu.kernel)
-        self.programs: dict[tuple[tuple[int, int], ...], Any] = {}
+        self.programs: dict[tuple[tuple[int, int], ...], Program | None] = {}
 
     @property
     def kernel(self) -> Kernel:
@@ -54,7 +90,7 @@ class InductorExecutable:
     def artifacts(self) -> Mapping[str, bytes]:
         return self.cpu.artifacts()
 
-    def program(self, writes: tuple[tuple[int, int], ...]) -> Any:
+    def program(self, writes: tuple[tuple[int, int], ...]) -> Program | None:
         """The TorchInductor program that writes ``writes``' outputs into their inputs, compiled
         at its first use; ``None`` once TorchInductor has refused the kernel (``reason``)."""
         if writes in self.programs:
@@ -64,8 +100,10 @@ class InductorExecutable:
         try:
             with _torch.disable_current_modes():  # a graph's first call may run under one
                 gm = graph.trace(self.kernel, writes)
-                program = _torch.standalone_compile(
-                    gm, graph.examples(self.kernel), dynamic_shapes="from_example_inputs"
+                program: Program | None = Program(
+                    _torch.standalone_compile(
+                        gm, graph.examples(self.kernel), dynamic_shapes="from_example_inputs"
+                    )
                 )
         except Exception as exc:  # noqa: BLE001 - the cpu runtime runs every kernel
             self.reason = f"TorchInductor: {type(exc).__name__}: {exc}"
@@ -145,20 +183,14 @@ class InductorRuntime(CpuDeviceMemory):
                 tensors[j].copy_(results[k])
                 results[k] = tensors[j]
             return results
-        computed = iter(program(*inputs))
+        if not writes:
+            return program(inputs)
+        computed = iter(program(inputs))
         into = dict(writes)
-        owners = {t.untyped_storage().data_ptr() for t in inputs}
-        results: list[torch.Tensor] = []
-        for k in range(len(executable.signature.outputs)):
-            if k in into:
-                results.append(tensors[into[k]])
-                continue
-            t = next(computed)
-            if t.untyped_storage().data_ptr() in owners or (0 in t.stride() and t.numel() > 1):
-                t = t.contiguous().clone()  # memory of its own, one element per position
-            owners.add(t.untyped_storage().data_ptr())
-            results.append(t)
-        return results
+        return [
+            tensors[into[k]] if k in into else next(computed)
+            for k in range(len(executable.signature.outputs))
+        ]
 
     def run_host(
         self, executable: InductorExecutable, arrays: Sequence[np.ndarray]

@@ -328,8 +328,11 @@ def _owned(
     arrays: Sequence[np.ndarray],
     written: Mapping[int, np.ndarray] | None = None,
 ) -> list[np.ndarray]:
-    """A kernel's results as writable memory of their own (``run_host``), except those it wrote
-    into an input's array as ``written`` told it to, which stay that array."""
+    """A kernel's results as writable row-major memory of their own (``run_host``), except
+    those it wrote into an input's array as ``written`` told it to, which stay that array.
+    Row-major because that is how torch lays out a graph's new tensors: a call returns what
+    the kernel gives (the dims of an output laid out otherwise are put first by the kernel,
+    ``lower.output_orders``), and code that views it as eager's result must not fail."""
     owned: list[np.ndarray] = []
     for i, out in enumerate(results):
         if written and i in written:
@@ -338,7 +341,9 @@ def _owned(
         if type(out) is not np.ndarray:
             out = np.asarray(out)
         if not _new_memory(out, arrays, owned):
-            out = np.array(out, copy=True)
+            out = np.array(out, order="C", copy=True)
+        elif not out.flags.c_contiguous:  # NumPy kept a transposed operand's layout
+            out = np.ascontiguousarray(out)
         owned.append(out)
     return owned
 
