@@ -301,6 +301,23 @@ def test_iota_and_constant(dtype):
         assert_matches(one_op("iota", [], shape=(3, 4), dtype=dtype, axis=1), [])
 
 
+@pytest.mark.parametrize("shape", [(), (2, 3)], ids=["scalar", "array"])
+@pytest.mark.parametrize(
+    "dtype", [DType.bf16, DType.f16, DType.f32, DType.i64, DType.bool], ids=str
+)
+def test_constants_are_values_torchinductor_folds_into_its_loops(dtype, shape):
+    """A scalar is traced as a number and a half-float array as its f32 values converted: a
+    bf16 array viewed from its int16 bits is a bit cast in the loops that read it, which keeps
+    TorchInductor from vectorising them."""
+    value = ConstantData.from_array(sample(dtype, shape), dtype)
+    kernel = one_op("constant", [], value=value)
+    assert_matches(kernel, [])
+    targets = {n.target for n in graph.trace(kernel).graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten.view.dtype not in targets
+    if not shape:
+        assert targets == {torch.ops.aten.scalar_tensor.default}
+
+
 def test_kernels_torch_cannot_run_here_say_why():
     state = np.zeros(4, np.uint32)
     kernel = one_op("random_bits", [state], shape=(8,), part="bits")

@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from nkipy_core.ir import DType, HalfFloat, Kernel, TensorType, half_float_rule, numpy_to_torch
@@ -233,7 +234,18 @@ def _iota(*, shape: tuple, dtype: DType, axis: int) -> torch.Tensor:
 
 @_rule("constant")
 def _constant(*, value: Any) -> torch.Tensor:
-    return numpy_to_torch(value.array.copy())
+    """The constant as TorchInductor folds it into its loops: a scalar as a number, and a half
+    float array as its f32 values converted. A bf16 array reaches torch as int16 bits viewed as
+    bf16, a bit cast that keeps the loop reading it from vectorising (a causal mask's fill value
+    made a softmax's masking loop scalar: 340 µs against inductor's 196)."""
+    array = value.array
+    dtype = DType.from_numpy(array.dtype).torch
+    if array.ndim == 0:
+        number = array.astype(np.float64) if dtype.is_floating_point else array
+        return torch.scalar_tensor(number.item(), dtype=dtype)
+    if dtype in (torch.bfloat16, torch.float16):
+        return torch.from_numpy(array.astype(np.float32)).to(dtype)
+    return numpy_to_torch(array.copy())
 
 
 @_rule("conv")
