@@ -2,7 +2,7 @@
 compiles into fused loops and oneDNN products on the host.
 
 The cpu runtime pays one NumPy pass per primitive, and XLA on the host cannot write into
-torch's memory and multiplies matrices more slowly than oneDNN (``docs/benchmarks.md``). This
+torch's memory and allocates its results anew at every call (``docs/benchmarks.md``). This
 runtime runs the same kernels, the IR that goes to Trainium, as fast as inductor runs the graph
 they came from: each primitive is its torch operations (``fx.rules``), the kernel one FX graph
 (``fx.graph``), compiled by TorchInductor without dynamo (``standalone_compile``), so it also runs
