@@ -170,9 +170,14 @@ def test_gathers_and_scatters(dtype):
     rows, upd = np.array([3, 0, 3], dtype=np.int64), sample(dtype, (3, 6), 1)
     tol = HALF_ULP.get(dtype, 0.0)
     assert_matches(one_op("scatter_add", [x, rows, upd], axis=0), [x, rows, upd], rtol=tol)
+    row, one = np.array([3], dtype=np.int64), sample(dtype, (1, 6), 2)
     for kind in ("max", "min", "prod"):
         kernel = one_op("scatter_reduce", [x, rows, upd], axis=0, kind=kind)
         assert_matches(kernel, [x, rows, upd], rtol=tol)
+        # one row: combined with the row it lands on and copied there, no ATen scatter
+        kernel = one_op("scatter_reduce", [x, row, one], axis=0, kind=kind)
+        assert_matches(kernel, [x, row, one], rtol=tol)
+        assert torch.ops.aten.scatter_reduce.two not in targets(graph.trace(kernel))
 
 
 @pytest.mark.parametrize("dtype", [DType.f32, DType.bf16, DType.i32], ids=str)
@@ -193,6 +198,10 @@ def widened_product(half, also_f32):
         product = kb.emit("dot", wide, {})
         outs = [kb.emit("convert", [product], {"dtype": half})]
     return kb.finish(outs + [product] if also_f32 else outs)
+
+
+def targets(gm):
+    return {n.target for n in gm.graph.nodes}
 
 
 def product_dtypes(gm):

@@ -7,6 +7,7 @@ import copy
 import logging
 
 import numpy as np
+import pytest
 import torch
 from ir_trace import trace
 from op_kernels import one_op, sample
@@ -132,6 +133,35 @@ def test_results_are_row_major_memory_of_their_own_and_strided_inputs_are_read_a
     assert 0 not in counts.strides  # not a broadcast view: each position its own element
     counts[0, 0] = 7
     assert counts.tolist() == [[7, 1, 2, 3], [0, 1, 2, 3], [0, 1, 2, 3]]
+
+
+@pytest.mark.parametrize("kind", ["max", "min", "prod"])
+@pytest.mark.parametrize("start", ["an array", "a broadcast constant"])
+def test_a_scatter_of_one_row_matches_the_reference(kind, start):
+    """Run as the row it lands on combined and copied back (a decode step's cache update), in
+    TorchInductor's loops; from a broadcast constant too, the start of an overwrite, which
+    TorchInductor would copy into as if into its one element."""
+    x, row = sample(DType.f32, (6, 4)), sample(DType.f32, (1, 4), 1)
+    index = np.array([3], np.int64)
+    if start == "an array":
+        kernel = trace(
+            lambda a, i, u: knp.scatter_reduce(a, i, u, kind),
+            TensorType((6, 4), DType.f32),
+            TensorType((1,), DType.i64),
+            TensorType((1, 4), DType.f32),
+        )
+        inputs = [x, index, row]
+    else:
+        kernel = trace(
+            lambda i, u: knp.scatter_reduce(knp.full((6, 4), 2.0, DType.f32), i, u, kind),
+            TensorType((1,), DType.i64),
+            TensorType((1, 4), DType.f32),
+        )
+        inputs = [index, row]
+    runtime, executable, (got,) = run_host(kernel, inputs)
+    assert executable.programs
+    (want,) = runtime.cpu.run_host(runtime.cpu.compile(kernel, CompileOptions()), inputs)
+    np.testing.assert_array_equal(got, want)
 
 
 class Passing(TorchDispatchMode):
