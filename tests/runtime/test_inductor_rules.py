@@ -271,10 +271,6 @@ def test_a_small_images_convolution_stays_one():
     assert_matches(kernel, [x, w])
 
 
-def targets(gm):
-    return {n.target for n in gm.graph.nodes}
-
-
 @pytest.mark.parametrize(
     ("x", "w", "params"),
     [
