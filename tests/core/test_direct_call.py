@@ -139,7 +139,11 @@ def test_inputs_that_require_grad_with_detached_outputs_keep_the_wrapper_and_rec
     assert cache_stats["wrapped_graphs"] > before
 
 
-def test_a_mutated_input_keeps_the_wrapper_and_is_updated(arithmetic):
+def test_an_input_written_in_the_graph_is_called_directly_and_its_version_counted(arithmetic):
+    """A decode step writing its caches: the graph writes the input (AOTAutograd keeps the
+    mutation in it), and the direct call increments its version counter, as the wrapper and
+    every in-place op do."""
+
     def fn(a, b):
         a.mul_(2)
         return a + b
@@ -149,10 +153,37 @@ def test_a_mutated_input_keeps_the_wrapper_and_is_updated(arithmetic):
     expected = fn(expected_a, b)
     version = a._version
     out, way, frames = compiled_call(fn, a, b)
-    assert way == ["wrapped_graphs"] and frames
+    assert way == ["direct_graphs"] and frames == []
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(a, expected_a)
     assert a._version > version  # autograd sees the mutation
+    with torch.no_grad():
+        c = torch.randn(3, 4, requires_grad=True)
+        version = c._version
+        compiled_call(fn, c, b)
+    assert c._version > version
+
+
+def test_an_input_written_outside_the_graph_keeps_the_wrapper(monkeypatch):
+    """Dynamo breaks the graph at an input's in-place view op, so AOTAutograd gets no such
+    graph from it: what AOTAutograd would keep out of the graph is decided from its metadata."""
+    from types import SimpleNamespace
+
+    from nkipy_core import _torch
+    from nkipy_core.dynamo import direct_call
+
+    def written(mutation_type, metadata=False):
+        info = SimpleNamespace(mutates_metadata=metadata, mutation_type=mutation_type)
+        meta = SimpleNamespace(input_info=[info], output_info=[], num_intermediate_bases=1)
+        monkeypatch.setattr(direct_call, "_metadata", lambda: meta)
+        return direct_call.why_wrapped(1)
+
+    assert written(_torch.MutationType.MUTATED_OUT_GRAPH) == "it mutates an input outside the graph"
+    assert written(_torch.MutationType.MUTATED_IN_GRAPH, metadata=True) == (
+        "it mutates an input outside the graph"
+    )
+    # past the inputs' check: the next one (its intermediate bases) says why
+    assert written(_torch.MutationType.MUTATED_IN_GRAPH).startswith("it returns intermediate bases")
 
 
 def test_an_output_that_is_a_view_of_an_input_keeps_the_wrapper_and_aliases_as_in_eager(arithmetic):
@@ -209,9 +240,8 @@ def test_autocast_keeps_the_wrapper(arithmetic):
 
 def test_why_a_graph_keeps_the_wrapper_is_logged(arithmetic, caplog):
     def fn(a):
-        a.add_(1)
-        return a * 2
+        return a.view(-1), a * 2
 
     with caplog.at_level("DEBUG", logger="nkipy.direct_call"):
-        compiled_call(fn, torch.randn(3))
-    assert "keeps AOTAutograd's runtime wrapper: it mutates an input" in caplog.text
+        compiled_call(fn, torch.randn(3, 2))
+    assert "keeps AOTAutograd's runtime wrapper: an output aliases an input" in caplog.text

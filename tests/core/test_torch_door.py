@@ -30,6 +30,23 @@ def _params(fn) -> list[str]:
     return list(inspect.signature(fn).parameters)
 
 
+def _lazy_modules_forward_is_their_code() -> bool:
+    """A graph module AOTAutograd makes generates its code at its first call, through a stub
+    that calls the module; the door's forward is the generated code itself."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    graph = torch.fx.Graph()
+    graph.output(graph.call_function(ADD, (graph.placeholder("x"), 1)))
+    gm = _LazyGraphModule(torch.nn.Module(), graph)
+    stub = gm.forward
+    forward = _torch.generated_forward(gm)
+    return (
+        stub.__func__ is _LazyGraphModule._lazy_forward
+        and forward.__func__ is not _LazyGraphModule._lazy_forward
+        and torch.equal(forward(torch.ones(1)), torch.full((1,), 2.0))
+    )
+
+
 def _graph_source_is_forgotten() -> bool:
     """A GraphModule's source is in torch.fx's loader and in linecache, and leaves both."""
     import linecache
@@ -259,6 +276,7 @@ CANARIES = {
     "profiler_enabled": lambda: _torch.profiler_enabled() is False,
     "graph_codegen": lambda: type(_torch.graph_codegen(torch.fx.Graph())) is torch.fx.graph.CodeGen,
     "forget_graph_source": _graph_source_is_forgotten,
+    "generated_forward": _lazy_modules_forward_is_their_code,
     "module_stack": _module_stacks_reach_backward_nodes,
     "resolve_process_group": lambda: callable(
         torch.distributed.distributed_c10d._resolve_process_group
@@ -283,6 +301,9 @@ CANARIES = {
     ),
     "functorch_config": lambda: hasattr(_torch.functorch_config, "bundled_autograd_cache"),
     "OutputType": lambda: _torch.OutputType.non_alias is not None,
+    "MutationType": lambda: (
+        {"MUTATED_IN_GRAPH", "MUTATED_OUT_GRAPH"} <= set(_torch.MutationType.__members__)
+    ),
     "PlainTensorMeta": lambda: inspect.isclass(_torch.PlainTensorMeta),
     "ViewAndMutationMeta": lambda: (
         {
@@ -294,6 +315,8 @@ CANARIES = {
             "subclass_fw_graph_out_meta",
         }
         <= set(_torch.ViewAndMutationMeta.__dataclass_fields__)
+        and "mutated_graph_handled_indices_seen_by_autograd"
+        in inspect.getsource(_torch.ViewAndMutationMeta.__post_init__)
     ),
     "mark_dynamo_propagated_dynamic_indices": lambda: (
         _params(_torch.mark_dynamo_propagated_dynamic_indices) == ["t", "dims"]

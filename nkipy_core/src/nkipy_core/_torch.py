@@ -206,6 +206,16 @@ def graph_codegen(graph: torch.fx.Graph) -> Any:
     return graph._codegen
 
 
+def generated_forward(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+    """``gm``'s generated ``forward``, bound. A graph module AOTAutograd makes recompiles lazily:
+    until its first call its ``forward`` is a stub that generates the code, then calls the
+    module (``nn.Module.__call__``, hooks and all), and a stub taken before that call stays one."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    _LazyGraphModule.force_recompile(gm)
+    return gm.forward
+
+
 def forget_graph_source(gm: torch.fx.GraphModule) -> None:
     """Drop what ``torch.fx`` keeps of ``gm``'s generated ``forward`` source for tracebacks: an
     entry in its loader's cache and one in ``linecache``, made for every module and never freed.
@@ -278,6 +288,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "functorch_config": ("torch._functorch.config", None),
     # AOTAutograd's metadata of a graph: whether dynamo may call it without the runtime wrapper
     "OutputType": ("torch._functorch._aot_autograd.schemas", "OutputType"),
+    "MutationType": ("torch._functorch._aot_autograd.schemas", "MutationType"),
     "PlainTensorMeta": ("torch._functorch._aot_autograd.schemas", "PlainTensorMeta"),
     "ViewAndMutationMeta": ("torch._functorch._aot_autograd.schemas", "ViewAndMutationMeta"),
     # marks outputs' symbolic dimensions, as AOTAutograd's runtime wrapper does
@@ -359,6 +370,7 @@ __all__ = [
     "detect_fake_mode",
     "dispatcher_handle",
     "forget_graph_source",
+    "generated_forward",
     "graph_codegen",
     "module_stack",
     "is_any_autocast_enabled",

@@ -44,22 +44,28 @@ class Program:
     tensors). The program is specialised on its inputs' shapes and strides, so which results
     those are is the same at every call: learnt at the first (``shared``)."""
 
-    __slots__ = ("compiled", "shared")
+    __slots__ = ("compiled", "shared", "writes")
 
-    def __init__(self, compiled: Any):
+    def __init__(self, compiled: Any, writes: tuple[tuple[int, int], ...]):
         self.compiled = compiled
         self.shared: tuple[bool, ...] | None = None
+        #: (output, input) pairs, by output: the outputs the program leaves in its inputs
+        self.writes = tuple(sorted(writes))
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """The results of the program on ``inputs``, each a tensor of its own."""
+        """The results of the program on ``inputs``, each a tensor of its own; an output it
+        leaves in an input is that input."""
         results = self.compiled(*inputs)
         shared = self.shared
         if shared is None:
             shared = self.shared = _shared(inputs, results)
-        return [
+        results = [
             torch.clone(t, memory_format=torch.contiguous_format) if s else t
             for t, s in zip(results, shared)
         ]
+        for k, j in self.writes:  # by output: each lands where the outputs before it are
+            results.insert(k, inputs[j])
+        return results
 
 
 def _shared(inputs: Sequence[torch.Tensor], results: Sequence[torch.Tensor]) -> tuple[bool, ...]:
@@ -103,7 +109,8 @@ class InductorExecutable:
                 program: Program | None = Program(
                     _torch.standalone_compile(
                         gm, graph.examples(self.kernel), dynamic_shapes="from_example_inputs"
-                    )
+                    ),
+                    writes,
                 )
         except Exception as exc:  # noqa: BLE001 - the cpu runtime runs every kernel
             self.reason = f"TorchInductor: {type(exc).__name__}: {exc}"
@@ -173,24 +180,19 @@ class InductorRuntime(CpuDeviceMemory):
         program = None if executable.reason else executable.program(writes)
         if program is None:
             return self._on_cpu(executable, tensors, writes)
+        if all(map(torch.Tensor.is_contiguous, tensors)):
+            return program(tensors)
         # the programs are specialised on row-major inputs: a strided one is copied (rare: a
         # kernel call passes its inputs in their memory order), and one to be written is then
         # written back from its new value
-        inputs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
-        if any(inputs[j] is not tensors[j] for _, j in writes):
-            results = self.run_torch(executable, inputs, ())
-            for k, j in writes:
-                tensors[j].copy_(results[k])
-                results[k] = tensors[j]
-            return results
+        inputs = [t.contiguous() for t in tensors]
         if not writes:
             return program(inputs)
-        computed = iter(program(inputs))
-        into = dict(writes)
-        return [
-            tensors[into[k]] if k in into else next(computed)
-            for k in range(len(executable.signature.outputs))
-        ]
+        results = self.run_torch(executable, inputs, ())
+        for k, j in writes:
+            tensors[j].copy_(results[k])
+            results[k] = tensors[j]
+        return results
 
     def run_host(
         self, executable: InductorExecutable, arrays: Sequence[np.ndarray]

@@ -14,6 +14,7 @@ view whose buffer holds other values than it reads; such an input is resolved be
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 import torch.fx
 
+from nkipy_core import _torch
 from nkipy_core.buffers import memory
 from nkipy_core.compiler.host_views import HostViews, host_arrays
 from nkipy_core.errors import ConfigurationError
@@ -113,6 +115,7 @@ class KernelCall(torch.nn.Module):
         self.on_device = tuple(on_device)
         #: outputs the kernel returns in another dimension order (``output_orders``), put back
         self.inverse_orders = tuple(None if o is None else inverse_permutation(o) for o in orders)
+        self._permuted = any(o is not None for o in self.inverse_orders)
         #: a call whose inputs are all CPU tensors runs on host arrays, without staging
         self.run_host: Any = getattr(runtime, "run_host", None)  # set when host_path is
         self.run_host_into: Any = getattr(runtime, "run_host_into", None)
@@ -192,7 +195,7 @@ class KernelCall(torch.nn.Module):
 
     def _compute(self, args: tuple[torch.Tensor, ...]):
         args = self._prepared(args)
-        if self.run_torch is not None and all(a.is_cpu for a in args):
+        if self.run_torch is not None and all(map(_on_cpu, args)):
             stats = self.stats
             start = stats.start()
             tensors = self.run_torch(self.executable, args)
@@ -235,14 +238,13 @@ class KernelCall(torch.nn.Module):
         own arrays to write into; otherwise the results are copied into them. (Compilation
         gives ``writes`` only to inputs taken as they are: no math bit, no layout change.)"""
         written = self._written
-        if self.run_torch is not None and all(a.is_cpu for a in args):
+        if self.run_torch is not None and all(map(_on_cpu, args)):
             stats = self.stats
             start = stats.start()
+            # each written output is its input, taken as it is: ``args``' own tensor
             tensors = self.run_torch(self.executable, self._prepared(args), self._writes)
             stats.stop(start)
-            return self._laid_out(
-                tuple(args[written[i]] if i in written else t for i, t in enumerate(tensors))
-            )
+            return self._laid_out(tuple(tensors))
         arrays = None
         if self.host_path and self.run_host_into:
             arrays = self._host_arrays(self._prepared(args))
@@ -334,10 +336,11 @@ class KernelCall(torch.nn.Module):
                 _as_complex(t) if is_complex else t
                 for t, is_complex in zip(outputs, self.complex_outputs)
             )
-        outputs = tuple(
-            t if inverse is None else t.contiguous().permute(inverse)
-            for t, inverse in zip(outputs, self.inverse_orders)
-        )
+        if self._permuted:
+            outputs = tuple(
+                t if inverse is None else t.contiguous().permute(inverse)
+                for t, inverse in zip(outputs, self.inverse_orders)
+            )
         return outputs if self.tuple_output else outputs[0]
 
     @staticmethod
@@ -377,7 +380,7 @@ def entry(gm: torch.fx.GraphModule) -> Callable[..., Any]:
         or body[0].kwargs
         or list(body[0].args) != placeholders
     ):
-        return gm.forward
+        return _torch.generated_forward(gm)
     call = getattr(gm, body[0].target)
     result = nodes[-1].args[0]
     if (
@@ -385,8 +388,11 @@ def entry(gm: torch.fx.GraphModule) -> Callable[..., Any]:
         or call.tuple_output
         or not isinstance(result, (tuple, list))
     ):
-        return gm.forward
-    return call.as_graph if list(result) == body else gm.forward
+        return _torch.generated_forward(gm)
+    return call.as_graph if list(result) == body else _torch.generated_forward(gm)
+
+
+_on_cpu = operator.attrgetter("is_cpu")
 
 
 def _as_complex(t: torch.Tensor) -> torch.Tensor:

@@ -100,7 +100,8 @@ class NkipyGraph(_torch.OutputCode):
     ``post_compile`` makes the callable again on a hit.
 
     ``why_wrapped`` says why dynamo must call it through AOTAutograd's runtime wrapper
-    (``nkipy_core.dynamo.direct_call``; ``None``: it need not), ``num_inputs`` how many inputs it takes."""
+    (``nkipy_core.dynamo.direct_call``; ``None``: it need not), ``num_inputs`` how many inputs it
+    takes, ``mutated`` which of them it writes for autograd to see (``mutated_inputs``)."""
 
     def __init__(
         self,
@@ -112,6 +113,7 @@ class NkipyGraph(_torch.OutputCode):
         *,
         why_wrapped: str | None,
         num_inputs: int = 0,
+        mutated: tuple[int, ...] = (),
     ):
         """``graph``: ``dumps`` of the graph ``compiled`` was compiled from; ``bypass``: why the
         graph stays out of the cache (``None``: it goes in); ``fused``: the graph
@@ -119,6 +121,7 @@ class NkipyGraph(_torch.OutputCode):
         super().__init__()
         self.why_wrapped = why_wrapped
         self.num_inputs = num_inputs
+        self.mutated = mutated
         self._boxed_call = True
         self.compiled: Callable[..., Any] | None = compiled
         self.config = config

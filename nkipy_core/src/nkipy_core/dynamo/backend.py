@@ -59,6 +59,7 @@ def nkipy_backend(
                 if inference
                 else "it is part of a training graph"
             )
+            mutated = direct_call.mutated_inputs() if why_wrapped is None else ()
             if symbolic:
                 name = f"the {kind} graph of {_frame_name()}"
                 marks = direct_call.dynamic_output_dims() if why_wrapped is None else ()
@@ -79,6 +80,7 @@ def nkipy_backend(
                     bypass,
                     why_wrapped=why_wrapped,
                     num_inputs=len(inputs),
+                    mutated=mutated,
                 )
             fused = compile_graph(graph, inputs, config)
             return NkipyGraph(
@@ -89,6 +91,7 @@ def nkipy_backend(
                 fused,
                 why_wrapped=why_wrapped,
                 num_inputs=len(inputs),
+                mutated=mutated,
             )
 
         return _torch.SerializableAOTDispatchCompiler(NkipyGraph, compile_one)

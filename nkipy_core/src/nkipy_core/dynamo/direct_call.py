@@ -4,10 +4,13 @@ AOTAutograd returns every compiled graph inside a runtime wrapper. The wrapper w
 input mutations the graph returns, regenerates outputs that alias an input or another output,
 wraps and unwraps tensor subclasses, threads effect tokens, marks dynamic output sizes, and runs
 the graph with grad mode and autocast off. An inference graph that needs none of this (no input
-mutated, every output a new tensor, plain tensors only, no tokens, autocast off) still pays for
-the wrapper's frames: about 2 µs per call, an eighth of a one-op graph's call and more than
-nkipy's own part of it (docs/benchmarks.md). For such a graph the backend hands dynamo the
-compiled graph itself, under ``torch._dynamo.disable`` as AOTAutograd's result would be.
+mutated outside the graph, every output a new tensor, plain tensors only, no tokens, autocast
+off) still pays for the wrapper's frames: about 2 µs per call, an eighth of a one-op graph's call
+and more than nkipy's own part of it (docs/benchmarks.md); 3 µs for a graph of 28 inputs
+that writes one of them. For such a graph the backend hands dynamo the compiled graph itself,
+under ``torch._dynamo.disable`` as AOTAutograd's result would be. An input the graph writes
+itself (a ``copy_`` AOTAutograd keeps in it) needs of the wrapper only that its version counter
+move, as after any in-place op: the direct call moves it (``mutated_inputs``).
 
 The wrapper's grad-mode switch is the one thing skipped that could be observed, so a graph is
 called directly only when grad mode is off or no input requires grad (dynamo guards on both):
@@ -58,8 +61,11 @@ def why_wrapped(num_inputs: int, *, marks_dynamic_outputs: bool = False) -> str 
     meta = _metadata()
     if meta is None:
         return "AOTAutograd gave no metadata for it"
-    if any(i.mutates_data or i.mutates_metadata for i in meta.input_info):
-        return "it mutates an input"
+    if any(
+        i.mutates_metadata or i.mutation_type == _torch.MutationType.MUTATED_OUT_GRAPH
+        for i in meta.input_info
+    ):
+        return "it mutates an input outside the graph"
     if any(
         o.output_type != _torch.OutputType.non_alias or o.requires_grad for o in meta.output_info
     ):
@@ -83,6 +89,14 @@ def why_wrapped(num_inputs: int, *, marks_dynamic_outputs: bool = False) -> str 
     if len(meta.input_info) != num_inputs:
         return "AOTAutograd added or removed inputs"
     return None
+
+
+def mutated_inputs() -> tuple[int, ...]:
+    """The inputs the graph being compiled writes and autograd sees written: the wrapper
+    increments their version counters after each call (``increment_mutation_versions``), as
+    every in-place torch op does, and so does the direct call (``bare_call``)."""
+    meta = _metadata()
+    return tuple(meta.mutated_graph_handled_indices_seen_by_autograd) if meta else ()
 
 
 def dynamic_output_dims() -> tuple[tuple[int, set[int]], ...]:
@@ -131,4 +145,16 @@ def bare_call(
         STATS["wrapped_graphs"] += 1
         return wrapped
     STATS["direct_graphs"] += 1
-    return torch.compiler.disable(graph.compiled, reason="do not trace nkipy's compiled graph")
+    run = graph.compiled if not graph.mutated else _versioning(graph.compiled, graph.mutated)
+    return torch.compiler.disable(run, reason="do not trace nkipy's compiled graph")
+
+
+def _versioning(compiled: Callable[..., Any], mutated: tuple[int, ...]) -> Callable[..., Any]:
+    """``compiled``, then the version counters of the inputs at ``mutated`` incremented."""
+
+    def call(*args: Any) -> Any:
+        outputs = compiled(*args)
+        torch.autograd.graph.increment_version([args[i] for i in mutated])
+        return outputs
+
+    return call
