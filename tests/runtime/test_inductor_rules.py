@@ -260,14 +260,43 @@ def test_conv_with_a_window_larger_than_its_output(low, high, dtype):
     assert_matches(kernel, [x, w])
 
 
-def test_a_small_images_convolution_stays_one():
-    """A 5x5 window over a padded 2x2 image: more taps than results, but wider than the image."""
+CONVOLUTIONS = {torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default}
+
+
+def test_a_small_images_depthwise_convolution_is_a_sum_over_its_windows():
+    """A 5x5 window over a padded 2x2 image: more taps than results, but wider than the image,
+    so no weight gradient; depthwise, so a sum over the windows of the padded image."""
     rng = np.random.default_rng(0)
     x, w = rng.integers(-3, 4, (2, 4, 2, 2)), rng.integers(-3, 4, (4, 1, 5, 5))
     x, w = x.astype(np.float32), w.astype(np.float32)
     none = dict(stride=(1, 1), lhs_dilation=(1, 1), rhs_dilation=(1, 1), groups=4)
     kernel = one_op("conv", [x, w], low=(2, 2), high=(2, 2), **none)
-    assert torch.ops.aten.convolution_backward.default not in targets(graph.trace(kernel))
+    assert not CONVOLUTIONS & targets(graph.trace(kernel))
+    assert_matches(kernel, [x, w])
+
+
+@pytest.mark.parametrize(
+    ("stride", "low", "high", "dilation"),
+    [
+        ((1, 1), (2, 2), (2, 2), (1, 1)),
+        ((2, 1), (1, -1), (0, 2), (1, 2)),
+        ((1, 2), (0, 0), (0, 0), (2, 1)),
+    ],
+    ids=["padded", "strided-cropped-and-dilated", "unpadded"],
+)
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16], ids=str)
+def test_a_depthwise_weight_gradient_is_a_sum_over_windows(stride, low, high, dilation, dtype):
+    """The lowering of a depthwise convolution's weight gradient: one output channel per group,
+    the batch (3) as each group's input channels, the output gradient as the window. Small whole
+    numbers: their sums are exact in any order."""
+    rng = np.random.default_rng(1)
+    x = rng.integers(-3, 4, (1, 3 * 5, 7, 6)).astype(dtype.numpy)
+    w = rng.integers(-3, 4, (5, 3, 4, 3)).astype(dtype.numpy)
+    params = dict(
+        stride=stride, low=low, high=high, lhs_dilation=(1, 1), rhs_dilation=dilation, groups=5
+    )
+    kernel = one_op("conv", [x, w], **params)
+    assert not CONVOLUTIONS & targets(graph.trace(kernel))
     assert_matches(kernel, [x, w])
 
 

@@ -9,6 +9,7 @@ import logging
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from ir_trace import trace
 from op_kernels import one_op, sample
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -56,6 +57,26 @@ def test_a_training_step_and_its_compiled_optimizer_match_eager(tmp_path, caplog
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
     assert [p.data_ptr() for p in twin.parameters()] == where
     assert "cpu runtime" not in caplog.text  # every kernel ran through TorchInductor
+
+
+@pytest.mark.parametrize(("size", "kernel", "stride"), [(2, 5, 1), (9, 3, 2), (8, 5, 1)])
+def test_depthwise_convolution_gradients_match_eager(size, kernel, stride, tmp_path, caplog):
+    """Their weight gradients run as sums over windows (a 5x5 window over a 2x2 image, the last
+    stages of EfficientNet-B0), compiled by TorchInductor."""
+    caplog.set_level(logging.INFO, logger="nkipy.runtime.inductor")
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, size, size, requires_grad=True)
+    w = torch.randn(6, 1, kernel, kernel, requires_grad=True)
+
+    def fn(x, w):
+        return F.conv2d(x, w, stride=stride, padding=kernel // 2, groups=6).sin().sum()
+
+    expected = torch.autograd.grad(fn(x, w), (x, w))
+    options = {**OPTIONS, "nkipy_cache": str(tmp_path)}
+    got = torch.autograd.grad(torch.compile(fn, backend="nkipy", options=options)(x, w), (x, w))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    assert "cpu runtime" not in caplog.text
 
 
 def no_numpy(monkeypatch):
