@@ -327,6 +327,33 @@ def test_conv_transpose(x, w, params):
     assert_matches(one_op("conv_transpose", [x, w], **params), [x, w], rtol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("stride", "low", "high"),
+    [((1, 1), (0, 0), (0, 0)), ((2, 1), (1, 0), (0, -1))],
+    ids=["plain", "strided-padded-and-cropped"],
+)
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16], ids=str)
+def test_a_1x1_convolution_of_a_few_pixels_and_its_input_gradient_are_matrix_products(
+    stride, low, high, dtype
+):
+    """A 2x3 image, batch 2 (and the same over a 5x4 image, which stays a convolution). Small
+    whole numbers: their sums are exact in any order."""
+    rng = np.random.default_rng(2)
+    w = rng.integers(-3, 4, (7, 6, 1, 1)).astype(dtype.numpy)
+    params = dict(stride=stride, low=low, high=high, rhs_dilation=(1, 1), groups=1)
+    for size, product in (((2, 3), True), ((5, 4), False)):
+        x = rng.integers(-3, 4, (2, 6, *size)).astype(dtype.numpy)
+        kernel = one_op("conv", [x, w], lhs_dilation=(1, 1), **params)
+        assert (torch.ops.aten.mm.default in targets(graph.trace(kernel))) is product
+        assert bool(CONVOLUTIONS & targets(graph.trace(kernel))) is not product
+        assert_matches(kernel, [x, w])
+        if stride == (1, 1):  # the input gradient: a transposed convolution, the same weight
+            y = rng.integers(-3, 4, (2, 7, *size)).astype(dtype.numpy)
+            kernel = one_op("conv_transpose", [y, w], **params)
+            assert (torch.ops.aten.mm.default in targets(graph.trace(kernel))) is product
+            assert_matches(kernel, [y, w])
+
+
 @pytest.mark.parametrize("dtype", [DType.f32, DType.bf16, DType.i64, DType.bool], ids=str)
 def test_iota_and_constant(dtype):
     value = ConstantData.from_array(sample(dtype, (2, 3)), dtype)

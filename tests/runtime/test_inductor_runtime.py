@@ -79,6 +79,29 @@ def test_depthwise_convolution_gradients_match_eager(size, kernel, stride, tmp_p
     assert "cpu runtime" not in caplog.text
 
 
+@pytest.mark.parametrize(("size", "stride"), [(2, 1), (5, 2)])
+def test_1x1_convolution_gradients_match_eager(size, stride, tmp_path, caplog):
+    """A 1x1 convolution, its input and its weight gradients run as matrix products (the last
+    ones, over a 1x1 image, are a squeeze-and-excitation block's)."""
+    caplog.set_level(logging.INFO, logger="nkipy.runtime.inductor")
+    torch.manual_seed(0)
+    x = torch.randn(2, 12, size, size, requires_grad=True)
+    w = torch.randn(20, 12, 1, 1, requires_grad=True)
+    v = torch.randn(20, 20, 1, 1, requires_grad=True)
+
+    def fn(x, w, v):
+        y = F.conv2d(x, w, stride=stride)
+        return (y.sin() * F.conv2d(y.mean((2, 3), keepdim=True), v)).sum()
+
+    expected = torch.autograd.grad(fn(x, w, v), (x, w, v))
+    options = {**OPTIONS, "nkipy_cache": str(tmp_path)}
+    compiled = torch.compile(fn, backend="nkipy", options=options)
+    got = torch.autograd.grad(compiled(x, w, v), (x, w, v))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    assert "cpu runtime" not in caplog.text
+
+
 def no_numpy(monkeypatch):
     """Make every NumPy view of a kernel call's tensors, and every NumPy call of the runtime,
     an error."""

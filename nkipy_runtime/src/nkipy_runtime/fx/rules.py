@@ -296,6 +296,9 @@ def _conv(
     taps, positions = math.prod(w.shape[2:]), math.prod(spatial)
     zeros = [0] * len(stride)
     pads = [p for lo, hi in zip(reversed(low), reversed(high)) for p in (lo, hi)]
+    if taps == 1 and groups == 1 and x.shape[0] * positions <= PRODUCT_PIXELS:
+        x = torch.constant_pad_nd(x, pads, 0)[(Ellipsis, *(slice(None, None, k) for k in stride))]
+        return _as_product(x, w.reshape(w.shape[:2]).t())
     if groups > 1 and w.shape[0] == groups and (w.shape[1] > 1 or taps > positions):
         return _as_windows(torch.constant_pad_nd(x, pads, 0), w, stride, rhs_dilation, groups)
     if taps > positions and all(k <= size for k, size in zip(w.shape[2:], x.shape[2:])):
@@ -304,6 +307,24 @@ def _conv(
     if low != high or min(low, default=0) < 0:
         x, padding = torch.constant_pad_nd(x, pads, 0), zeros
     return torch.convolution(x, w, None, stride, padding, rhs_dilation, False, zeros, groups)
+
+
+#: pixels (batch times positions) up to which a 1x1 convolution runs as a matrix product
+#: (``_as_product``): measured on this project's benchmark machine, 6x faster at 8 pixels, as
+#: fast at 32 and beyond
+PRODUCT_PIXELS = 16
+
+
+def _as_product(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The convolution of ``x`` with a 1x1 window, ``w`` as an (input, output) channel matrix:
+    one matrix product of the pixels (rows) and ``w``, the result a channels-last view. oneDNN
+    and torch's own 1x1 convolution compute the product the other way round, with the pixels as
+    the columns, which is several times slower when they are few (a 2x2 image with 1152
+    channels, batch 2: 320 µs against 52), and as fast when they are many."""
+    batch, channels = x.shape[:2]
+    rows = torch.movedim(x, 1, -1).reshape(-1, channels)
+    product = torch.mm(rows, w).reshape(batch, *x.shape[2:], w.shape[1])
+    return torch.movedim(product, -1, 1)
 
 
 def _as_windows(
@@ -389,9 +410,19 @@ def _conv_transpose(
     groups: int,
 ) -> torch.Tensor:
     """torch's transposed convolution without padding, whose every output position the
-    reference computes too, then ``low`` and ``high`` cropped off (padded where negative)."""
+    reference computes too, then ``low`` and ``high`` cropped off (padded where negative). With
+    a 1x1 window and unit strides (a 1x1 convolution's input gradient) it is one matrix product
+    (``_as_product``)."""
     zeros = [0] * len(stride)
-    full = torch.convolution(x, w, None, stride, zeros, rhs_dilation, True, zeros, groups)
+    if (
+        math.prod(w.shape[2:]) == 1
+        and groups == 1
+        and all(k == 1 for k in stride)
+        and math.prod(x.shape[:1] + x.shape[2:]) <= PRODUCT_PIXELS
+    ):
+        full = _as_product(x, w.reshape(w.shape[:2]))
+    else:
+        full = torch.convolution(x, w, None, stride, zeros, rhs_dilation, True, zeros, groups)
     crops = [-p for lo, hi in zip(reversed(low), reversed(high)) for p in (lo, hi)]
     return torch.constant_pad_nd(full, crops, 0)
 
