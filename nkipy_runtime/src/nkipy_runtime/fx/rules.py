@@ -181,8 +181,8 @@ def _scatter_reduce(
     two-layer model, which writes its key and value caches with an overwrite, a max scatter).
     With one update row nothing meets it, so the scatter is that row combined with the one it
     lands on and copied there, which TorchInductor computes in its loops. (TorchInductor
-    2.13 copies into a broadcast operand as if into its one element: such an operand, a
-    scatter's usual start, ``full``, is laid out first.)"""
+    2.13 copies into a broadcast operand as if into its one element, pytorch/pytorch#183986:
+    such an operand, a scatter's usual start, ``full``, is laid out first.)"""
     if idx.numel() == 1:
         index = idx.reshape(1).to(torch.int64)
         if 0 in x.stride():
