@@ -278,7 +278,8 @@ def _conv(
     spatial dimension: a convolution's usual padding, with no padded copy of the input made);
     other padding (negative amounts crop) first, as the reference's.
 
-    Two shapes oneDNN computes slowly run otherwise. A grouped convolution with one output
+    Shapes oneDNN computes slowly run otherwise. A 1x1 convolution of a few pixels is a matrix
+    product with the pixels as rows (``_as_product``). A grouped convolution with one output
     channel per group and several input channels, or with more taps than positions, is the
     weight gradient of a depthwise convolution (its input channels are the batch, its window the
     output gradient): oneDNN has fast loops only for one input and one output channel per group,
