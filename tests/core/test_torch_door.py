@@ -196,6 +196,19 @@ class _Seen(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _a_forced_stride_order_is_realized() -> bool:
+    """Eager: the tensor in the strides asked for; TorchInductor lowers it to a buffer of them."""
+    from torch._inductor.lowering import lowerings
+
+    x = torch.arange(12.0).reshape(3, 4).t()
+    forced = _torch.force_stride_order(x, (3, 1))
+    return (
+        forced.stride() == (3, 1)
+        and torch.equal(forced, x)
+        and _torch.force_stride_order in lowerings
+    )
+
+
 def _modes_set_aside() -> bool:
     """Inside ``disable_current_modes`` an active dispatch mode sees nothing; outside it, it does."""
     x = torch.ones(2)
@@ -330,6 +343,7 @@ CANARIES = {
         {"dynamic_shapes", "options"} <= set(_params(_torch.standalone_compile))
     ),
     "disable_current_modes": _modes_set_aside,
+    "force_stride_order": _a_forced_stride_order_is_realized,
     "common_methods_invocations": lambda: (
         len(_torch.common_methods_invocations.op_db) > 100
         and callable(_torch.common_methods_invocations.wrapper_set_seed)

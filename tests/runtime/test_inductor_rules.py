@@ -11,6 +11,7 @@ import pytest
 import torch
 from op_kernels import ALL_DTYPES, accepts, one_op, sample
 
+from nkipy_core import _torch
 from nkipy_core.ir import (
     ConstantData,
     DType,
@@ -186,6 +187,32 @@ def test_dot(dtype):
     if dtype.is_float:
         a, b = np.nan_to_num(a, posinf=3, neginf=-3), np.nan_to_num(b, posinf=3, neginf=-3)
     assert_matches(one_op("dot", [a, b]), [a, b], rtol=HALF_ULP.get(dtype, 1e-6) * 4)
+
+
+def test_a_computed_row_or_column_of_a_product_is_computed_once():
+    """Forced into memory, where TorchInductor would inline it into the product's loop and
+    compute it for every column (or row); a parameter is already there, in those strides."""
+    kb = KernelBuilder("one_row_products")
+    with kb.building("test.dot"):
+        row, col = (
+            kb.param(TensorType((2, 1, 8), DType.f32)),
+            kb.param(TensorType((2, 8, 1), DType.f32)),
+        )
+        mat = kb.param(TensorType((2, 8, 8), DType.f32))
+        outs = [
+            kb.emit("dot", [kb.emit("cos", [row], {}), mat], {}),
+            kb.emit("dot", [mat, kb.emit("sin", [col], {})], {}),
+            kb.emit("dot", [row, mat], {}),
+        ]
+    kernel = kb.finish(outs)
+    forced = [n for n in graph.trace(kernel).graph.nodes if n.target is _torch.force_stride_order]
+    assert [n.args[0].target for n in forced] == [
+        torch.ops.aten.cos.default,
+        torch.ops.aten.sin.default,
+        "arg0_1",
+    ]
+    inputs = [sample(DType.f32, p.type.shape, k) for k, p in enumerate(kernel.params)]
+    assert_matches(kernel, inputs, rtol=1e-6)
 
 
 def widened_product(half, also_f32):

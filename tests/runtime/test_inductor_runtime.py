@@ -208,6 +208,36 @@ def test_a_scatter_of_one_row_matches_the_reference(kind, start):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("side", ["row", "column"])
+def test_a_product_of_one_computed_row_or_column_matches_the_reference(side):
+    """A decode step's attention: the one row (or column) computed in the kernel, here rotated by
+    cosines of a position as a query is, is computed once into memory (``fx.rules._dot``)."""
+    vec, mat = TensorType((3, 1, 8), DType.f32), TensorType((3, 8, 5), DType.f32)
+
+    def rotated(v, p):
+        return knp.multiply(v, knp.cos(knp.multiply(knp.astype(p, DType.f32), 0.5)))
+
+    if side == "row":
+        kernel = trace(lambda v, m, p: knp.matmul(rotated(v, p), m), vec, mat, I64_SCALAR)
+        inputs = [sample(DType.f32, (3, 1, 8)), sample(DType.f32, (3, 8, 5), 1)]
+    else:
+        kernel = trace(
+            lambda v, m, p: knp.matmul(m, rotated(v, p)),
+            TensorType((3, 8, 1), DType.f32),
+            TensorType((3, 5, 8), DType.f32),
+            I64_SCALAR,
+        )
+        inputs = [sample(DType.f32, (3, 8, 1)), sample(DType.f32, (3, 5, 8), 1)]
+    inputs.append(np.array(7, np.int64))
+    runtime, executable, (got,) = run_host(kernel, inputs)
+    assert executable.programs
+    (want,) = runtime.cpu.run_host(runtime.cpu.compile(kernel, CompileOptions()), inputs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+I64_SCALAR = TensorType((), DType.i64)
+
+
 class Passing(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))

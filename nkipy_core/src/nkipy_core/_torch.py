@@ -303,6 +303,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "BackendCompilerFailed": ("torch._dynamo.exc", "BackendCompilerFailed"),
     # TorchInductor's compile of an FX graph outside dynamo: the ``inductor`` runtime's kernels
     "standalone_compile": ("torch._inductor", "standalone_compile"),
+    # a value TorchInductor computes once, into memory of these strides, rather than inlining its
+    # computation into every loop that reads it (the ``inductor`` runtime's one-row products)
+    "force_stride_order": ("torch._inductor.inductor_prims", "force_stride_order"),
     # the torch dispatch modes around a call set aside (AOTAutograd's runtime wrapper may have one
     # active at a graph's first call): a kernel compiled there must not be traced by them
     "disable_current_modes": ("torch.utils._python_dispatch", "_disable_current_modes"),
