@@ -315,7 +315,8 @@ def test_a_small_images_depthwise_convolution_is_a_sum_over_its_windows():
 def test_a_depthwise_weight_gradient_is_a_sum_over_windows(stride, low, high, dilation, dtype):
     """The lowering of a depthwise convolution's weight gradient: one output channel per group,
     the batch (3) as each group's input channels, the output gradient as the window. Small whole
-    numbers: their sums are exact in any order."""
+    numbers: their sums are exact in any order. The windows read the padded input from memory
+    (a bounds test at every tap otherwise)."""
     rng = np.random.default_rng(1)
     x = rng.integers(-3, 4, (1, 3 * 5, 7, 6)).astype(dtype.numpy)
     w = rng.integers(-3, 4, (5, 3, 4, 3)).astype(dtype.numpy)
@@ -323,7 +324,10 @@ def test_a_depthwise_weight_gradient_is_a_sum_over_windows(stride, low, high, di
         stride=stride, low=low, high=high, lhs_dilation=(1, 1), rhs_dilation=dilation, groups=5
     )
     kernel = one_op("conv", [x, w], **params)
-    assert not CONVOLUTIONS & targets(graph.trace(kernel))
+    gm = graph.trace(kernel)
+    assert not CONVOLUTIONS & targets(gm)
+    (forced,) = [n for n in gm.graph.nodes if n.target is _torch.force_stride_order]
+    assert forced.args[0].target is torch.ops.aten.constant_pad_nd.default
     assert_matches(kernel, [x, w])
 
 
@@ -363,19 +367,22 @@ def test_conv_transpose(x, w, params):
 def test_a_1x1_convolution_of_a_few_pixels_and_its_input_gradient_are_matrix_products(
     stride, low, high, dtype
 ):
-    """A 2x3 image, batch 2 (and the same over a 5x4 image, which stays a convolution). Small
-    whole numbers: their sums are exact in any order."""
+    """A 2x3 image, batch 2, and a 1x1 image, batch 24 (and a 5x4 image, batch 2, which stays a
+    convolution). Small whole numbers: their sums are exact in any order."""
     rng = np.random.default_rng(2)
     w = rng.integers(-3, 4, (7, 6, 1, 1)).astype(dtype.numpy)
     params = dict(stride=stride, low=low, high=high, rhs_dilation=(1, 1), groups=1)
-    for size, product in (((2, 3), True), ((5, 4), False)):
-        x = rng.integers(-3, 4, (2, 6, *size)).astype(dtype.numpy)
+    cases = [(2, (2, 3), True), (2, (5, 4), False)]
+    if stride == (1, 1):
+        cases.append((24, (1, 1), True))
+    for batch, size, product in cases:
+        x = rng.integers(-3, 4, (batch, 6, *size)).astype(dtype.numpy)
         kernel = one_op("conv", [x, w], lhs_dilation=(1, 1), **params)
         assert (torch.ops.aten.mm.default in targets(graph.trace(kernel))) is product
         assert bool(CONVOLUTIONS & targets(graph.trace(kernel))) is not product
         assert_matches(kernel, [x, w])
         if stride == (1, 1):  # the input gradient: a transposed convolution, the same weight
-            y = rng.integers(-3, 4, (2, 7, *size)).astype(dtype.numpy)
+            y = rng.integers(-3, 4, (batch, 7, *size)).astype(dtype.numpy)
             kernel = one_op("conv_transpose", [y, w], **params)
             assert (torch.ops.aten.mm.default in targets(graph.trace(kernel))) is product
             assert_matches(kernel, [y, w])

@@ -291,8 +291,8 @@ def _conv(
     spatial dimension: a convolution's usual padding, with no padded copy of the input made);
     other padding (negative amounts crop) first, as the reference's.
 
-    Shapes oneDNN computes slowly run otherwise. A 1x1 convolution of a few pixels is a matrix
-    product with the pixels as rows (``_as_product``). A grouped convolution with one output
+    Shapes oneDNN computes slowly run otherwise. A 1x1 convolution of a few pixels, or of a 1x1
+    image, is a matrix product with the pixels as rows (``_as_product``, ``_few_pixels``). A grouped convolution with one output
     channel per group and several input channels, or with more taps than positions, is the
     weight gradient of a depthwise convolution (its input channels are the batch, its window the
     output gradient): oneDNN has fast loops only for one input and one output channel per group,
@@ -310,7 +310,7 @@ def _conv(
     taps, positions = math.prod(w.shape[2:]), math.prod(spatial)
     zeros = [0] * len(stride)
     pads = [p for lo, hi in zip(reversed(low), reversed(high)) for p in (lo, hi)]
-    if taps == 1 and groups == 1 and x.shape[0] * positions <= PRODUCT_PIXELS:
+    if taps == 1 and groups == 1 and _few_pixels(x.shape[0], positions):
         x = torch.constant_pad_nd(x, pads, 0)[(Ellipsis, *(slice(None, None, k) for k in stride))]
         return _as_product(x, w.reshape(w.shape[:2]).t())
     if groups > 1 and w.shape[0] == groups and (w.shape[1] > 1 or taps > positions):
@@ -327,6 +327,15 @@ def _conv(
 #: (``_as_product``): measured on this project's benchmark machine, 6x faster at 8 pixels, as
 #: fast at 32 and beyond
 PRODUCT_PIXELS = 16
+
+
+def _few_pixels(batch: int, positions: int) -> bool:
+    """Whether a 1x1 convolution runs as a matrix product (``_as_product``): of few pixels, or
+    of a 1x1 image, however large its batch. The latter's product is row-major as it is (no
+    copy back at a kernel's boundary), and oneDNN is slow on it when its channels are few: a
+    squeeze-and-excitation layer's weight gradient, whose channels are the batch (48 by 2 by
+    1152: 68 µs, 9 µs as a product)."""
+    return positions == 1 or batch * positions <= PRODUCT_PIXELS
 
 
 def _as_product(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -346,8 +355,11 @@ def _as_windows(
 ) -> torch.Tensor:
     """The convolution of padded ``x`` as the sum over each window of its products with the
     weight: the windows are views of ``x`` (``unfold``), so TorchInductor computes the products
-    and their sum in one loop, reading ``x`` where it lies. Half floats are multiplied and summed
-    in f32, as oneDNN's convolutions do (``run`` rounds the result once)."""
+    and their sum in one loop. ``x`` is padded into memory first: inlined, the padding would be
+    a bounds test at every tap of every window (EfficientNet-B0's training step: 12 % slower).
+    Half floats are multiplied and summed in f32, as oneDNN's convolutions do (``run`` rounds the
+    result once)."""
+    x = _torch.force_stride_order(x, x.stride())
     batch, channels = x.shape[:2]
     rank = len(stride)
     if x.dtype in (torch.float16, torch.bfloat16):
@@ -432,7 +444,7 @@ def _conv_transpose(
         math.prod(w.shape[2:]) == 1
         and groups == 1
         and all(k == 1 for k in stride)
-        and math.prod(x.shape[:1] + x.shape[2:]) <= PRODUCT_PIXELS
+        and _few_pixels(x.shape[0], math.prod(x.shape[2:]))
     ):
         full = _as_product(x, w.reshape(w.shape[:2]))
     else:
