@@ -164,6 +164,28 @@ def test_an_input_written_in_the_graph_is_called_directly_and_its_version_counte
     assert c._version > version
 
 
+def test_an_optimizer_step_holding_its_parameters_is_called_directly(arithmetic):
+    """Dynamo installs the parameters and states of a compiled optimizer step in its graph;
+    the direct call passes them before the inputs, as the wrapper does, and moves the versions
+    of those the step writes."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.randn(5))]
+    expected = [p.detach().clone() for p in params]
+    for p, e in zip(params, expected):
+        p.grad = torch.randn_like(p)
+        e.sub_(p.grad, alpha=0.1)
+    versions = [p._version for p in params]
+    optimizer = torch.optim.SGD(params, lr=0.1)
+    before = cache_stats["direct_graphs"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        torch.compile(optimizer.step, backend="nkipy")()
+    assert cache_stats["direct_graphs"] > before
+    for p, e, v in zip(params, expected, versions):
+        torch.testing.assert_close(p.detach(), e)
+        assert p._version > v
+
+
 def test_an_input_written_outside_the_graph_keeps_the_wrapper(monkeypatch):
     """Dynamo breaks the graph at an input's in-place view op, so AOTAutograd gets no such
     graph from it: what AOTAutograd would keep out of the graph is decided from its metadata."""

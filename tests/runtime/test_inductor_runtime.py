@@ -20,7 +20,7 @@ from nkipy_core.compiler.kernel_call import KernelCall
 from nkipy_core.ir import DType, TensorType
 from nkipy_core.runtime import CompileOptions
 from nkipy_core.testing.models import LlamaModel
-from nkipy_runtime.inductor_runtime import InductorRuntime
+from nkipy_runtime.inductor_runtime import InductorRuntime, Program
 
 OPTIONS = {"runtime": "inductor", "strict": True}
 
@@ -151,6 +151,28 @@ def test_a_kernel_with_a_primitive_torch_cannot_run_here_runs_on_the_cpu_runtime
     assert "runs on the cpu runtime" in caplog.text and kernel.name in caplog.text
     (expected,) = runtime.cpu.run_host(runtime.cpu.compile(kernel, CompileOptions()), [state])
     np.testing.assert_array_equal(bits, expected)
+
+
+@pytest.mark.parametrize(
+    ("writes", "results", "expected"),
+    [
+        ((), ["r0", "r1"], ["r0", "r1"]),
+        (((1, 0),), ["r0", "r1"], ["r0", "i0", "r1"]),
+        (((0, 2), (2, 0)), ["r0"], ["i2", "r0", "i0"]),
+        (((0, 1),), [], ["i1"]),
+    ],
+)
+def test_a_programs_outputs_are_its_results_with_its_written_inputs_in_their_places(
+    writes, results, expected
+):
+    """Output ``k`` of a pair ``(k, j)`` is input ``j`` itself; the results fill the others."""
+    inputs = [torch.full((2,), float(j)) for j in range(3)]
+    made = [torch.full((2,), 10.0 + r) for r in range(len(results))]
+    program = Program(lambda *_: list(made), writes)
+    names = {id(t): f"i{j}" for j, t in enumerate(inputs)}
+    names.update({id(t): f"r{r}" for r, t in enumerate(made)})
+    for _ in range(2):  # learnt at the first call, the same at the next
+        assert [names[id(t)] for t in program(inputs)] == expected
 
 
 def test_results_are_row_major_memory_of_their_own_and_strided_inputs_are_read_as_they_are():

@@ -27,8 +27,9 @@ tensor, so that dynamo treats them as dynamic when the output enters another com
 
 Which graphs qualify is decided from AOTAutograd's metadata of the graph while it is compiled
 (``why_wrapped``), stored with the graph in torch's AOTAutograd cache so a warm start decides
-the same, and completed by what only the backend sees (``bare_call``): the graph's parameters,
-duplicated inputs, autocast. ``cache_stats()`` counts the graphs dynamo calls each way as
+the same, and completed by what only the backend sees (``bare_call``): duplicated inputs,
+autocast, inputs that require grad. A dynamo graph that holds parameters or buffers (a compiled
+optimizer step's) is called with them before its inputs, as the wrapper calls it. ``cache_stats()`` counts the graphs dynamo calls each way as
 ``direct_graphs`` and ``wrapped_graphs``; why a graph keeps the wrapper is logged at DEBUG by
 ``nkipy.direct_call``.
 """
@@ -126,35 +127,55 @@ def bare_call(
         if graph is not None
         else f"AOTAutograd compiled {len(graphs)} graphs for it"
     )
+    # what the graph holds, passed by AOTAutograd's wrapper before the inputs (a compiled
+    # optimizer step's parameters and states)
+    held = [
+        *dict(gm.named_parameters(remove_duplicate=False)).values(),
+        *dict(gm.named_buffers(remove_duplicate=False)).values(),
+    ]
     if why is None:
         assert graph is not None, "why is None only when AOTAutograd compiled one graph"
         if _torch.is_any_autocast_enabled():
             why = "autocast is on"
-        elif next(gm.parameters(), None) is not None or next(gm.buffers(), None) is not None:
-            why = "the dynamo graph holds parameters or buffers"
-        elif graph.num_inputs != len(example_inputs):
+        elif graph.num_inputs != len(held) + len(example_inputs):
             why = "AOTAutograd removed duplicated inputs"
         elif torch.is_grad_enabled() and any(
-            isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
+            isinstance(x, torch.Tensor) and x.requires_grad for x in (*held, *example_inputs)
         ):
             why = "an input requires grad (the wrapper runs the graph with grad mode off)"
-        elif any(_torch.is_traceable_wrapper_subclass(x) for x in example_inputs):
+        elif any(_torch.is_traceable_wrapper_subclass(x) for x in (*held, *example_inputs)):
             why = "it takes tensor subclasses"
     if graph is None or why is not None:
         log.debug("nkipy: the compiled graph keeps AOTAutograd's runtime wrapper: %s", why)
         STATS["wrapped_graphs"] += 1
         return wrapped
     STATS["direct_graphs"] += 1
-    run = graph.compiled if not graph.mutated else _versioning(graph.compiled, graph.mutated)
+    run = _direct(graph.compiled, tuple(held), graph.mutated)
     return torch.compiler.disable(run, reason="do not trace nkipy's compiled graph")
 
 
-def _versioning(compiled: Callable[..., Any], mutated: tuple[int, ...]) -> Callable[..., Any]:
-    """``compiled``, then the version counters of the inputs at ``mutated`` incremented."""
+def _direct(
+    compiled: Callable[..., Any], held: tuple[torch.Tensor, ...], mutated: tuple[int, ...]
+) -> Callable[..., Any]:
+    """``compiled`` called as AOTAutograd's wrapper calls it: after what the graph holds,
+    ``held``, then the version counters of the inputs at ``mutated`` incremented (indices into
+    both together)."""
+    if not held and not mutated:
+        return compiled
+    if not held:
 
-    def call(*args: Any) -> Any:
-        outputs = compiled(*args)
-        torch.autograd.graph.increment_version([args[i] for i in mutated])
+        def versioning(*args: Any) -> Any:
+            outputs = compiled(*args)
+            torch.autograd.graph.increment_version([args[i] for i in mutated])
+            return outputs
+
+        return versioning
+
+    def holding(*args: Any) -> Any:
+        full = (*held, *args)
+        outputs = compiled(*full)
+        if mutated:
+            torch.autograd.graph.increment_version([full[i] for i in mutated])
         return outputs
 
-    return call
+    return holding
