@@ -51,7 +51,7 @@ def main() -> None:
     )
     parser.add_argument("--batch", type=int, default=2, help="training batch")
     parser.add_argument("--new-tokens", type=int, default=16)
-    parser.add_argument("--repeat", type=int, default=5, help="timed runs; the median is reported")
+    parser.add_argument("--repeat", type=int, default=9, help="timed runs; the median is reported")
     args = parser.parse_args()
     nkipy_core.init_nkipy_backend(runtime="cpu")
     model = small_llama(
