@@ -29,9 +29,9 @@ Which graphs qualify is decided from AOTAutograd's metadata of the graph while i
 (``why_wrapped``), stored with the graph in torch's AOTAutograd cache so a warm start decides
 the same, and completed by what only the backend sees (``bare_call``): duplicated inputs,
 autocast, inputs that require grad. A dynamo graph that holds parameters or buffers (a compiled
-optimizer step's) is called with them before its inputs, as the wrapper calls it. ``cache_stats()`` counts the graphs dynamo calls each way as
-``direct_graphs`` and ``wrapped_graphs``; why a graph keeps the wrapper is logged at DEBUG by
-``nkipy.direct_call``.
+optimizer step's) is called with them before its inputs, as the wrapper calls it.
+``cache_stats()`` counts the graphs dynamo calls each way as ``direct_graphs`` and
+``wrapped_graphs``; why a graph keeps the wrapper is logged at DEBUG by ``nkipy.direct_call``.
 """
 
 from __future__ import annotations

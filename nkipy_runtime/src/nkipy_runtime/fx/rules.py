@@ -292,17 +292,17 @@ def _conv(
     other padding (negative amounts crop) first, as the reference's.
 
     Shapes oneDNN computes slowly run otherwise. A 1x1 convolution of a few pixels, or of a 1x1
-    image, is a matrix product with the pixels as rows (``_as_product``, ``_few_pixels``). A grouped convolution with one output
-    channel per group and several input channels, or with more taps than positions, is the
-    weight gradient of a depthwise convolution (its input channels are the batch, its window the
-    output gradient): oneDNN has fast loops only for one input and one output channel per group,
-    and these run as a sum over the input's windows that TorchInductor makes one loop of
-    (``_as_windows``: 50-110 µs where oneDNN takes 0.3-2.7 ms, EfficientNet-B0's and ConvNeXt's
-    late stages). Other convolutions whose window has more taps than their output has positions
-    and fits in their unpadded input are weight gradients too (the lowering of a convolution's
-    backward, whose window is the output gradient): each runs as one (``_as_weight_gradient``).
-    A forward convolution of a small image can have more taps than positions too, but its window
-    is wider than the image."""
+    image, is a matrix product with the pixels as rows (``_as_product``, ``_few_pixels``). A
+    grouped convolution with one output channel per group and several input channels, or with
+    more taps than positions, is the weight gradient of a depthwise convolution (its input
+    channels are the batch, its window the output gradient): oneDNN has fast loops only for one
+    input and one output channel per group, and these run as a sum over the input's windows that
+    TorchInductor makes one loop of (``_as_windows``: 50-110 µs where oneDNN takes 0.3-2.7 ms,
+    EfficientNet-B0's and ConvNeXt's late stages). Other convolutions whose window has more taps
+    than their output has positions and fits in their unpadded input are weight gradients too
+    (the lowering of a convolution's backward, whose window is the output gradient): each runs
+    as one (``_as_weight_gradient``). A forward convolution of a small image can have more taps
+    than positions too, but its window is wider than the image."""
     spatial = [
         (size + lo + hi - d * (k - 1) - 1) // s + 1
         for size, k, lo, hi, s, d in zip(x.shape[2:], w.shape[2:], low, high, stride, rhs_dilation)
