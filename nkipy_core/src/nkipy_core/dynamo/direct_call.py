@@ -162,20 +162,12 @@ def _direct(
     both together)."""
     if not held and not mutated:
         return compiled
-    if not held:
 
-        def versioning(*args: Any) -> Any:
-            outputs = compiled(*args)
-            torch.autograd.graph.increment_version([args[i] for i in mutated])
-            return outputs
-
-        return versioning
-
-    def holding(*args: Any) -> Any:
-        full = (*held, *args)
+    def call(*args: Any) -> Any:
+        full = (*held, *args) if held else args
         outputs = compiled(*full)
         if mutated:
             torch.autograd.graph.increment_version([full[i] for i in mutated])
         return outputs
 
-    return holding
+    return call
