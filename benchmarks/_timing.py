@@ -204,6 +204,16 @@ def backends() -> dict[str, Callable[[Callable], Callable]]:
     return rows
 
 
+def rows_compiled_alike(compilers: int):
+    """A context in which ``compilers`` rows may each compile the same functions: dynamo counts
+    every backend's graphs of a code object against one recompile limit (8), past which it runs
+    the code eagerly, so rows kept alive side by side (timed in rounds) would find the later
+    ones silently running eager code. The limit is raised to 8 per row."""
+    import torch
+
+    return torch._dynamo.config.patch(recompile_limit=8 * max(compilers, 1))
+
+
 def measure(
     title: str,
     unit: str,
@@ -219,28 +229,32 @@ def measure(
     result against eager's with ``check``. ``make(compile_fn) -> (run, result)``: ``result()``
     runs once (compiling) and returns what ``check`` compares; the figure printed is the median
     time of ``run`` divided by ``per``, after ``warmup`` untimed runs (a compiled optimizer
-    step compiles again on its second call, once its state exists)."""
+    step compiles again on its second call, once its state exists). Every row is compiled and
+    checked first, then all are timed in rounds (``median_times``), so that each sees the same
+    drift of the machine's speed."""
     import traceback
 
     import torch
 
-    times, notes, expected = [], {}, None
-    for name, compile_fn in compilers.items():
-        torch._dynamo.reset()
-        try:
-            run, result = make(compile_fn)
-            got = result()
-            if expected is None:
-                expected = got
-            else:
-                check(got, expected)
-            seconds = median_time(run, warmup=warmup_of(name, warmup), repeat=repeat) / per
-            times.append((name, seconds))
-            if note:
-                notes[name] = note(seconds)
-        except Exception as exc:  # noqa: BLE001 - report and go on with the other rows
-            traceback.print_exc()
-            times.append((name, None))
-            notes[name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+    runs, notes, expected = {}, {}, None
+    with rows_compiled_alike(len(compilers)):
+        for name, compile_fn in compilers.items():
+            try:
+                run, result = make(compile_fn)
+                got = result()
+                if expected is None:
+                    expected = got
+                else:
+                    check(got, expected)
+                for _ in range(warmup_of(name, warmup)):
+                    run()
+                runs[name] = run
+            except Exception as exc:  # noqa: BLE001 - report and go on with the other rows
+                traceback.print_exc()
+                notes[name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+        times = median_times(runs, warmup=1, repeat=repeat)
     torch._dynamo.reset()
-    print_table(title, times, unit=unit, note=notes)
+    rows = [(name, times[name] / per if name in times else None) for name in compilers]
+    if note:
+        notes.update({name: note(seconds) for name, seconds in rows if seconds is not None})
+    print_table(title, rows, unit=unit, note=notes)

@@ -1,14 +1,16 @@
 """Forward latency of the Llama-style block: nkipy on each runtime vs eager vs inductor.
 
 Inference (``torch.no_grad()``), fp32 and bf16, all measured in this run after compiling and
-checking each compiled output against eager. One nkipy row per available runtime (``--runtimes``), with CPU tensors in and out, and one with the
-weights and input on the ``nkipy`` device (``--device-runtime``, default ``xla`` when installed):
-``cpu`` runs the generated NumPy kernels (the reference executor, not a performance target);
-``xla`` (nkipy-runtime[xla]) runs the StableHLO that would go to neuronx-cc, compiled by XLA for
-this CPU. For each runtime the time its ``compile`` took per kernel is printed too (the cost of
-the backend compiler, which a warm kernel cache skips). The ops that no installed pack lowers run
-as torch between the kernels; they are listed, because the figures depend on how much of the
-block is lowered.
+checking each compiled output against eager, then timed in rounds (one run of every row per
+round, so that all see the same drift of the machine's speed). One nkipy row per available
+runtime (``--runtimes``), with CPU tensors in and out, and one with the weights and input on the
+``nkipy`` device (``--device-runtime``, default ``xla`` when installed): ``cpu`` runs the
+generated NumPy kernels (the reference executor, not a performance target); ``xla``
+(nkipy-runtime[xla]) runs the StableHLO that would go to neuronx-cc, compiled by XLA for this
+CPU. For each runtime the time its ``compile`` took per kernel is printed too (the cost of the
+backend compiler, which a warm kernel cache skips). The ops that no installed pack lowers run as
+torch between the kernels; they are listed, because the figures depend on how much of the block
+is lowered.
 
 Run: python benchmarks/bench_forward.py [--dtypes float32 bfloat16] [--repeat 15] [--sdpa] [--runtimes cpu xla]
      [--device-runtime xla] [--sizes small large]
@@ -25,7 +27,14 @@ import traceback
 import warnings
 
 # first: it sets the thread count before torch starts its pools
-from _timing import host_runtimes, machine, median_time, print_table, warmup_of
+from _timing import (
+    host_runtimes,
+    machine,
+    median_times,
+    print_table,
+    rows_compiled_alike,
+    warmup_of,
+)
 
 # isort: split
 import torch
@@ -104,11 +113,10 @@ def measure(
     tolerance = (
         {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 5e-2, "rtol": 5e-2}
     )
-    rows, notes, fallbacks = [], {}, []
-    with torch.no_grad():
+    runs, notes, fallbacks = {}, {}, []
+    with torch.no_grad(), rows_compiled_alike(len(candidates)):
         expected = model(x)
         for name, make in candidates.items():
-            torch._dynamo.reset()
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
@@ -123,14 +131,15 @@ def measure(
                 notes[name] = (
                     f"max|out - eager| {(out.float() - expected.float()).abs().max().item():.1e}"
                 )
-                rows.append(
-                    (name, median_time(lambda: fn(x), warmup=warmup_of(name, 5), repeat=repeat))
-                )
+                for _ in range(warmup_of(name, 5)):
+                    fn(x)
+                runs[name] = lambda fn=fn: fn(x)
             except Exception as exc:  # noqa: BLE001 - report and go on with the other rows
                 traceback.print_exc()
-                rows.append((name, None))
                 notes[name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
-        torch._dynamo.reset()
+        times = median_times(runs, warmup=1, repeat=repeat)
+    torch._dynamo.reset()
+    rows = [(name, times.get(name)) for name in candidates]
 
     c = model.config
     print_table(

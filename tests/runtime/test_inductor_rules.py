@@ -215,6 +215,34 @@ def test_a_computed_row_or_column_of_a_product_is_computed_once():
     assert_matches(kernel, inputs, rtol=1e-6)
 
 
+def test_a_transcendental_value_broadcast_to_many_elements_is_computed_once():
+    """Forced into memory, where TorchInductor would compute it again for every element it is
+    broadcast to (a rotary embedding's cosines over the attention heads); not a value as cheap
+    as an addition, not one broadcast to few more elements, not one already in memory."""
+    kb = KernelBuilder("broadcast_values")
+    with kb.building("test.broadcast"):
+        angles = kb.param(TensorType((1, 64, 32), DType.f32))
+        heads = kb.param(TensorType((1, 8, 64, 32), DType.f32))
+        few = kb.param(TensorType((1, 2, 64, 32), DType.f32))
+
+        def spread(value, like):
+            return kb.emit("broadcast", [value], {"shape": like.shape})
+
+        cosines = kb.emit("cos", [angles], {})
+        shifted = kb.emit("add", [angles, angles], {})
+        outs = [
+            kb.emit("mul", [spread(cosines, heads), heads], {}),
+            kb.emit("mul", [spread(shifted, heads), heads], {}),
+            kb.emit("mul", [spread(kb.emit("sin", [angles], {}), few), few], {}),
+            kb.emit("mul", [spread(angles, heads), heads], {}),
+        ]
+    kernel = kb.finish(outs)
+    forced = [n for n in graph.trace(kernel).graph.nodes if n.target is _torch.force_stride_order]
+    assert [n.args[0].target for n in forced] == [torch.ops.aten.cos.default]
+    inputs = [sample(DType.f32, p.type.shape, k) for k, p in enumerate(kernel.params)]
+    assert_matches(kernel, inputs, rtol=1e-6)
+
+
 def widened_product(half, also_f32):
     """``convert(dot(convert(a, f32), convert(b, f32)), half)``, as half-float matrix products
     are lowered; ``also_f32``: the f32 product is an output too."""

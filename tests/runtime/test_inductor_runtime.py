@@ -260,6 +260,30 @@ def test_a_product_of_one_computed_row_or_column_matches_the_reference(side):
 I64_SCALAR = TensorType((), DType.i64)
 
 
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16], ids=str)
+def test_cosines_broadcast_over_heads_match_the_reference(dtype):
+    """A rotary embedding: cosines and sines of positions, broadcast over the heads, computed
+    once into memory (``fx.graph.computed_once``) and read by the loop that rotates."""
+    heads, angles = TensorType((2, 8, 64, 32), dtype), TensorType((2, 1, 64, 32), DType.f32)
+
+    def rotate(x, a):
+        wide = knp.astype(x, DType.f32)
+        turned = knp.add(knp.multiply(wide, knp.cos(a)), knp.multiply(wide, knp.sin(a)))
+        return knp.astype(turned, dtype)
+
+    kernel = trace(rotate, heads, angles)
+    inputs = [sample(dtype, heads.shape), sample(DType.f32, angles.shape, 1)]
+    runtime, executable, (got,) = run_host(kernel, inputs)
+    assert executable.programs
+    (want,) = runtime.cpu.run_host(runtime.cpu.compile(kernel, CompileOptions()), inputs)
+    np.testing.assert_allclose(
+        got.astype(np.float64),
+        want.astype(np.float64),
+        rtol=2**-7 if dtype.is_half else 1e-5,
+        atol=1e-6,
+    )
+
+
 class Passing(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))

@@ -11,6 +11,13 @@ products compute just that, at half the memory traffic and without the two widen
 such a chain is traced as one product of the half floats (``half_products``), when it is large
 enough: on a small product torch's half-float kernel costs a fixed 20 µs or so more than the
 widened one (``HALF_PRODUCT_SIZE``).
+
+TorchInductor computes an elementwise value inline in every loop that reads it: a value
+broadcast to a larger shape is computed again for each element it is broadcast to. That is free
+for an addition, not for a cosine: the rotary embedding's cosines and sines, broadcast over the
+attention heads, were a third of a bf16 Llama block's time outside its products. Such a value,
+computed with a transcendental function and broadcast to many more elements, is computed into
+memory first (``computed_once``).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from collections.abc import Sequence
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from nkipy_core import _torch
 from nkipy_core.ir import DType, Kernel, Op, Value
 
 from . import rules
@@ -32,6 +40,25 @@ _HALF = (DType.bf16, DType.f16)
 #: as fast at about this size, and twice as fast from 128x256 @ 256x256 up
 HALF_PRODUCT_SIZE = 1 << 20
 
+#: the primitives whose elements cost many times an addition's: those of libm's functions
+TRANSCENDENTAL = frozenset(
+    {"exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "atan",
+     "atan2", "logistic", "erf", "erfc", "pow"}
+)  # fmt: skip
+#: the primitives TorchInductor computes inline, an element at a time, in the loops that read
+#: them: the elementwise ones and those that only move elements
+_INLINED = TRANSCENDENTAL | frozenset(
+    {"abs", "add", "and", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "broadcast",
+     "ceil", "concatenate", "constant", "convert", "div", "eq", "floor", "floor_divide", "fmod",
+     "ge", "gt", "iota", "isinf", "isnan", "le", "lt", "maximum", "minimum", "mul", "ne", "neg",
+     "not", "or", "pad", "remainder", "reshape", "reverse", "round", "select", "sign", "signbit",
+     "slice", "sub", "transpose", "xor"}
+)  # fmt: skip
+#: how many more elements a broadcast must have than its operand for the operand to be computed
+#: once into memory (``computed_once``): below it, the loop and buffer that adds cost about as
+#: much as the recomputation saved (a decode step's broadcasts, a few hundred elements, got slower)
+RECOMPUTED_ELEMENTS = 4096
+
 
 def trace(kernel: Kernel, writes: Sequence[tuple[int, int]] = ()) -> torch.fx.GraphModule:
     """The FX graph of ``kernel``; with ``writes``, pairs ``(output, parameter)``, the graph
@@ -39,6 +66,7 @@ def trace(kernel: Kernel, writes: Sequence[tuple[int, int]] = ()) -> torch.fx.Gr
     written = {k for k, _ in writes}
     products = half_products(kernel)
     skipped = {dot.result.id for dot, _ in products.values()}
+    once = computed_once(kernel)
 
     def run(*params: torch.Tensor) -> tuple[torch.Tensor, ...]:
         values = {p.id: t for p, t in zip(kernel.params, params)}
@@ -50,13 +78,16 @@ def trace(kernel: Kernel, writes: Sequence[tuple[int, int]] = ()) -> torch.fx.Gr
                 operands, attributes, prim = (a, b), dot.params, "dot"
             else:
                 operands, attributes, prim = op.operands, op.params, op.prim
-            values[op.result.id] = rules.run(
+            value = rules.run(
                 prim,
                 [values[v.id] for v in operands],
                 attributes,
                 [v.type for v in operands],
                 op.result.type,
             )
+            if op.result.id in once:
+                value = _torch.force_stride_order(value, value.stride())
+            values[op.result.id] = value
         outputs = [values[v.id] for v in kernel.outputs]
         for k, j in writes:
             params[j].copy_(outputs[k])
@@ -97,6 +128,26 @@ def half_products(kernel: Kernel) -> dict[int, tuple[Op, tuple[Value, Value]]]:
         ):
             found[op.result.id] = (dot, (widened[0].operands[0], widened[1].operands[0]))
     return found
+
+
+def computed_once(kernel: Kernel) -> set[int]:
+    """The ids of the values to compute into memory rather than inline in the loops that read
+    them: each operand of a ``broadcast`` adding at least ``RECOMPUTED_ELEMENTS`` elements,
+    when a transcendental primitive is among the inlined ops it is computed with (a value
+    TorchInductor puts in memory anyway, a product's or a reduction's, ends that search)."""
+    costly: dict[int, bool] = {}
+    for op in kernel.ops:  # in program order: operands first
+        costly[op.result.id] = op.prim in TRANSCENDENTAL or (
+            op.prim in _INLINED and any(costly.get(v.id, False) for v in op.operands)
+        )
+    return {
+        op.operands[0].id
+        for op in kernel.ops
+        if op.prim == "broadcast"
+        and costly.get(op.operands[0].id, False)
+        and math.prod(op.result.type.shape) - math.prod(op.operands[0].type.shape)
+        >= RECOMPUTED_ELEMENTS
+    }
 
 
 def examples(kernel: Kernel) -> list[torch.Tensor]:
