@@ -196,6 +196,39 @@ class _Seen(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _a_forward_graph_compiles_to_a_boxed_call():
+    """A graph traced with the decompositions, writing an input with ``copy_``, compiles to a
+    callable taking its inputs as one list (which it empties) and returning its outputs in the
+    strides they were traced with (a transposed product's result is not its transposed
+    memory)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def step(x, y):
+        y.copy_(y + x[0])
+        return ((x @ x).t().contiguous(),)
+
+    x, y = torch.arange(16.0).reshape(4, 4), torch.ones(4)
+    gm = make_fx(step, decomposition_table=_torch.inductor_decompositions(), tracing_mode="fake")(
+        x, y
+    )
+    compiled = _torch.compile_fx_forward(
+        gm,
+        [x, y],
+        num_orig_model_outputs=1,
+        num_example_inputs=2,
+        compiler_config_extra=_torch.create_compiler_config_extra(gm),
+        is_inference=True,
+    )
+    inputs = [x, y]
+    (out,) = compiled(inputs)
+    return (
+        inputs == []
+        and torch.equal(out, (x @ x).t())
+        and out.is_contiguous()
+        and torch.equal(y, x[0] + 1)
+    )
+
+
 def _a_forced_stride_order_is_realized() -> bool:
     """Eager: the tensor in the strides asked for; TorchInductor lowers it to a buffer of them."""
     from torch._inductor.lowering import lowerings
@@ -339,8 +372,10 @@ CANARIES = {
         "inner_exception" in _params(_torch.BackendCompilerFailed.__init__)
     ),
     "opinfo_samples_untracked": _opinfo_samples_skip_the_stack_walk,
-    "standalone_compile": lambda: (
-        {"dynamic_shapes", "options"} <= set(_params(_torch.standalone_compile))
+    "compile_fx_forward": _a_forward_graph_compiles_to_a_boxed_call,
+    "create_compiler_config_extra": lambda: _params(_torch.create_compiler_config_extra) == ["gm"],
+    "inductor_decompositions": lambda: (
+        torch.ops.aten.index_copy.default in _torch.inductor_decompositions()
     ),
     "disable_current_modes": _modes_set_aside,
     "force_stride_order": _a_forced_stride_order_is_realized,

@@ -289,6 +289,21 @@ class Passing(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def test_a_program_runs_without_gradients_on_tensors_that_require_them():
+    """TorchInductor's products are ATen's ``out=`` ones, which refuse such an input while grad
+    mode is on; the program runs as AOTAutograd's wrapper ran it, without gradients."""
+    a, b = torch.randn(8, 8, requires_grad=True), torch.randn(8, 8)
+    runtime = InductorRuntime()
+    executable = runtime.compile(
+        trace(knp.matmul, TensorType((8, 8), DType.f32), TensorType((8, 8), DType.f32)),
+        CompileOptions(),
+    )
+    (product,) = runtime.run_torch(executable, [a, b])
+    assert executable.programs and torch.is_grad_enabled()
+    assert not product.requires_grad
+    torch.testing.assert_close(product, (a @ b).detach())
+
+
 def test_a_kernel_first_called_under_a_dispatch_mode_compiles_outside_it():
     """AOTAutograd's runtime wrapper may hold a dispatch mode at a graph's first call."""
     a, b = sample(DType.f32, (4, 4)), sample(DType.f32, (4, 4), 1)
@@ -302,7 +317,7 @@ def test_a_kernel_torchinductor_refuses_runs_on_the_cpu_runtime_with_a_warning(m
     def refuse(*args, **kwargs):
         raise RuntimeError("no C++ compiler today")
 
-    monkeypatch.setattr(_torch, "standalone_compile", refuse)
+    monkeypatch.setattr(_torch, "compile_fx_forward", refuse)
     a, b = sample(DType.f32, (4, 4)), sample(DType.f32, (4, 4), 1)
     with caplog.at_level(logging.WARNING, logger="nkipy.runtime.inductor"):
         runtime, executable, (total,) = run_host(one_op("mul", [a, b]), [a, b])

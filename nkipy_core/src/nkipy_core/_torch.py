@@ -301,8 +301,13 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "ContinueExecutionCache": ("torch._dynamo.resume_execution", "ContinueExecutionCache"),
     # what torch.compile raises when a backend fails: the test harness reports it
     "BackendCompilerFailed": ("torch._dynamo.exc", "BackendCompilerFailed"),
-    # TorchInductor's compile of an FX graph outside dynamo: the ``inductor`` runtime's kernels
-    "standalone_compile": ("torch._inductor", "standalone_compile"),
+    # TorchInductor's compile of an ATen graph outside dynamo and AOTAutograd, as AOTAutograd's
+    # inference path compiles a forward graph (its graph rewrites, its outputs in the strides
+    # traced), with the settings that path makes for a graph, and the decompositions it expects
+    # its graphs traced with: the ``inductor`` runtime's kernels
+    "compile_fx_forward": ("torch._inductor.compile_fx", "compile_fx_forward"),
+    "create_compiler_config_extra": ("torch._inductor.compile_fx", "create_compiler_config_extra"),
+    "inductor_decompositions": ("torch._inductor.decomposition", "select_decomp_table"),
     # a value TorchInductor computes once, into memory of these strides, rather than inlining its
     # computation into every loop that reads it (the ``inductor`` runtime's one-row products)
     "force_stride_order": ("torch._inductor.inductor_prims", "force_stride_order"),

@@ -5,9 +5,11 @@ The cpu runtime pays one NumPy pass per primitive, and XLA on the host cannot wr
 torch's memory and allocates its results anew at every call (``docs/benchmarks.md``). This
 runtime runs the same kernels, the IR that goes to Trainium, as fast as inductor runs the graph
 they came from: each primitive is its torch operations (``fx.rules``), the kernel one FX graph
-(``fx.graph``), compiled by TorchInductor without dynamo (``standalone_compile``), so it also runs
-inside a graph dynamo must not trace. An optimizer step's updated tensors are written where
-they lie, in the loop that computes them.
+of ATen operations (``fx.graph``), compiled by TorchInductor without dynamo or AOTAutograd
+(``compile_fx_forward``, as AOTAutograd's inference path compiles a graph), so it also runs
+inside a graph dynamo must not trace, and is called without wrappers around TorchInductor's
+code: the kernel call's caller has AOTAutograd's wrapper or stands in for it. An optimizer
+step's updated tensors are written where they lie, in the loop that computes them.
 
 A kernel compiles at its first call (TorchInductor specialises on the inputs; its own cache
 makes the next process's compile fast). A kernel with a primitive torch has no rule for here, or
@@ -58,8 +60,15 @@ class Program:
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """The results of the program on ``inputs``, each a tensor of its own; an output it
-        leaves in an input is that input."""
-        results = self.compiled(*inputs)
+        leaves in an input is that input. It runs without gradients, as AOTAutograd's wrapper
+        ran it: its products are ATen's ``out=`` ones, which refuse an input that requires grad
+        while grad mode is on, and its results are values, not steps to differentiate (a kernel
+        call in a graph that needs gradients is inside AOTAutograd's autograd function)."""
+        if torch.is_grad_enabled():
+            with torch.no_grad():
+                results = self.compiled(list(inputs))
+        else:
+            results = self.compiled(list(inputs))
         shared = self.shared
         if shared is None:
             shared = self.shared = _shared(inputs, results)
@@ -72,6 +81,27 @@ class Program:
         if self._gather is None:
             return results
         return list(self._gather([*results, *inputs]))
+
+
+def _compiled(kernel: Kernel, writes: tuple[tuple[int, int], ...]) -> Any:
+    """TorchInductor's program of ``kernel``'s FX graph (``graph.trace``), compiled as
+    AOTAutograd's inference path compiles a forward graph, without AOTAutograd: the graph is
+    already what that path would trace (ATen operations, decomposed, an input's update a
+    ``copy_`` into it), and its results come back in the strides they were traced with. Called
+    with its inputs as one list."""
+    from .fx import graph  # loads torch's tracing machinery: at the first compile
+
+    gm = graph.trace(kernel, writes)
+    examples = graph.examples(kernel)
+    outputs = len(kernel.outputs) - len(writes)
+    return _torch.compile_fx_forward(
+        gm,
+        examples,
+        num_orig_model_outputs=outputs,
+        num_example_inputs=len(examples),
+        compiler_config_extra=_torch.create_compiler_config_extra(gm),
+        is_inference=True,
+    )
 
 
 def _gather(
@@ -132,17 +162,9 @@ class InductorExecutable:
         at its first use; ``None`` once TorchInductor has refused the kernel (``reason``)."""
         if writes in self.programs:
             return self.programs[writes]
-        from .fx import graph  # loads torch's tracing machinery: at the first compile
-
         try:
             with _torch.disable_current_modes():  # a graph's first call may run under one
-                gm = graph.trace(self.kernel, writes)
-                program: Program | None = Program(
-                    _torch.standalone_compile(
-                        gm, graph.examples(self.kernel), dynamic_shapes="from_example_inputs"
-                    ),
-                    writes,
-                )
+                program: Program | None = Program(_compiled(self.kernel, writes), writes)
         except Exception as exc:  # noqa: BLE001 - the cpu runtime runs every kernel
             self.reason = f"TorchInductor: {type(exc).__name__}: {exc}"
             log.warning(

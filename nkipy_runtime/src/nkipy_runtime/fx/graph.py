@@ -1,4 +1,5 @@
-"""A kernel as one FX graph of ATen operations, traced from its ops' torch rules (``rules``).
+"""A kernel as one FX graph of ATen operations, traced from its ops' torch rules (``rules``)
+with the decompositions TorchInductor expects of the graphs it compiles.
 
 The graph takes the kernel's parameters and returns its outputs, except those ``writes`` puts
 into a parameter: the graph copies each of those into its parameter (``copy_``), which
@@ -93,7 +94,9 @@ def trace(kernel: Kernel, writes: Sequence[tuple[int, int]] = ()) -> torch.fx.Gr
             params[j].copy_(outputs[k])
         return tuple(o for k, o in enumerate(outputs) if k not in written)
 
-    return make_fx(run, tracing_mode="fake")(*examples(kernel))
+    return make_fx(run, decomposition_table=_torch.inductor_decompositions(), tracing_mode="fake")(
+        *examples(kernel)
+    )
 
 
 def half_products(kernel: Kernel) -> dict[int, tuple[Op, tuple[Value, Value]]]:
